@@ -1,0 +1,58 @@
+"""Shared fixtures: a fresh MLflow sqlite store per test, and a guard that no test leaves a
+tritonserver process behind (checked after every test, cleaned up and reported)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _tritonservers() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            cmd = proc.info["cmdline"] or []
+            if proc.info["name"] == "tritonserver" or (cmd and cmd[0].endswith("tritonserver")):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_servers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test that leaves a tritonserver running; kill it so the next test starts clean."""
+    before = {p.pid for p in _tritonservers()}
+    yield
+    left = [p for p in _tritonservers() if p.pid not in before]
+    for proc in left:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    if left:
+        pytest.fail(f"test left {len(left)} tritonserver process(es) running: "
+                    f"{[p.pid for p in left]}", pytrace=False)
+
+
+@pytest.fixture()
+def mlflow_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh sqlite tracking store for this test (MLflow's own test habit)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_REGISTRY_URI", uri)
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    monkeypatch.chdir(tmp_path)
+    return uri
+
+
+@pytest.fixture(scope="session")
+def cpu_count() -> int:
+    return os.cpu_count() or 1

@@ -1,0 +1,1 @@
+"""Deployment: the `triton` MLflow deployments target and the registry watcher."""

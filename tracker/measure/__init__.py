@@ -1,0 +1,1 @@
+"""Load generation and measurement: windows, percentiles, server-side split, monitors."""

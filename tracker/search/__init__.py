@@ -1,0 +1,1 @@
+"""The search: spec space -> Optuna distributions, objectives, constraints, study creation."""

@@ -1,0 +1,1 @@
+"""MLflow: parent/child runs, artifacts, the Triton model flavor, registry promotion."""

@@ -1,0 +1,1 @@
+"""Triton server launchers: one contract (base.py), three modes (local, docker, remote)."""
