@@ -1,0 +1,236 @@
+"""The study spec: one YAML file says which model to tune, on which server, how to measure it,
+what to optimise under which constraints, and where results go. See docs/spec.md.
+
+``load_spec(path)`` reads and validates it; every problem becomes one line of a
+:class:`~tracker.errors.SpecError` naming the field path and the bad value (an unknown key gets
+the closest valid one). Relative paths resolve against the spec file's folder.
+``ensure_model(spec)`` runs ``model.build`` when the model file does not exist yet.
+
+The sections live in :mod:`tracker.spec_sections` and are re-exported here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeAlias
+
+import yaml
+from pydantic import AfterValidator, Field, PrivateAttr, ValidationError
+
+from tracker.config_fields import closest
+from tracker.errors import ModelError, SpecError
+from tracker.spec_checks import LOAD_KNOBS
+from tracker.spec_messages import messages, problem, show
+from tracker.spec_sections import (
+    DEFAULT_CONCURRENCY,
+    Bound,
+    ConcurrencyRange,
+    LoadSection,
+    MlflowSection,
+    ModelSection,
+    Range,
+    Scalar,
+    SearchSection,
+    ServerSection,
+    Space,
+    SpecModel,
+)
+
+__all__ = [
+    "DEFAULT_CONCURRENCY", "LOAD_KNOBS", "METRICS", "METRIC_BETTER", "Bound", "ConcurrencyRange",
+    "Direction", "LoadSection", "MlflowSection", "ModelSection", "Range", "Scalar",
+    "SearchSection", "ServerSection", "Space", "StudySpec", "ensure_model", "load_spec",
+    "parse_spec",
+]
+
+Direction: TypeAlias = Literal["maximize", "minimize"]
+
+# DESIGN.md's metric names (Model Analyzer's) and which way is better for each.
+METRIC_BETTER: dict[str, Direction] = {
+    "perf_throughput": "maximize",
+    "perf_latency_avg": "minimize", "perf_latency_p50": "minimize",
+    "perf_latency_p90": "minimize", "perf_latency_p95": "minimize",
+    "perf_latency_p99": "minimize",
+    "perf_server_queue": "minimize", "perf_server_compute_input": "minimize",
+    "perf_server_compute_infer": "minimize", "perf_server_compute_output": "minimize",
+    "gpu_used_memory": "minimize", "gpu_utilization": "maximize", "gpu_power_usage": "minimize",
+    "cpu_used_ram": "minimize", "cpu_utilization": "minimize",
+}
+METRICS: tuple[str, ...] = tuple(METRIC_BETTER)
+
+
+def _metric_name(name: str) -> str:
+    if name not in METRIC_BETTER:
+        guess = closest(name, METRICS)
+        hint = f"; did you mean {guess!r}?" if guess else "; known metrics: " + ", ".join(METRICS)
+        raise problem(f"unknown metric {name!r}{hint}")
+    return name
+
+
+MetricName = Annotated[str, AfterValidator(_metric_name)]
+
+
+def _default_objectives() -> dict[str, Direction]:
+    return {"perf_throughput": "maximize"}
+
+
+def _objectives(value: dict[str, Direction]) -> dict[str, Direction]:
+    if not 1 <= len(value) <= 2:
+        raise problem("needs one objective (or two for a Pareto front), but got "
+                      f"{len(value)}: {show(value)}")
+    return value
+
+
+class StudySpec(SpecModel):
+    """A whole study. ``source`` is the spec file; ``base_dir`` its folder."""
+
+    model: ModelSection
+    server: ServerSection = Field(default_factory=ServerSection)
+    load: LoadSection = Field(default_factory=LoadSection)
+    objectives: Annotated[dict[MetricName, Direction], AfterValidator(_objectives)] = Field(
+        default_factory=_default_objectives)
+    constraints: dict[MetricName, Bound] = Field(default_factory=dict)
+    search: SearchSection = Field(default_factory=SearchSection)
+    mlflow: MlflowSection = Field(default_factory=MlflowSection)
+
+    _source: Path | None = PrivateAttr(default=None)
+    _base_dir: Path | None = PrivateAttr(default=None)
+
+    @property
+    def source(self) -> Path | None:
+        """The spec file this was loaded from (None when built in Python)."""
+        return self._source
+
+    @property
+    def base_dir(self) -> Path:
+        """The folder relative paths were resolved against (the spec file's folder)."""
+        return self._base_dir or Path.cwd()
+
+    @property
+    def study_name(self) -> str:
+        return self.search.study_name or self.model.name
+
+    @property
+    def experiment_name(self) -> str:
+        return self.mlflow.experiment or self.model.name
+
+    @property
+    def registered_model_name(self) -> str:
+        return self.mlflow.registered_model or self.model.name
+
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[object] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if not isinstance(key, str | int | float | bool):
+            continue
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return dict(loader.construct_mapping(node))
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_spec(data: object, *, base_dir: str | Path | None = None,
+               source: str | Path | None = None) -> StudySpec:
+    """Validate already-parsed spec data (a mapping); relative paths resolve against
+    ``base_dir`` (default: the current directory). Raises SpecError."""
+    label = str(source) if source is not None else None
+    if data is None:
+        raise SpecError(["the spec is empty; it needs at least a `model` section "
+                         "(see docs/spec.md)"], label)
+    if not isinstance(data, Mapping):
+        raise SpecError([f"(top level): must be a mapping of sections (model, server, load, "
+                         f"objectives, constraints, search, mlflow), but got {show(data)}"], label)
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+    try:
+        spec = StudySpec.model_validate(data, context={"base_dir": base.absolute()})
+    except ValidationError as exc:
+        raise SpecError(messages(exc, StudySpec), label) from exc
+    spec._base_dir = base.absolute()
+    spec._source = Path(source).absolute() if source is not None else None
+    return spec
+
+
+def load_spec(path: str | Path) -> StudySpec:
+    """Read and validate a study spec file. Raises SpecError with one line per problem."""
+    path = Path(path)
+    if not path.exists():
+        raise SpecError([f"spec file not found: {path}"], str(path))
+    if path.is_dir():
+        raise SpecError([f"{path} is a directory; give the study.yaml file inside it"], str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([f"cannot read {path}: {exc}"], str(path)) from exc
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise SpecError([_yaml_message(exc)], str(path)) from exc
+    return parse_spec(data, base_dir=path.absolute().parent, source=path)
+
+
+def _yaml_message(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem_text = getattr(exc, "problem", None) or str(exc)
+    if mark is not None:
+        return f"line {mark.line + 1}, column {mark.column + 1}: invalid YAML: {problem_text}"
+    return f"invalid YAML: {problem_text}"
+
+
+def ensure_model(spec: StudySpec, *, timeout_s: float = 1800.0) -> Path:
+    """Return ``model.path``, first running ``python BUILD OUTPUT_PATH`` (cwd: the spec's folder)
+    when it does not exist yet and ``model.build`` is set. Raises ModelError.
+
+    The script writes into a scratch folder beside the target, which is renamed into place
+    only when the script succeeds: a failed or concurrent build never leaves half a model.
+    """
+    path = spec.model.path
+    if path.exists():
+        return path
+    build = spec.model.build
+    if build is None:
+        raise ModelError(f"model.path: {path} does not exist, and no model.build script is "
+                         "set to make it")
+    if not build.is_file():
+        raise ModelError(f"model.build: script not found: {build}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=".build-", dir=path.parent))
+    try:
+        out = scratch / path.name
+        try:
+            proc = subprocess.run(
+                [sys.executable, str(build), str(out)], cwd=spec.base_dir, capture_output=True,
+                text=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise ModelError(f"model.build: {build} did not finish within {timeout_s:g} s") from exc
+        except OSError as exc:
+            raise ModelError(f"model.build: cannot run {build}: {exc}") from exc
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stderr or proc.stdout or "").strip().splitlines()[-20:])
+            raise ModelError(f"model.build: {build.name} exited with status {proc.returncode}"
+                             f"\n--- last lines of its output ---\n{tail}")
+        if not out.exists():
+            raise ModelError(f"model.build: {build.name} exited 0 but did not write the path it "
+                             f"was given ({out.name})")
+        if not path.exists():  # a concurrent build may have won the race: keep its result
+            os.replace(out, path)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return path

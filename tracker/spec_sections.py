@@ -1,0 +1,340 @@
+"""The sections of the study spec (pydantic models); :mod:`tracker.spec` assembles them.
+
+Every model forbids unknown keys and validates strictly (YAML's types as written: ``"8"`` is
+not an integer). Validators raise :class:`~tracker.spec_messages.Problems`, which
+:mod:`tracker.spec_messages` turns into lines naming the field path and the bad value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Literal, TypeAlias, Union
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from tracker.config_fields import config_field
+from tracker.spec_checks import (
+    check_knob,
+    check_range,
+    check_space_value_shape,
+    knob_value_problems,
+    parse_number,
+)
+from tracker.spec_messages import Problems, join_path, problem, show
+
+DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16)
+
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+PosInt = Annotated[int, Field(ge=1)]
+PosFloat = Annotated[float, Field(gt=0)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+Scalar: TypeAlias = bool | int | float | str
+
+
+class SpecModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _resolve(value: Path | None, info: ValidationInfo) -> Path | None:
+    """Relative paths are taken from the spec file's folder (context ``base_dir``)."""
+    if value is None:
+        return None
+    value = value.expanduser()
+    base = (info.context or {}).get("base_dir")
+    if base is not None and not value.is_absolute():
+        value = Path(base) / value
+    return Path(os.path.normpath(value))
+
+
+class ModelSection(SpecModel):
+    """The model to tune: its Triton name, its file and, optionally, how to make it."""
+
+    name: str
+    path: Annotated[Path, Field(strict=False)]
+    config: Annotated[Path | None, Field(strict=False)] = None
+    build: Annotated[Path | None, Field(strict=False)] = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise problem("must be a Triton model name (letters, digits, '_', '.', '-'), "
+                          f"but got {show(value)}")
+        return value
+
+    @field_validator("path", "config", "build")
+    @classmethod
+    def _paths(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        value = _resolve(value, info)
+        if value is None:
+            return None
+        if info.field_name == "path" and value.is_file() and value.suffix != ".onnx":
+            raise problem(f"must be an .onnx file or a Triton model directory, but got {value}")
+        if info.field_name in ("config", "build") and not value.is_file():
+            raise problem(f"file not found: {value}")
+        return value
+
+
+def _gpus(value: object) -> object:
+    if value is None or value == "all":
+        return value
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool)
+                                       and v >= 0 for v in value):
+        return value
+    raise problem(f"must be 'all' or a list of GPU indices (integers >= 0), but got {show(value)}")
+
+
+class ServerSection(SpecModel):
+    """Which Triton serves the trials and how a trial's config reaches it."""
+
+    mode: Literal["local", "docker", "remote"] = "local"
+    strategy: Literal["restart", "reload"] = "restart"
+    binary: Annotated[Path | None, Field(strict=False)] = None
+    image: str = "nvcr.io/nvidia/tritonserver:24.10-py3"
+    gpus: Annotated[list[int] | Literal["all"] | None, BeforeValidator(_gpus)] = None
+    shm_size: str = "1g"
+    network: Literal["host", "bridge"] = "host"
+    http_port: Port | None = None
+    grpc_port: Port | None = None
+    metrics_port: Port | None = None
+    url: str | None = None
+    http_url: str | None = None
+    metrics_url: str | None = None
+    startup_timeout_s: PosFloat = 120.0
+    backend: Literal["auto", "python", "onnxruntime"] = "auto"
+    ort_intra_op_threads: Annotated[int, Field(ge=0)] | None = None
+    ort_inter_op_threads: Annotated[int, Field(ge=0)] | None = None
+
+    @field_validator("binary")
+    @classmethod
+    def _binary(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        return _resolve(value, info)
+
+    @field_validator("shm_size")
+    @classmethod
+    def _shm(cls, value: str) -> str:
+        if not re.fullmatch(r"\d+[bkmgBKMG]?", value):
+            raise problem(f"must be a size like '1g' or '512m', but got {show(value)}")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _remote_reloads(cls, data: object) -> object:
+        """A remote server cannot be restarted: its strategy defaults to 'reload'."""
+        if isinstance(data, Mapping) and data.get("mode") == "remote" and "strategy" not in data:
+            return {**data, "strategy": "reload"}
+        return data
+
+    @model_validator(mode="after")
+    def _cross(self) -> ServerSection:
+        items: list[tuple[str, str]] = []
+        if self.mode == "remote" and not self.url:
+            items.append(("url", "required when server.mode is 'remote' (gRPC host:port, "
+                                 "e.g. 'triton.example:8001')"))
+        if self.mode == "remote" and self.strategy != "reload":
+            items.append(("strategy", "must be 'reload' when server.mode is 'remote' (a remote "
+                                      "server cannot be restarted), but got "
+                                      f"{show(self.strategy)}"))
+        ports = {"http_port": self.http_port, "grpc_port": self.grpc_port,
+                 "metrics_port": self.metrics_port}
+        seen: dict[int, str] = {}
+        for key, port in ports.items():
+            if port is not None and port in seen:
+                items.append((key, f"must differ from server.{seen[port]}, but both are {port}"))
+            elif port is not None:
+                seen[port] = key
+        if items:
+            raise Problems(items)
+        return self
+
+
+class ConcurrencyRange(SpecModel):
+    """``{start: 1, stop: 64}``: start, doubling while <= stop (1, 2, 4, ..., 64)."""
+
+    start: PosInt = 1
+    stop: PosInt
+
+    @model_validator(mode="after")
+    def _order(self) -> ConcurrencyRange:
+        if self.start > self.stop:
+            raise problem(f"`start <= stop` must hold, but got (start={self.start}, "
+                          f"stop={self.stop})")
+        return self
+
+    def levels(self) -> list[int]:
+        out, level = [], self.start
+        while level <= self.stop:
+            out.append(level)
+            level *= 2
+        return out
+
+
+def _list_or_range(value: object) -> str:
+    return "@range" if isinstance(value, Mapping | BaseModel) else "@list"
+
+
+def _as_list(value: object) -> object:
+    """A single scalar stands for a one-element list (a pinned value)."""
+    return value if isinstance(value, list | Mapping | BaseModel) else [value]
+
+
+Concurrency = Annotated[
+    Union[  # noqa: UP007 - the tagged members read better this way
+        Annotated[list[PosInt], Field(min_length=1), Tag("@list")],
+        Annotated[ConcurrencyRange, Tag("@range")],
+    ],
+    Discriminator(_list_or_range),
+    BeforeValidator(_as_list),
+]
+
+
+class LoadSection(SpecModel):
+    """How each configuration is measured: the concurrency sweep and its stability windows."""
+
+    concurrency: Concurrency = Field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
+    request_rate: Annotated[list[PosFloat], Field(min_length=1)] | None = None
+    arrival: Literal["constant", "poisson"] = "constant"
+    window_ms: PosInt = 1000
+    window_requests: PosInt | None = None
+    stability_pct: Annotated[float, Field(gt=0, le=100)] = 10.0
+    max_tries: PosInt = 10
+    warmup_requests: Annotated[int, Field(ge=0)] = 20
+    input_data: Annotated[Path | None, Field(strict=False)] = None
+    batch_size: PosInt = 1
+    protocol: Literal["grpc", "http"] = "grpc"
+    processes: PosInt = 1
+    max_error_pct: Annotated[float, Field(ge=0, le=100)] = 1.0
+    request_timeout_s: PosFloat = 10.0
+
+    @field_validator("input_data")
+    @classmethod
+    def _input(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        value = _resolve(value, info)
+        if value is not None and value.suffix not in (".json", ".npz"):
+            raise problem(f"must be a .json or .npz file, but got {value}")
+        if value is not None and not value.is_file():
+            raise problem(f"file not found: {value}")
+        return value
+
+    def concurrency_levels(self) -> list[int]:
+        """The concurrency levels to sweep, ascending and without repeats."""
+        if isinstance(self.concurrency, ConcurrencyRange):
+            return self.concurrency.levels()
+        return sorted(set(self.concurrency))
+
+
+class Bound(SpecModel):
+    """A constraint on one metric: ``{max: 10}`` or ``{min: 100}``."""
+
+    max: float | None = None
+    min: float | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Bound:
+        if (self.max is None) == (self.min is None):
+            raise problem("needs exactly one of `max` or `min`, e.g. {max: 10}, but got "
+                          f"(max={show(self.max)}, min={show(self.min)})")
+        return self
+
+
+class Range(SpecModel):
+    """A numeric search range: ``{low: 1, high: 64, step: 1, log: false}``."""
+
+    low: Annotated[int | float, BeforeValidator(parse_number)]
+    high: Annotated[int | float, BeforeValidator(parse_number)]
+    step: Annotated[int | float | None, BeforeValidator(parse_number)] = None
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _valid(self) -> Range:
+        check_range(self.low, self.high, self.step, self.log)
+        return self
+
+    @property
+    def is_int(self) -> bool:
+        """True when low, high and step are all integers (an integer range)."""
+        return all(isinstance(v, int) for v in (self.low, self.high, self.step)
+                   if v is not None)
+
+
+SpaceValue = Annotated[
+    Union[  # noqa: UP007
+        Annotated[list[Scalar], Field(min_length=1), BeforeValidator(check_space_value_shape),
+                  Tag("@list")],
+        Annotated[Range, Tag("@range")],
+    ],
+    Discriminator(_list_or_range),
+    BeforeValidator(_as_list),
+]
+SpaceKey = Annotated[str, AfterValidator(check_knob)]
+Space: TypeAlias = dict[str, list[Scalar] | Range]
+
+
+class SearchSection(SpecModel):
+    """How configurations are chosen: the Optuna sampler, the budget and the search space."""
+
+    sampler: Literal["tpe", "random", "grid", "nsga2"] = "tpe"
+    n_trials: PosInt = 20
+    timeout_s: PosFloat | None = None
+    seed: Annotated[int, Field(ge=0)] | None = None
+    patience: PosInt | None = None
+    study_name: Annotated[str, Field(min_length=1)] | None = None
+    storage: str | None = None
+    space: dict[SpaceKey, SpaceValue] = Field(default_factory=dict)
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, value: str | None) -> str | None:
+        if value is not None and "://" not in value:
+            raise problem("must be a database URL such as 'sqlite:///optuna.db' or "
+                          f"'postgresql://user@host/db', but got {show(value)}")
+        return value
+
+    @model_validator(mode="after")
+    def _space(self) -> SearchSection:
+        items: list[tuple[str, str]] = []
+        for key, value in self.space.items():
+            found = knob_value_problems(key, config_field(key), value)
+            items.extend((join_path(f"space.{key}", sub), msg) for sub, msg in found)
+        if self.sampler == "grid":
+            for key, value in self.space.items():
+                if isinstance(value, Range) and not value.is_int and value.step is None:
+                    items.append(("sampler", f"'grid' needs a finite space, but search.space."
+                                             f"{key} is a continuous range; give it a `step` "
+                                             "or list its values"))
+        if items:
+            raise Problems(items)
+        return self
+
+    def resolved_storage(self) -> str:
+        """``storage``, or ``sqlite:///<cwd>/optuna.db`` when it is not set."""
+        return self.storage or f"sqlite:///{Path.cwd() / 'optuna.db'}"
+
+
+class MlflowSection(SpecModel):
+    """Where results are tracked and which registered model receives the winner."""
+
+    tracking_uri: str | None = None
+    experiment: Annotated[str, Field(min_length=1)] | None = None
+    registered_model: Annotated[str, Field(min_length=1)] | None = None
+
+    def resolved_tracking_uri(self) -> str:
+        """``tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``."""
+        return self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+
+
