@@ -1,0 +1,164 @@
+"""perf_analyzer's CSV (``-f FILE --verbose-csv``), written from and read into Measurements.
+
+The columns and units are perf_analyzer's own (its report writer): the first column is
+``Concurrency`` or ``Request Rate``, then ``Inferences/Second`` and the latency split in whole
+microseconds, the percentiles, and (verbose CSV) ``Avg latency``, ``request/response`` and
+``response wait``. Differences from perf_analyzer's file, on purpose: rows stay in the order
+they were measured (perf_analyzer sorts by throughput), and a server figure that was not
+measured is an empty cell (perf_analyzer writes 0).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from tracker.errors import MeasurementError
+from tracker.measure.types import Measurement
+
+CONCURRENCY = "Concurrency"
+REQUEST_RATE = "Request Rate"
+THROUGHPUT = "Inferences/Second"
+COLUMNS: tuple[str, ...] = (
+    "Client Send", "Network+Server Send/Recv", "Server Queue", "Server Compute Input",
+    "Server Compute Infer", "Server Compute Output", "Client Recv",
+    "p50 latency", "p90 latency", "p95 latency", "p99 latency",
+    "Avg latency", "request/response", "response wait",
+)
+# perf_analyzer --collect-metrics columns: "GPU-uuid:value;GPU-uuid:value;" per cell.
+GPU_COLUMNS = {
+    "Avg GPU Utilization": ("gpu_utilization", 100.0, "mean"),
+    "Avg GPU Power Usage": ("gpu_power_usage", 1.0, "sum"),
+    "Max GPU Memory Usage": ("gpu_used_memory", 1e-6, "sum"),
+}
+
+# column -> Measurement attribute, in ms (the file holds microseconds)
+_MS_FIELDS = {
+    "Client Send": "client_send_ms", "Client Recv": "client_recv_ms",
+    "Server Queue": "server_queue_ms", "Server Compute Input": "server_compute_input_ms",
+    "Server Compute Infer": "server_compute_infer_ms",
+    "Server Compute Output": "server_compute_output_ms",
+    "p50 latency": "latency_p50_ms", "p90 latency": "latency_p90_ms",
+    "p95 latency": "latency_p95_ms", "p99 latency": "latency_p99_ms",
+    "Avg latency": "latency_avg_ms",
+}
+
+
+def _us(ms: float | None) -> str:
+    return "" if ms is None else str(round(ms * 1000.0))
+
+
+def header(measurements: Iterable[Measurement]) -> list[str]:
+    """The header row: ``Request Rate`` first when every level is a request rate."""
+    ms = list(measurements)
+    first = REQUEST_RATE if ms and all(m.concurrency is None for m in ms) else CONCURRENCY
+    return [first, THROUGHPUT, *COLUMNS]
+
+
+def _row(m: Measurement, first: str) -> list[str]:
+    level = m.concurrency if first == CONCURRENCY else m.request_rate
+    avg = m.latency_avg_ms
+    wait = None if avg is None else max(avg - m.client_send_ms - m.client_recv_ms, 0.0)
+    return [
+        "" if level is None else f"{level:g}", f"{m.throughput:.4f}",
+        _us(m.client_send_ms), _us(m.network_ms), _us(m.server_queue_ms),
+        _us(m.server_compute_input_ms), _us(m.server_compute_infer_ms),
+        _us(m.server_compute_output_ms), _us(m.client_recv_ms),
+        _us(m.latency_p50_ms), _us(m.latency_p90_ms), _us(m.latency_p95_ms),
+        _us(m.latency_p99_ms), _us(avg), _us(m.client_send_ms + m.client_recv_ms), _us(wait),
+    ]
+
+
+def dumps(measurements: Iterable[Measurement]) -> str:
+    """The CSV text for the levels that have latencies (a level where nothing completed has
+    no row, as with perf_analyzer)."""
+    rows = [m for m in measurements if m.latency_avg_ms is not None]
+    head = header(rows)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(head)
+    for m in rows:
+        writer.writerow(_row(m, head[0]))
+    return buf.getvalue()
+
+
+def write_csv(measurements: Iterable[Measurement], path: str | Path) -> Path:
+    """Write :func:`dumps` to ``path`` (parent folders made) and return the path."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(dumps(measurements))
+    return out
+
+
+def _float(row: Mapping[str, str], column: str, where: str) -> float | None:
+    text = (row.get(column) or "").strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError as exc:
+        raise MeasurementError(f"{where}: column {column!r} must be a number, "
+                               f"but got {text!r}") from exc
+
+
+def _gpu_cell(text: str, scale: float, how: str) -> float | None:
+    """``GPU-a:0.5;GPU-b:0.7;`` -> one number (mean or sum over GPUs, scaled)."""
+    values = []
+    for part in text.split(";"):
+        if ":" in part:
+            _, _, value = part.rpartition(":")
+            try:
+                values.append(float(value) * scale)
+            except ValueError:
+                continue
+    if not values:
+        return None
+    return sum(values) / len(values) if how == "mean" else sum(values)
+
+
+def loads(text: str, *, source: str = "perf_analyzer", where: str = "CSV") -> list[Measurement]:
+    """Measurements from perf_analyzer CSV text (µs -> ms). Raises MeasurementError when the
+    header lacks ``Inferences/Second`` or a level column, or a cell is not a number."""
+    reader = csv.DictReader(io.StringIO(text))
+    names = [n.strip() for n in (reader.fieldnames or [])]
+    reader.fieldnames = names
+    level_col = next((c for c in (CONCURRENCY, REQUEST_RATE) if c in names), None)
+    if level_col is None or THROUGHPUT not in names:
+        raise MeasurementError(
+            f"{where}: perf_analyzer's CSV must have a {CONCURRENCY!r} or {REQUEST_RATE!r} "
+            f"column and {THROUGHPUT!r}, but the header is {names}")
+    out: list[Measurement] = []
+    for lineno, row in enumerate(reader, start=2):
+        at = f"{where} line {lineno}"
+        level = _float(row, level_col, at)
+        m = Measurement(source=source, stable=True)
+        if level_col == CONCURRENCY:
+            m.concurrency = None if level is None else int(level)
+        else:
+            m.request_rate = level
+        m.throughput = _float(row, THROUGHPUT, at) or 0.0
+        for column, attr in _MS_FIELDS.items():
+            value = _float(row, column, at)
+            if value is not None:
+                setattr(m, attr, value / 1000.0)
+            elif attr in ("client_send_ms", "client_recv_ms"):
+                setattr(m, attr, 0.0)
+        for column, (metric, scale, how) in GPU_COLUMNS.items():
+            cell = (row.get(column) or "").strip()
+            value = _gpu_cell(cell, scale, how) if cell else None
+            if value is not None:
+                m.monitors[metric] = value
+        out.append(m)
+    return out
+
+
+def read_csv(path: str | Path, *, source: str = "perf_analyzer") -> list[Measurement]:
+    """Measurements from a perf_analyzer CSV file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise MeasurementError(f"cannot read perf_analyzer CSV {p}: {exc}") from exc
+    return loads(text, source=source, where=str(p))

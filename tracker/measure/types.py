@@ -1,0 +1,119 @@
+"""The data a measurement produces: one :class:`Measurement` per load level, a
+:class:`SweepResult` per sweep. Plain dataclasses, so every layer above (search, tracking) can
+use them without knowing how they were made.
+
+Units: latencies and server times in milliseconds, throughput in inferences per second
+(requests x batch size per second). A figure that was not measured is ``None`` (or absent from
+``monitors``), never a made-up zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Model Analyzer's metric names (DESIGN.md) for the Measurement fields.
+_FIELD_METRICS: tuple[tuple[str, str], ...] = (
+    ("throughput", "perf_throughput"),
+    ("latency_avg_ms", "perf_latency_avg"),
+    ("latency_p50_ms", "perf_latency_p50"),
+    ("latency_p90_ms", "perf_latency_p90"),
+    ("latency_p95_ms", "perf_latency_p95"),
+    ("latency_p99_ms", "perf_latency_p99"),
+    ("server_queue_ms", "perf_server_queue"),
+    ("server_compute_input_ms", "perf_server_compute_input"),
+    ("server_compute_infer_ms", "perf_server_compute_infer"),
+    ("server_compute_output_ms", "perf_server_compute_output"),
+)
+
+METRIC_NAMES: tuple[str, ...] = (
+    *(name for _, name in _FIELD_METRICS),
+    "gpu_used_memory",
+    "gpu_utilization",
+    "gpu_power_usage",
+    "cpu_used_ram",
+    "cpu_utilization",
+)
+
+
+@dataclass
+class Measurement:
+    """The result at one load level (a concurrency or a request rate).
+
+    ``stable`` says whether the last windows agreed within the stability percentage; an
+    unstable measurement keeps its figures but is flagged, never silently accepted. ``valid``
+    is False when the measurement cannot be used at all (errors above the threshold, server
+    stopped answering); ``invalid_reason`` then says why.
+    """
+
+    concurrency: int | None = None
+    request_rate: float | None = None
+    batch_size: int = 1
+    throughput: float = 0.0
+    latency_avg_ms: float | None = None
+    latency_p50_ms: float | None = None
+    latency_p90_ms: float | None = None
+    latency_p95_ms: float | None = None
+    latency_p99_ms: float | None = None
+    server_queue_ms: float | None = None
+    server_compute_input_ms: float | None = None
+    server_compute_infer_ms: float | None = None
+    server_compute_output_ms: float | None = None
+    client_send_ms: float = 0.0
+    client_recv_ms: float = 0.0
+    requests: int = 0
+    server_requests: int | None = None
+    errors: int = 0
+    first_error: str | None = None
+    stable: bool = False
+    valid: bool = True
+    invalid_reason: str | None = None
+    client_overhead_pct: float | None = None
+    duration_s: float = 0.0
+    windows: int = 0
+    warnings: list[str] = field(default_factory=list)
+    monitors: dict[str, float] = field(default_factory=dict)
+    source: str = "builtin"
+
+    @property
+    def level(self) -> str:
+        """The load level in words: ``concurrency 4`` or ``request rate 250/s``."""
+        if self.concurrency is not None:
+            return f"concurrency {self.concurrency}"
+        if self.request_rate is not None:
+            return f"request rate {self.request_rate:g}/s"
+        return "unknown load level"
+
+    @property
+    def network_ms(self) -> float | None:
+        """perf_analyzer's "Network+Server Send/Recv": client wait time not accounted for by
+        the server's queue and compute times (capped at 0, as perf_analyzer does)."""
+        if self.latency_avg_ms is None:
+            return None
+        server = [self.server_queue_ms, self.server_compute_input_ms,
+                  self.server_compute_infer_ms, self.server_compute_output_ms]
+        accounted = sum(v for v in server if v is not None)
+        wait = self.latency_avg_ms - self.client_send_ms - self.client_recv_ms
+        return max(wait - accounted, 0.0)
+
+    def metrics(self) -> dict[str, float]:
+        """Metric name -> value with DESIGN.md's names; figures not measured are absent."""
+        out: dict[str, float] = {}
+        for attr, name in _FIELD_METRICS:
+            value = getattr(self, attr)
+            if value is not None:
+                out[name] = float(value)
+        out.update({k: float(v) for k, v in self.monitors.items()})
+        return out
+
+
+@dataclass
+class SweepResult:
+    """All levels measured by one sweep, in the order measured.
+
+    ``best`` is the valid level with the highest throughput that meets the constraints (None
+    when there is none); ``stop_reason`` says why the sweep ended.
+    """
+
+    measurements: list[Measurement]
+    best: Measurement | None
+    stop_reason: str
