@@ -10,6 +10,7 @@ but before any server starts. docs/model-config.md explains the rules.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +23,14 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tracker.errors import ConfigError, ModelError
 from tracker.triton import field_paths
-from tracker.triton.onnx_reader import BACKEND, PLATFORM, OnnxModel, default_config, read_onnx
+from tracker.triton.onnx_reader import (
+    BACKEND,
+    PLATFORM,
+    OnnxModel,
+    default_config,
+    read_onnx,
+    rebatch_io,
+)
 
 if TYPE_CHECKING:
     from tracker.spec import ModelSection
@@ -38,6 +46,7 @@ __all__ = [
 ]
 
 check_path = field_paths.check_path
+_TOP_KEY = re.compile(r"^([A-Za-z_]\w*)\s*[:{ ]")
 
 
 # ---- text <-> protobuf -----------------------------------------------------------------------
@@ -66,8 +75,25 @@ def load(path: str | Path) -> ModelConfig:
 
 
 def dumps(cfg: ModelConfig) -> str:
-    """config.pbtxt text (protobuf text format, fields in declaration order)."""
-    return str(text_format.MessageToString(cfg))
+    """config.pbtxt text (protobuf text format, fields in field-number order).
+
+    `max_batch_size: 0` is written out although it is proto3's default (which text format
+    omits): it says "this model is not batched", as in Triton's own examples.
+    """
+    text = str(text_format.MessageToString(cfg))
+    if cfg.max_batch_size != 0:
+        return text
+    fields = ModelConfig.DESCRIPTOR.fields_by_name
+    after = fields["max_batch_size"].number
+    lines = text.splitlines(keepends=True)
+    at = len(lines)
+    for i, line in enumerate(lines):
+        key = _TOP_KEY.match(line)
+        if key and key.group(1) in fields and fields[key.group(1)].number > after:
+            at = i
+            break
+    lines.insert(at, "max_batch_size: 0\n")
+    return "".join(lines)
 
 
 def save(cfg: ModelConfig, path: str | Path) -> None:
@@ -260,6 +286,12 @@ def apply(info_or_cfg: ModelInfo | ModelConfig, values: Mapping[str, object], *,
     if mbs == 0 and knobs:
         raise ConfigError(f"dynamic batching needs max_batch_size > 0, but got max_batch_size=0 "
                           f"with {', '.join(f'{k}={values[k]!r}' for k in knobs)}")
+    if (mbs == 0) != (base.max_batch_size == 0):  # batching switched off or on: fix the dims
+        try:
+            rebatch_io(cfg, batched=mbs > 0)
+        except ValueError as exc:
+            raise ConfigError(f"max_batch_size={mbs} needs every input and output to have a "
+                              f"variable first dimension, but {exc}") from exc
     if mbs == 0 and "max_batch_size" in values and cfg.HasField("dynamic_batching"):
         cfg.ClearField("dynamic_batching")  # an unbatched model gets no dynamic batcher
     validate(cfg, supports_batching=batching)

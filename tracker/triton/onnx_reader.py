@@ -125,3 +125,36 @@ def default_config(model: OnnxModel, name: str, *, batching: bool,
     for tensor in model.outputs:
         _fill(cfg.output.add(), tensor, batching)
     return cfg
+
+
+def rebatch_io(cfg: model_config_pb2.ModelConfig, *, batched: bool) -> None:
+    """Rewrite input/output dims in place for a change of `max_batch_size` between 0 and > 0.
+
+    Batched dims leave the batch dimension out; unbatched dims carry it as -1 (so a model that
+    can batch still takes any batch size, but Triton does not form batches).
+    Raises ValueError (with the tensor name) when a dims list has no variable first dim.
+    """
+    for tensor in (*cfg.input, *cfg.output):
+        dims = list(tensor.dims)
+        scalar = tensor.HasField("reshape") and not tensor.reshape.shape and dims == [1]
+        if not batched:
+            tensor.ClearField("dims")
+            if scalar:
+                tensor.dims.append(-1)
+                tensor.ClearField("reshape")
+                continue
+            tensor.dims.extend([-1, *dims])
+            if tensor.HasField("reshape"):
+                tensor.reshape.shape.insert(0, -1)
+            continue
+        if not dims or dims[0] != -1:
+            raise ValueError(f"{tensor.name!r} has dims {dims}: no variable batch dimension")
+        tensor.ClearField("dims")
+        rest = dims[1:]
+        if tensor.HasField("reshape") and tensor.reshape.shape:
+            del tensor.reshape.shape[0]
+        if rest:
+            tensor.dims.extend(rest)
+        else:
+            tensor.dims.append(1)
+            tensor.reshape.SetInParent()
