@@ -2,8 +2,11 @@
 
 A knob in the study spec is named by its dotted path in Triton's ``ModelConfig`` message, e.g.
 ``max_batch_size``, ``instance_group.count``, ``dynamic_batching.max_queue_delay_microseconds``.
-Repeated message fields (``instance_group``) are walked into their element type; map fields
-(``parameters``) are not walked. A path is a knob only when it ends on a scalar or enum field.
+Repeated message fields (``instance_group``) are walked into their element type. Map fields are
+not walked, except ``parameters.KEY`` (one key of the ``parameters`` map, whose string value
+takes any scalar: how backends read options such as ``intra_op_thread_count``), as
+tracker/triton/field_paths.py sets it. A path is a knob only when it ends on a scalar or enum
+field.
 
 This module knows nothing of the spec or of Triton servers; it only reads the protobuf schema.
 """
@@ -19,13 +22,18 @@ from typing import Any, Literal
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from tritonclient.grpc import model_config_pb2
 
-Kind = Literal["int", "float", "bool", "str", "enum"]
+Kind = Literal["int", "float", "bool", "str", "enum", "param"]
+PARAMETERS = "parameters"
 
 _INT_TYPES = {
     FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT32,
     FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT32, FieldDescriptor.TYPE_SINT64,
     FieldDescriptor.TYPE_FIXED32, FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED32,
     FieldDescriptor.TYPE_SFIXED64,
+}
+_UNSIGNED_TYPES = {
+    FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED32,
+    FieldDescriptor.TYPE_FIXED64,
 }
 _FLOAT_TYPES = {FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE}
 
@@ -41,9 +49,13 @@ class ConfigField:
     kind: Kind
     repeated: bool
     enum_names: tuple[str, ...] = ()
+    minimum: int | None = None  # 0 for unsigned integer fields
 
     def accepts(self, value: object) -> bool:
-        """Whether a single value fits this field (one element for a repeated field)."""
+        """Whether a single value fits this field (one element for a repeated field).
+        Enum values may be short: ``GPU`` stands for ``KIND_GPU``."""
+        if self.kind == "param":
+            return isinstance(value, bool | int | float | str)
         if self.kind == "int":
             return isinstance(value, int) and not isinstance(value, bool)
         if self.kind == "float":
@@ -51,7 +63,8 @@ class ConfigField:
         if self.kind == "bool":
             return isinstance(value, bool)
         if self.kind == "enum":
-            return isinstance(value, str) and value in self.enum_names
+            return isinstance(value, str) and any(
+                n == value.upper() or n.endswith("_" + value.upper()) for n in self.enum_names)
         return isinstance(value, str)
 
     def describe(self) -> str:
@@ -59,7 +72,7 @@ class ConfigField:
         if self.kind == "enum":
             return "one of " + ", ".join(repr(n) for n in self.enum_names)
         return {"int": "an integer", "float": "a number", "bool": "true or false",
-                "str": "a string"}[self.kind]
+                "str": "a string", "param": "a string, a number or true/false"}[self.kind]
 
 
 def _is_map(field: FieldDescriptor) -> bool:
@@ -79,6 +92,7 @@ def _leaf(path: str, field: FieldDescriptor) -> ConfigField:
     repeated = _is_repeated(field)
     kind: Kind
     names: tuple[str, ...] = ()
+    minimum = 0 if field.type in _UNSIGNED_TYPES else None
     if field.type in _INT_TYPES:
         kind = "int"
     elif field.type in _FLOAT_TYPES:
@@ -90,7 +104,8 @@ def _leaf(path: str, field: FieldDescriptor) -> ConfigField:
         names = tuple(v.name for v in field.enum_type.values)
     else:
         kind = "str"
-    return ConfigField(path=path, kind=kind, repeated=repeated, enum_names=names)
+    return ConfigField(path=path, kind=kind, repeated=repeated, enum_names=names,
+                       minimum=minimum)
 
 
 def _root() -> Descriptor:
@@ -103,6 +118,9 @@ def config_field(path: str) -> ConfigField | None:
     """The leaf field at ``path`` (dotted), or None when no scalar/enum field has that path."""
     desc: Any = _root()
     parts = path.split(".")
+    if parts[0] == PARAMETERS:
+        ok = len(parts) == 2 and bool(parts[1])
+        return ConfigField(path=path, kind="param", repeated=False) if ok else None
     for i, part in enumerate(parts):
         field = desc.fields_by_name.get(part) if desc is not None else None
         if field is None:

@@ -124,6 +124,11 @@ class StudySpec(SpecModel):
     def registered_model_name(self) -> str:
         return self.mlflow.registered_model or self.model.name
 
+    def resolved_storage(self) -> str:
+        """The Optuna storage URL: ``search.storage``, else ``optuna.db`` beside the MLflow
+        sqlite database, else in the current working directory."""
+        return self.search.resolved_storage(self.mlflow.resolved_tracking_uri())
+
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -11,7 +11,13 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from tracker.config_fields import ConfigField, closest, config_field, config_field_paths
+from tracker.config_fields import (
+    PARAMETERS,
+    ConfigField,
+    closest,
+    config_field,
+    config_field_paths,
+)
 from tracker.spec_messages import problem, show
 
 # Knobs in search.space that are not config.pbtxt fields but load settings.
@@ -89,6 +95,9 @@ def check_knob(key: str) -> str:
     """After-validator for a search.space key: a config field path or a load knob."""
     if key in LOAD_KNOBS or config_field(key) is not None:
         return key
+    if key.split(".")[0] == PARAMETERS:
+        raise problem("a parameters knob names one key of the map, 'parameters.KEY', e.g. "
+                      "'parameters.intra_op_thread_count'")
     paths = config_field_paths()
     inside = [p for p in (*COMMON_KNOBS, *paths) if p.startswith(key + ".")]
     if inside:
@@ -107,7 +116,7 @@ def knob_value_problems(key: str, field: ConfigField | None,
         field = ConfigField(path=key, kind="int", repeated=False)
     if field is None:
         return []
-    least = MIN_VALUE.get(key)
+    least = MIN_VALUE.get(key, field.minimum)
     out: list[tuple[str, str]] = []
     if isinstance(value, list):
         for i, item in enumerate(value):
@@ -116,7 +125,7 @@ def knob_value_problems(key: str, field: ConfigField | None,
             elif least is not None and isinstance(item, int | float) and item < least:
                 out.append((f"[{i}]", f"must be >= {least}, but got {show(item)}"))
         return out
-    if field.kind not in ("int", "float"):
+    if field.kind not in ("int", "float", "param"):
         return [("", f"a range needs a numeric field, but {key} takes {field.describe()}; "
                      "list the values instead")]
     if field.kind == "int" and not value.is_int:

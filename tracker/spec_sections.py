@@ -239,16 +239,17 @@ class LoadSection(SpecModel):
 
 
 class Bound(SpecModel):
-    """A constraint on one metric: ``{max: 10}`` or ``{min: 100}``."""
+    """A constraint on one metric: ``{max: 10}``, ``{min: 100}`` or both."""
 
     max: float | None = None
     min: float | None = None
 
     @model_validator(mode="after")
-    def _one(self) -> Bound:
-        if (self.max is None) == (self.min is None):
-            raise problem("needs exactly one of `max` or `min`, e.g. {max: 10}, but got "
-                          f"(max={show(self.max)}, min={show(self.min)})")
+    def _some(self) -> Bound:
+        if self.max is None and self.min is None:
+            raise problem("needs `max` or `min` (or both), e.g. {max: 10}")
+        if self.max is not None and self.min is not None and self.min > self.max:
+            raise problem(f"`min <= max` must hold, but got (min={self.min:g}, max={self.max:g})")
         return self
 
 
@@ -321,9 +322,16 @@ class SearchSection(SpecModel):
             raise Problems(items)
         return self
 
-    def resolved_storage(self) -> str:
-        """``storage``, or ``sqlite:///<cwd>/optuna.db`` when it is not set."""
-        return self.storage or f"sqlite:///{Path.cwd() / 'optuna.db'}"
+    def resolved_storage(self, tracking_uri: str | None = None) -> str:
+        """``storage``; when it is not set, ``optuna.db`` beside the MLflow sqlite database
+        (``tracking_uri``) or else in the current working directory, as an absolute URL."""
+        if self.storage:
+            return self.storage
+        prefix, cwd = "sqlite:///", Path.cwd()
+        if tracking_uri and tracking_uri.startswith(prefix) and ":memory:" not in tracking_uri:
+            db = Path(tracking_uri[len(prefix):])
+            return prefix + str((db if db.is_absolute() else cwd / db).parent / "optuna.db")
+        return prefix + str(cwd / "optuna.db")
 
 
 class MlflowSection(SpecModel):

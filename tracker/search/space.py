@@ -1,0 +1,151 @@
+"""The search space: the spec's ``search.space`` (or a default one derived from the model) as
+value grids and Optuna distributions.
+
+A space maps a knob (a config.pbtxt field path, or ``concurrency``) to a list of choices or to a
+numeric :class:`~tracker.spec.Range`. The knob names are the Optuna parameter names and the
+MLflow params, unchanged.
+
+Enumeration rules (``grid``, ``space_size``):
+- a list: its values, in order;
+- an integer range: ``low, low+step, ..., high`` (step 1 by default); with ``log: true`` it is
+  ``low, 2*low, 4*low, ...`` up to ``high`` (powers of two when ``low`` is one);
+- a float range with ``step``: ``low, low+step, ..., high``; without a step it is continuous
+  and has no grid (``space_size`` is None).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+
+from tracker.errors import SpecError
+from tracker.spec import Range, Scalar, Space
+
+if TYPE_CHECKING:
+    from tracker.triton.model_config import ModelInfo
+
+# The default space (docs/spec.md, "The default search space"). For a batching model: the
+# largest batch the scheduler may form (powers of two, as Model Analyzer sweeps them), how long
+# the dynamic batcher may wait to fill one (0 = never wait, up to 1 ms), and 1-3 model
+# instances. For a model with a fixed batch dimension only the instance count applies: up to 4
+# instances share the cores or the GPU.
+DEFAULT_MAX_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+DEFAULT_QUEUE_DELAYS_US: tuple[int, ...] = (0, 100, 500, 1000)
+DEFAULT_INSTANCE_COUNTS: tuple[int, ...] = (1, 2, 3)
+DEFAULT_INSTANCE_COUNTS_UNBATCHED: tuple[int, ...] = (1, 2, 3, 4)
+
+# Knobs that only mean something when the model batches (max_batch_size > 0).
+BATCHING_PREFIXES: tuple[str, ...] = ("dynamic_batching.", "sequence_batching.")
+
+
+def default_space(info: ModelInfo) -> Space:
+    """The space searched when the spec gives none (see the module constants)."""
+    if info.supports_batching:
+        return {
+            "max_batch_size": list(DEFAULT_MAX_BATCH_SIZES),
+            "dynamic_batching.max_queue_delay_microseconds": list(DEFAULT_QUEUE_DELAYS_US),
+            "instance_group.count": list(DEFAULT_INSTANCE_COUNTS),
+        }
+    return {"instance_group.count": list(DEFAULT_INSTANCE_COUNTS_UNBATCHED)}
+
+
+def resolve_space(space: Space, info: ModelInfo) -> Space:
+    """The spec's space, or the default one for this model when the spec's is empty."""
+    return dict(space) if space else default_space(info)
+
+
+def values(knob: Range | list[Scalar]) -> list[Scalar] | None:
+    """Every value one knob takes, or None for a continuous float range."""
+    if isinstance(knob, list):
+        return list(knob)
+    if knob.is_int:
+        low, high = int(knob.low), int(knob.high)
+        if knob.log:
+            out: list[Scalar] = []
+            level = low
+            while level <= high:
+                out.append(level)
+                level *= 2
+            return out
+        return list(range(low, high + 1, int(knob.step or 1)))
+    if knob.step is None:
+        return None
+    count = round((knob.high - knob.low) / knob.step)
+    return [round(knob.low + i * knob.step, 12) for i in range(count + 1)]
+
+
+def space_size(space: Mapping[str, Range | list[Scalar]]) -> int | None:
+    """How many configurations the space holds (1 for an empty one); None when a knob is a
+    continuous range."""
+    sizes = []
+    for knob in space.values():
+        found = values(knob)
+        if found is None:
+            return None
+        sizes.append(len(found))
+    return math.prod(sizes)
+
+
+def grid(space: Mapping[str, Range | list[Scalar]]) -> dict[str, list[Scalar]]:
+    """Every value of every knob (Optuna's GridSampler search space). SpecError naming the
+    knob when one is a continuous range."""
+    out: dict[str, list[Scalar]] = {}
+    for key, knob in space.items():
+        found = values(knob)
+        if found is None:
+            raise SpecError([f"search.space.{key}: a continuous range has no grid; give it a "
+                             "`step` or list its values"])
+        out[key] = found
+    return out
+
+
+def distribution(knob: Range | list[Scalar]) -> BaseDistribution:
+    """One knob as an Optuna distribution: a list is categorical, a range int or float."""
+    if isinstance(knob, list):
+        return CategoricalDistribution(tuple(knob))
+    if knob.is_int:
+        return IntDistribution(int(knob.low), int(knob.high), log=knob.log,
+                               step=int(knob.step or 1))
+    return FloatDistribution(float(knob.low), float(knob.high), log=knob.log,
+                             step=None if knob.step is None else float(knob.step))
+
+
+def distributions(space: Mapping[str, Range | list[Scalar]]) -> dict[str, BaseDistribution]:
+    """The space as Optuna distributions, keyed by knob (the Optuna parameter names)."""
+    return {key: distribution(knob) for key, knob in space.items()}
+
+
+def check_space(space: Mapping[str, Range | list[Scalar]], info: ModelInfo,
+                *, batch_size: int = 1) -> None:
+    """SpecError for knobs this model cannot take: batching knobs when its batch dimension
+    is fixed, and a ``load.batch_size`` larger than every ``max_batch_size`` choice."""
+    problems: list[str] = []
+    if not info.supports_batching:
+        for key, knob in space.items():
+            if key.startswith(BATCHING_PREFIXES):
+                problems.append(f"search.space.{key}: the model has a fixed batch dimension "
+                                "(max_batch_size 0), so it cannot batch; remove this knob")
+            elif key == "max_batch_size" and any(v != 0 for v in values(knob) or [1]):
+                problems.append(f"search.space.max_batch_size: the model has a fixed batch "
+                                f"dimension, so max_batch_size must stay 0, but got {knob}")
+        if batch_size > 1:
+            problems.append(f"load.batch_size: the model cannot batch, so it must be 1, but got "
+                            f"{batch_size}")
+    elif batch_size > 1:
+        sizes = values(space["max_batch_size"]) if "max_batch_size" in space else None
+        largest = max((v for v in sizes or [] if isinstance(v, int | float)), default=None)
+        if largest is None and "max_batch_size" not in space:
+            largest = info.config.max_batch_size
+        if largest is not None and batch_size > largest:
+            problems.append(f"load.batch_size: must be <= max_batch_size ({largest:g}), but "
+                            f"got {batch_size}")
+    if problems:
+        raise SpecError(problems)

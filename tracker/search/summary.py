@@ -1,0 +1,104 @@
+"""What a study spec will do, in words: the text of ``tracker check SPEC``.
+
+``check(spec, info)`` validates the spec against the model (knobs the model cannot take) and
+returns a short summary: the model's tensors and batching, the server, the load sweep, the
+objectives and constraints, and the search space with its size.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from tritonclient.grpc import model_config_pb2
+
+from tracker.search.space import check_space, resolve_space, space_size, values
+from tracker.spec import Bound, Range, Scalar, StudySpec
+
+if TYPE_CHECKING:
+    from tracker.triton.model_config import ModelInfo
+
+_PASSWORD = re.compile(r"(://[^:/@]+):[^@/]+@")
+
+
+def _redact(url: str) -> str:
+    return _PASSWORD.sub(r"\1:***@", url)
+
+
+def _dims(dims: object) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"  # type: ignore[attr-defined]
+
+
+def _knob(knob: Range | list[Scalar]) -> str:
+    if isinstance(knob, list):
+        return "[" + ", ".join(str(v) for v in knob) + "]"
+    text = f"{knob.low}..{knob.high}"
+    if knob.step is not None:
+        text += f" step {knob.step}"
+    if knob.log:
+        text += " (log)"
+    found = values(knob)
+    return text + (f" = {found}" if found is not None and len(found) <= 12 else "")
+
+
+def _tensors(info: ModelInfo) -> list[str]:
+    lines = []
+    for kind, tensors in (("input", info.config.input), ("output", info.config.output)):
+        for t in tensors:
+            dtype = model_config_pb2.DataType.Name(t.data_type)
+            lines.append(f"  {kind:<6} {t.name:<24} {dtype:<12} {_dims(t.dims)}")
+    return lines
+
+
+def _bound(metric: str, bound: Bound) -> str:
+    parts = []
+    if bound.min is not None:
+        parts.append(f">= {bound.min:g}")
+    if bound.max is not None:
+        parts.append(f"<= {bound.max:g}")
+    return f"{metric} " + " and ".join(parts)
+
+
+def check(spec: StudySpec, info: ModelInfo) -> str:
+    """Validate ``spec`` against the model and describe the study. SpecError when a knob does
+    not fit the model."""
+    space = resolve_space(spec.search.space, info)
+    check_space(space, info, batch_size=spec.load.batch_size)
+    cfg = info.config
+    batching = (f"yes (max_batch_size {cfg.max_batch_size} by default"
+                + (", dynamic batching)" if cfg.HasField("dynamic_batching") else ")")
+                if info.supports_batching else "no (fixed batch dimension, max_batch_size 0)")
+    server = spec.server
+    where = server.url if server.mode == "remote" else (
+        server.image if server.mode == "docker" else "tritonserver process on this machine")
+    load = spec.load
+    sweep = (f"request rates {load.request_rate} /s ({load.arrival})" if load.request_rate
+             else "concurrency " + ", ".join(str(c) for c in load.concurrency_levels()))
+    window = (f"{load.window_requests} requests" if load.window_requests
+              else f"{load.window_ms} ms")
+    size = space_size(space)
+    label = "search space" + ("" if spec.search.space else " (default for this model)")
+    count = "continuous" if size is None else f"{size} configuration{'s' * (size != 1)}"
+    search = spec.search
+    lines = [
+        f"spec: {spec.source or '(in memory)'}",
+        f"model: {spec.model.name} ({info.model_file}, {info.platform})",
+        *_tensors(info),
+        f"  batching: {batching}",
+        f"server: {server.mode} ({where}), strategy {server.strategy}",
+        f"load: {sweep}; windows of {window}, stable within {load.stability_pct:g}%, "
+        f"batch size {load.batch_size}, {load.protocol}",
+        "objectives: " + ", ".join(f"{m} ({d})" for m, d in spec.objectives.items()),
+        "constraints: " + (", ".join(_bound(m, b) for m, b in spec.constraints.items())
+                           or "none"),
+        f"{label}: {len(space)} knob{'s' * (len(space) != 1)}, {count}",
+        *(f"  {key:<48} {_knob(knob)}" for key, knob in space.items()),
+        f"sampler: {search.sampler}, n_trials {search.n_trials}"
+        + (f", seed {search.seed}" if search.seed is not None else "")
+        + (f", timeout {search.timeout_s:g} s" if search.timeout_s else ""),
+        f"study: {spec.study_name} in {_redact(spec.resolved_storage())}",
+        f"mlflow: experiment {spec.experiment_name} at "
+        f"{_redact(spec.mlflow.resolved_tracking_uri())}, registered model "
+        f"{spec.registered_model_name}",
+    ]
+    return "\n".join(lines)
