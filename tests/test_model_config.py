@@ -113,7 +113,7 @@ def test_unreadable_and_missing_files_are_model_errors(tmp_path: Path) -> None:
         mc.from_onnx(tmp_path / "missing.onnx", "missing")
 
 
-# ---- model_info: files, model directories and base configs ---------------------------------------
+# ---- model_info: files, model directories and base configs ------------------------------------
 
 @dataclass
 class Section:  # duck-typed stand-in for tracker.spec.ModelSection
@@ -189,7 +189,7 @@ def test_base_config_batching_a_fixed_model_is_rejected(paths: dict[str, Path],
         mc.model_info(Section("m", paths["fixed_batch"], base))
 
 
-# ---- apply: field paths --------------------------------------------------------------------------
+# ---- apply: field paths -----------------------------------------------------------------------
 
 def test_apply_sets_the_named_knobs_on_a_copy(paths: dict[str, Path]) -> None:
     info = info_of(paths, "dynamic_batch")
@@ -310,7 +310,7 @@ def test_check_path() -> None:
         mc.check_path("dynamic_batching.max_queue_delay")
 
 
-# ---- validate, text round trips ------------------------------------------------------------------
+# ---- validate, text round trips ---------------------------------------------------------------
 
 @pytest.mark.parametrize(("text", "batching", "message"), [
     ('name: "m" max_batch_size: 2 dynamic_batching { preferred_batch_size: 4 }', True,
@@ -362,7 +362,7 @@ def test_parse_assignment(text: str, expected: tuple[str, object]) -> None:
     assert mc.parse_assignment(text) == expected
 
 
-# ---- `tracker config` ----------------------------------------------------------------------------
+# ---- `tracker config` -------------------------------------------------------------------------
 
 def test_cli_prints_a_config_that_parses_back(paths: dict[str, Path]) -> None:
     result = CliRunner().invoke(cli, [
