@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -70,7 +71,7 @@ class _Builder:
                                            name=f"{name}_relu"))
         return f"{name}_relu"
 
-    def op(self, kind: str, name: str, inputs: list[str], **attrs: object) -> str:
+    def op(self, kind: str, name: str, inputs: list[str], **attrs: Any) -> str:
         self.nodes.append(helper.make_node(kind, inputs, [name], name=name, **attrs))
         return name
 
