@@ -14,13 +14,21 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def _tritonservers() -> list[psutil.Process]:
+    """tritonserver processes of THIS test session: descendants of this process, or marked
+    with our pid in TRACKER_OWNER_PID (servers in containers). Other people's servers on a
+    shared machine are none of our business (killing them broke their runs)."""
+    me = os.getpid()
+    mine = {p.pid for p in psutil.Process(me).children(recursive=True)}
     found = []
     for proc in psutil.process_iter(["name", "cmdline"]):
         try:
             cmd = proc.info["cmdline"] or []
-            if proc.info["name"] == "tritonserver" or (cmd and cmd[0].endswith("tritonserver")):
+            if not (proc.info["name"] == "tritonserver"
+                    or (cmd and cmd[0].endswith("tritonserver"))):
+                continue
+            if proc.pid in mine or proc.environ().get("TRACKER_OWNER_PID") == str(me):
                 found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
 
