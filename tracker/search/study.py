@@ -1,0 +1,273 @@
+"""The Optuna study: storage, sampler, the baseline trial, the budget, duplicates, patience.
+
+One study per (storage, study name). ``load_if_exists`` makes a rerun of the same command
+resume it. What a trial leaves on the study, besides params and values, is kept in its user
+attributes (names in :class:`Attr`) so that the study alone can rebuild the report.
+
+Budget rule (docs/tuning.md; search/workers.py enforces it across workers): ``n_trials`` is
+the number of COMPLETE trials the study should hold, duplicates included (they cost no
+measurement but use a suggestion). FAIL trials (Triton refused the config, the measurement
+failed, Ctrl-C) do not count; the runner stops a study whose failures reach ``n_trials``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.samplers import BaseSampler, GridSampler, NSGAIISampler, RandomSampler, TPESampler
+from optuna.trial import FrozenTrial, TrialState
+
+from tracker.errors import StudyError
+from tracker.search.objective import MAXIMIZE, better
+
+# TPE setup; benchmarks/search_efficiency.py is how these were chosen (docs/tuning.md).
+TPE_STARTUP_TRIALS = 5
+GRID_LIMIT = 100_000
+
+
+class Attr:
+    """Trial user-attribute names (the study's own record of each trial)."""
+
+    BASELINE = "baseline"            # True on the default configuration's trial
+    CONSTRAINTS = "constraints"      # violations, spec order, <= 0 feasible
+    FEASIBLE = "feasible"            # all constraints hold at the chosen concurrency
+    CONCURRENCY = "concurrency"      # the chosen concurrency level
+    METRICS = "metrics"              # headline metrics at the chosen level
+    MEASUREMENTS = "measurements"    # number of levels measured (0 for a duplicate)
+    DUPLICATE_OF = "duplicate_of"    # number of the trial whose result was reused
+    FAIL_REASON = "fail_reason"      # why a trial with a result failed
+    INTERRUPTED = "interrupted"      # True when Ctrl-C / SIGTERM stopped the trial
+    RUN_ID = "mlflow_run_id"         # the trial's MLflow child run
+    EXACT_PARAMS = "exact_params"    # baseline values that the space cannot express
+
+
+# ---- storage -------------------------------------------------------------------------------
+
+def default_storage(tracking_uri: str, cwd: Path | None = None) -> str:
+    """sqlite ``optuna.db`` beside the MLflow sqlite database, else in the working folder."""
+    prefix = "sqlite:///"
+    if tracking_uri.startswith(prefix) and tracking_uri != prefix + ":memory:":
+        db = Path(tracking_uri[len(prefix):])
+        if not db.is_absolute():
+            db = (cwd or Path.cwd()) / db
+        return prefix + str(db.parent / "optuna.db")
+    return prefix + str((cwd or Path.cwd()) / "optuna.db")
+
+
+# ---- samplers ------------------------------------------------------------------------------
+
+class _AskTellGridSampler(GridSampler):
+    """GridSampler without its ``study.stop()`` call, which only works inside
+    ``study.optimize``; the runner stops by itself when the space is exhausted."""
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        return None
+
+
+def grid_of(distributions: Mapping[str, BaseDistribution]) -> dict[str, list[Any]]:
+    """Every value of each discrete distribution (StudyError for a continuous one)."""
+    grid: dict[str, list[Any]] = {}
+    for name, dist in distributions.items():
+        if isinstance(dist, CategoricalDistribution):
+            grid[name] = list(dist.choices)
+        elif isinstance(dist, IntDistribution) and not dist.log:
+            grid[name] = list(range(dist.low, dist.high + 1, dist.step))
+        elif isinstance(dist, FloatDistribution) and dist.step is not None and not dist.log:
+            n = round((dist.high - dist.low) / dist.step)
+            grid[name] = [round(dist.low + i * dist.step, 12) for i in range(n + 1)]
+        elif isinstance(dist, IntDistribution):
+            grid[name] = [v for v in range(dist.low, dist.high + 1)]
+        else:
+            raise StudyError(f"the grid sampler needs a finite space, but `{name}` is "
+                             f"continuous ({dist}); give it a step or list its values")
+    size = math.prod(len(v) for v in grid.values())
+    if size > GRID_LIMIT:
+        raise StudyError(f"the grid must have at most {GRID_LIMIT} points, but got {size}")
+    return grid
+
+
+def make_sampler(kind: str, *, seed: int | None, n_objectives: int,
+                 distributions: Mapping[str, BaseDistribution] | None = None,
+                 n_startup_trials: int = TPE_STARTUP_TRIALS) -> BaseSampler:
+    """The sampler named in the spec. Constraints reach every sampler through
+    ``trial.set_constraint`` (the runner sets them before ``tell``): TPE ranks infeasible
+    trials by their total violation, NSGA-II uses constrained domination."""
+    if kind == "tpe":
+        return TPESampler(seed=seed, n_startup_trials=n_startup_trials,
+                          multivariate=n_objectives == 1, constant_liar=True)
+    if kind == "random":
+        return RandomSampler(seed=seed)
+    if kind == "grid":
+        return _AskTellGridSampler(grid_of(distributions or {}), seed=seed)
+    if kind == "nsga2":
+        return NSGAIISampler(seed=seed, population_size=max(4, min(20, n_startup_trials * 2)))
+    raise StudyError(f"sampler must be one of tpe, random, grid, nsga2, but got {kind!r}")
+
+
+# ---- the study -----------------------------------------------------------------------------
+
+def open_study(storage: str | optuna.storages.BaseStorage, name: str, *,
+               objectives: Mapping[str, str], sampler: BaseSampler) -> optuna.Study:
+    """Create the study, or load it when it exists (a rerun resumes). StudyError when the
+    stored study optimises in other directions than the spec asks."""
+    if isinstance(storage, str):
+        from tracker.search.storage import make_storage
+
+        storage = make_storage(storage)
+    directions = list(objectives.values())
+    if any(d not in ("maximize", "minimize") for d in directions):
+        raise StudyError(f"objective directions must be 'maximize' or 'minimize', but got "
+                         f"{dict(objectives)}")
+    try:
+        study = optuna.create_study(storage=storage, study_name=name, sampler=sampler,
+                                    directions=directions,  # type: ignore[arg-type]
+                                    load_if_exists=True)
+    except Exception as exc:
+        raise StudyError(f"cannot create or load study {name!r}: {exc}") from exc
+    stored = [d.name.lower() for d in study.directions]
+    if stored != directions:
+        raise StudyError(f"study {name!r} already exists with directions {stored}, but the spec's "
+                         f"objectives {dict(objectives)} need {directions}; choose another "
+                         "study name (search.study_name / --study-name)")
+    known = study.user_attrs.get("objectives")
+    if known is None:
+        study.set_user_attr("objectives", dict(objectives))
+    elif list(known) != list(objectives):
+        raise StudyError(f"study {name!r} optimises {list(known)}, but the spec's objectives are "
+                         f"{list(objectives)}; choose another study name")
+    return study
+
+
+def finished(study: optuna.Study) -> list[FrozenTrial]:
+    """Trials with a result (COMPLETE, or failed for a reason of their own), by number."""
+    return [t for t in study.get_trials(deepcopy=False)
+            if t.state == TrialState.COMPLETE
+            or (t.state == TrialState.FAIL and Attr.FAIL_REASON in t.user_attrs)]
+
+
+def failed(study: optuna.Study) -> list[FrozenTrial]:
+    """Trials that failed for a reason of their own (not interrupted, not a dead worker)."""
+    return [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+            if Attr.FAIL_REASON in t.user_attrs]
+
+
+# ---- the baseline --------------------------------------------------------------------------
+
+def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The trial holding the default configuration's result (or waiting/running for it)."""
+    for t in study.get_trials(deepcopy=False):
+        if not t.user_attrs.get(Attr.BASELINE):
+            continue
+        if t.state in (TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING):
+            return t
+        if t.state == TrialState.FAIL and Attr.FAIL_REASON in t.user_attrs:
+            return t
+    return None
+
+
+def enqueue_baseline(study: optuna.Study, params: Mapping[str, Any],
+                     exact: Mapping[str, Any] | None = None) -> bool:
+    """Put the default configuration first in the queue, once per study (False when the study
+    already has it; an interrupted baseline is enqueued again)."""
+    if baseline_trial(study) is not None:
+        return False
+    attrs: dict[str, Any] = {Attr.BASELINE: True}
+    if exact:
+        attrs[Attr.EXACT_PARAMS] = dict(exact)
+    study.enqueue_trial(dict(params), user_attrs=attrs)
+    return True
+
+
+# ---- duplicates ----------------------------------------------------------------------------
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        try:
+            return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
+        except (TypeError, ValueError):
+            return False
+    return bool(a == b) and type(a) is type(b)
+
+
+def same_params(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+
+
+def find_duplicate(study: optuna.Study, params: Mapping[str, Any], *, number: int,
+                   include_running: bool = False) -> FrozenTrial | None:
+    """An earlier trial with a result for exactly these params (following ``duplicate_of``
+    back to the measured one). A baseline whose config the space can only approximate
+    (``exact_params``) is never a duplicate of a suggested trial."""
+    states = {TrialState.COMPLETE, TrialState.FAIL}
+    if include_running:
+        states.add(TrialState.RUNNING)
+    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+    for t in by_number.values():
+        if t.number == number or t.state not in states or Attr.EXACT_PARAMS in t.user_attrs:
+            continue
+        if t.state == TrialState.FAIL and Attr.FAIL_REASON not in t.user_attrs:
+            continue  # interrupted or crashed: no result to reuse
+        if same_params(t.params, params):
+            origin = t.user_attrs.get(Attr.DUPLICATE_OF)
+            return by_number.get(origin, t) if isinstance(origin, int) else t
+    return None
+
+
+# ---- stopping rules ------------------------------------------------------------------------
+
+def _feasible(t: FrozenTrial) -> bool:
+    return all(v <= 0 for v in t.constraints.values())
+
+
+def _dominates(a: Sequence[float], b: Sequence[float], directions: Sequence[str]) -> bool:
+    no_worse = all(not better(y, x, d) for x, y, d in zip(a, b, directions, strict=True))
+    return no_worse and any(better(x, y, d) for x, y, d in zip(a, b, directions, strict=True))
+
+
+def trials_without_improvement(study: optuna.Study, objectives: Mapping[str, str]) -> int:
+    """How many trials with a result came after the last one that improved the study: a new
+    best feasible value (one objective) or a new point on the feasible Pareto front (two)."""
+    directions = list(objectives.values())
+    front: list[Sequence[float]] = []
+    since = 0
+    for t in finished(study):
+        improved = False
+        if t.state == TrialState.COMPLETE and t.values is not None and _feasible(t):
+            vals = t.values
+            if not any(_dominates(p, vals, directions) or list(p) == list(vals) for p in front):
+                front = [p for p in front if not _dominates(vals, p, directions)] + [vals]
+                improved = True
+        since = 0 if improved else since + 1
+    return since
+
+
+def best_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """The feasible best trial (one objective) or the feasible Pareto front (two); empty when
+    no trial is feasible."""
+    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if _feasible(t) and t.values is not None
+            and Attr.DUPLICATE_OF not in t.user_attrs]
+    if not done:
+        return []
+    directions = [d.name.lower() for d in study.directions]
+    if len(directions) == 1:
+        sign = -1.0 if directions[0] == MAXIMIZE else 1.0
+        return [min(done, key=lambda t: (sign * t.values[0], t.number))]
+    return [t for t in done
+            if not any(_dominates(o.values, t.values, directions) for o in done if o is not t)]
+
+
+def measured_configs(trials: Iterable[FrozenTrial]) -> int:
+    """Distinct configurations actually measured (duplicates and interrupted ones excluded)."""
+    return sum(1 for t in trials if t.user_attrs.get(Attr.MEASUREMENTS, 0) > 0)

@@ -1,0 +1,233 @@
+"""The study in MLflow: one parent run per study, one child run per trial.
+
+Everything goes through :class:`mlflow.MlflowClient` with explicit run ids (never the fluent,
+thread-local run stack), so it works the same from worker threads. Under ``mlflow run`` the
+parent is the run MLflow made (``MLFLOW_RUN_ID``); otherwise a new run. A rerun of the same
+study (resume) makes a new parent and moves the children of the earlier parents of that study
+(same study name and storage, tags ``tracker.study`` / ``tracker.storage``) under it, so one
+parent always shows every trial; each earlier parent gets the tag ``tracker.superseded_by``.
+
+Nothing secret is logged: URLs go through :mod:`tracker.tracking.redact`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ParamSpec, TypeVar
+
+from mlflow import MlflowClient
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.exceptions import MlflowException
+
+from tracker.errors import TrackerError
+from tracker.measure.types import Measurement
+from tracker.tracking.redact import redact_text, redact_url
+
+PARENT_TAG = "mlflow.parentRunId"
+RUN_NAME_TAG = "mlflow.runName"
+NOTE_TAG = "mlflow.note.content"
+ROLE, STUDY, STORAGE, TRIAL, STATE = (
+    "tracker.role", "tracker.study", "tracker.storage", "tracker.trial", "tracker.state")
+FEASIBLE, SUPERSEDED_BY = "tracker.feasible", "tracker.superseded_by"
+BEST_RUN = "tracker.best_run_id"
+SWEEP_PREFIX = "sweep/"
+P = ParamSpec("P")
+R = TypeVar("R")
+_MAX_VALUE = 6000  # MLflow's limit on a param/tag value length is larger; keep rows readable
+
+
+class TrackingError(TrackerError):
+    """MLflow refused a write (tracking server down, database locked, bad experiment)."""
+
+
+def _str(value: object) -> str:
+    text = redact_text(value if isinstance(value, str) else repr(value)
+                       if not isinstance(value, int | float | bool) else str(value))
+    return text[:_MAX_VALUE]
+
+
+def _call(what: str, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    try:
+        return fn(*args, **kwargs)
+    except MlflowException as exc:
+        raise TrackingError(f"MLflow could not {what}: {redact_text(str(exc))}") from exc
+
+
+@dataclass
+class StudyRun:
+    """The parent run of a study, and the client that writes to it."""
+
+    client: MlflowClient
+    run_id: str
+    experiment_id: str
+    study_name: str
+    adopted: int = 0  # child runs moved here from earlier parents of the same study
+
+    @property
+    def tracking_uri(self) -> str:
+        return str(self.client.tracking_uri)
+
+
+def _experiment_id(client: MlflowClient, name: str) -> str:
+    exp = _call("look up the experiment", client.get_experiment_by_name, name)
+    if exp is not None:
+        if exp.lifecycle_stage == "deleted":
+            _call("restore the experiment", client.restore_experiment, exp.experiment_id)
+        return str(exp.experiment_id)
+    try:
+        return str(client.create_experiment(name))
+    except MlflowException:  # another worker created it meanwhile
+        exp = _call("look up the experiment", client.get_experiment_by_name, name)
+        if exp is None:
+            raise
+        return str(exp.experiment_id)
+
+
+def find_study_runs(client: MlflowClient, experiment_id: str, study_name: str,
+                    storage_id: str) -> list[str]:
+    """Run ids of the parent runs of this study in the experiment (oldest first)."""
+    runs = _call("search runs", client.search_runs, [experiment_id],
+                 filter_string=(f"tags.`{ROLE}` = 'study' and tags.`{STUDY}` = "
+                                f"'{_quote(study_name)}' and tags.`{STORAGE}` = "
+                                f"'{_quote(storage_id)}'"),
+                 order_by=["attributes.start_time ASC"], max_results=1000)
+    return [r.info.run_id for r in runs]
+
+
+def _quote(text: str) -> str:
+    return text.replace("'", "\\'")
+
+
+def children(client: MlflowClient, experiment_id: str, parent_id: str) -> list[str]:
+    runs = _call("search runs", client.search_runs, [experiment_id],
+                 filter_string=f"tags.`{PARENT_TAG}` = '{parent_id}'", max_results=10000)
+    return [r.info.run_id for r in runs]
+
+
+def open_study_run(*, tracking_uri: str, experiment: str, study_name: str, storage: str,
+                   run_name: str | None = None, params: Mapping[str, object] | None = None,
+                   run_id: str | None = None) -> StudyRun:
+    """The parent run of this invocation of the study.
+
+    ``run_id`` (default ``$MLFLOW_RUN_ID``, set by ``mlflow run``) names an existing run to use,
+    in its own experiment; otherwise a new run in ``experiment``. Children of earlier parents
+    of the same study are adopted. ``params`` (spec values) are logged, redacted.
+    """
+    client = MlflowClient(tracking_uri=tracking_uri)
+    storage_id = redact_url(storage)
+    run_id = run_id or os.environ.get("MLFLOW_RUN_ID") or None
+    tags = {ROLE: "study", STUDY: study_name, STORAGE: storage_id}
+    if run_id:
+        run = _call("find the run from MLFLOW_RUN_ID", client.get_run, run_id)
+        experiment_id = str(run.info.experiment_id)
+        if run_name and not run.data.tags.get(RUN_NAME_TAG):
+            _call("name the run", client.update_run, run_id, name=run_name)
+    else:
+        experiment_id = _experiment_id(client, experiment)
+        run = _call("create the study run", client.create_run, experiment_id,
+                    run_name=run_name or study_name, tags=tags)
+        run_id = run.info.run_id
+    logged = run.data.params
+    batch_params = [Param(k, _str(v)) for k, v in (params or {}).items() if k not in logged]
+    _call("log the study run", client.log_batch, run_id,
+          params=batch_params, tags=[RunTag(k, v) for k, v in tags.items()])
+    study = StudyRun(client, run_id, experiment_id, study_name)
+    for old in find_study_runs(client, experiment_id, study_name, storage_id):
+        if old == run_id:
+            continue
+        for child in children(client, experiment_id, old):
+            _call("move a trial run", client.set_tag, child, PARENT_TAG, run_id)
+            study.adopted += 1
+        _call("tag an earlier study run", client.set_tag, old, SUPERSEDED_BY, run_id)
+    return study
+
+
+# ---- trial runs ----------------------------------------------------------------------------
+
+def start_trial_run(study: StudyRun, number: int, params: Mapping[str, object],
+                    tags: Mapping[str, str] | None = None) -> str:
+    """A RUNNING child run ``trial-<number>`` with the trial's params (field-path names)."""
+    all_tags = {PARENT_TAG: study.run_id, ROLE: "trial", STUDY: study.study_name,
+                TRIAL: str(number), STATE: "RUNNING", **(tags or {})}
+    run = _call("create a trial run", study.client.create_run, study.experiment_id,
+                run_name=f"trial-{number}", tags=all_tags)
+    run_id = str(run.info.run_id)
+    _call("log trial params", study.client.log_batch, run_id,
+          params=[Param(k, _str(v)) for k, v in params.items()])
+    return run_id
+
+
+def _finite(metrics: Mapping[str, float]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items()
+            if isinstance(v, int | float) and math.isfinite(v)}
+
+
+def sweep_metrics(measurements: Sequence[Measurement]) -> list[Metric]:
+    """``sweep/<metric>`` at ``step`` = concurrency, one point per measured level."""
+    now = int(time.time() * 1000)
+    out: list[Metric] = []
+    for m in measurements:
+        step = int(m.concurrency if m.concurrency is not None else round(m.request_rate or 0))
+        out.extend(Metric(SWEEP_PREFIX + k, v, now, step) for k, v in _finite(m.metrics()).items())
+    return out
+
+
+def log_metrics(client: MlflowClient, run_id: str, metrics: Mapping[str, float],
+                step: int = 0, extra: Iterable[Metric] = ()) -> None:
+    now = int(time.time() * 1000)
+    batch = [*extra, *(Metric(k, v, now, step) for k, v in _finite(metrics).items())]
+    for i in range(0, len(batch), 900):
+        _call("log metrics", client.log_batch, run_id, metrics=batch[i:i + 900])
+
+
+def log_files(client: MlflowClient, run_id: str, files: Mapping[str, str | bytes | Path]) -> None:
+    """Artifacts from text, bytes or files: ``{"config.pbtxt": text, "best/x.png": path}``."""
+    with tempfile.TemporaryDirectory(prefix="tracker-artifacts-") as tmp:
+        for name, content in files.items():
+            target = Path(tmp) / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, Path):
+                target.write_bytes(content.read_bytes())
+            elif isinstance(content, bytes):
+                target.write_bytes(content)
+            else:
+                target.write_text(content)
+        _call("log artifacts", client.log_artifacts, run_id, tmp)
+
+
+def set_tags(client: MlflowClient, run_id: str, tags: Mapping[str, object]) -> None:
+    _call("tag a run", client.log_batch, run_id,
+          tags=[RunTag(k, _str(v)) for k, v in tags.items()])
+
+
+def finish_run(client: MlflowClient, run_id: str, status: str, *,
+               state: str | None = None, note: str | None = None) -> None:
+    """End a run: ``status`` FINISHED, FAILED or KILLED (never left RUNNING); ``state`` is
+    the Optuna trial state tag, ``note`` the run description (e.g. Triton's message)."""
+    tags: dict[str, object] = {}
+    if state is not None:
+        tags[STATE] = state
+    if note:
+        tags[NOTE_TAG] = note
+    if tags:
+        set_tags(client, run_id, tags)
+    _call("end a run", client.set_terminated, run_id, status)
+
+
+def mark_unfinished(client: MlflowClient, run_ids: Iterable[str], status: str = "KILLED") -> int:
+    """End every run in ``run_ids`` that is still RUNNING (cleanup after an interruption)."""
+    n = 0
+    for run_id in run_ids:
+        try:
+            if client.get_run(run_id).info.status == "RUNNING":
+                client.set_terminated(run_id, status)
+                n += 1
+        except MlflowException:
+            continue
+    return n
