@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -64,3 +65,47 @@ def mlflow_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.fixture(scope="session")
 def cpu_count() -> int:
     return os.cpu_count() or 1
+
+
+# ---- scale-out: a private PostgreSQL and a real `mlflow server` (tests/pg_support.py) ----
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """A private PostgreSQL (initdb in a temp dir, 127.0.0.1, free port) for the whole session;
+    stopped (`pg_ctl stop -m immediate`) and removed at the end, also when tests fail."""
+    import pg_support
+
+    try:
+        inst = pg_support.start_postgres()
+    except pg_support.ServiceUnavailable as exc:
+        pytest.skip(f"PostgreSQL unavailable: {exc}")
+    pids = inst.backend_pids()
+    yield inst
+    inst.stop()
+    left = pg_support.still_running(pids)
+    if left:
+        pytest.fail(f"PostgreSQL processes survived pg_ctl stop: {left}", pytrace=False)
+
+
+@pytest.fixture()
+def pg_url(postgres: Any) -> str:
+    """A fresh database in the session's PostgreSQL; URL with the test user's real password."""
+    return str(postgres.url(postgres.create_database()))
+
+
+@pytest.fixture(scope="session")
+def mlflow_server() -> Iterator[Any]:
+    """A real `mlflow server` process (sqlite backend, --serve-artifacts) on 127.0.0.1; its
+    process group is stopped at the end of the session."""
+    import pg_support
+
+    try:
+        server = pg_support.start_mlflow_server()
+    except pg_support.ServiceUnavailable as exc:
+        pytest.skip(f"mlflow server unavailable: {exc}")
+    yield server
+    pids = pg_support.group_pids(server.proc.pid)
+    server.stop()
+    left = pg_support.still_running(pids)
+    if left:
+        pytest.fail(f"mlflow server processes survived stop: {left}", pytrace=False)
