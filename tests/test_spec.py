@@ -387,3 +387,19 @@ def test_ensure_model_missing_without_build(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match=r"model.path: .*m.onnx does not exist, and no "
                                          r"model.build"):
         ensure_model(spec)
+
+
+def _doc_block(title: str) -> str:
+    text = (REPO / "docs" / "spec.md").read_text()
+    section = text.split(f"## {title}", 1)[1]
+    return section.split("```yaml\n", 1)[1].split("```", 1)[0]
+
+
+def test_documented_specs_are_valid(tmp_path: Path) -> None:
+    minimal = load_spec(write(tmp_path, _doc_block("The minimal spec"), "minimal.yaml"))
+    assert minimal.model_dump() == load_spec(write(tmp_path, MINIMAL)).model_dump()
+    (tmp_path / "base_config.pbtxt").write_text('backend: "onnxruntime"\n')
+    (tmp_path / "inputs.npz").write_bytes(b"")
+    full = load_spec(write(tmp_path, _doc_block("A full spec"), "full.yaml"))
+    assert full.server.gpus == [0] and full.search.sampler == "nsga2"
+    assert full.load.concurrency_levels() == [1, 2, 4, 8, 16, 32, 64]
