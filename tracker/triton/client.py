@@ -1,0 +1,307 @@
+"""A thin, typed wrapper over ``tritonclient``: readiness, model control, statistics, metrics.
+
+Readiness is polled over HTTP with the standard library (a gRPC channel that is created before
+the server listens backs off for a second or more, which would blur start-up timings); model
+control, statistics and inference go over gRPC. Every failure becomes a :class:`ServerError`
+or, when Triton refuses a model configuration, a :class:`ModelLoadError` whose message is
+Triton's own.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tracker.errors import ModelLoadError, ServerError
+
+if TYPE_CHECKING:
+    from tritonclient.grpc import InferenceServerClient
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where a server listens. ``http_port``/``metrics_port`` may be unknown (remote servers)."""
+
+    host: str
+    http_port: int | None
+    grpc_port: int
+    metrics_port: int | None
+    http_host: str | None = None
+    metrics_host: str | None = None
+    http_scheme: str = "http"
+
+    @property
+    def grpc(self) -> str:
+        """``host:port`` as tritonclient.grpc wants it."""
+        return f"{self.host}:{self.grpc_port}"
+
+    @property
+    def http(self) -> str | None:
+        """``http://host:port`` or None when the HTTP endpoint is unknown."""
+        if self.http_port is None:
+            return None
+        return f"{self.http_scheme}://{self.http_host or self.host}:{self.http_port}"
+
+    @property
+    def metrics(self) -> str | None:
+        """The Prometheus URL (``http://host:port/metrics``) or None when unknown."""
+        if self.metrics_port is None:
+            return None
+        return f"http://{self.metrics_host or self.host}:{self.metrics_port}/metrics"
+
+    @classmethod
+    def from_urls(cls, grpc: str, http: str | None = None,
+                  metrics: str | None = None) -> Endpoints:
+        """Endpoints of a server someone else runs: ``grpc`` is ``host:port``; ``http`` and
+        ``metrics`` are ``[http://]host:port`` (a path on the metrics URL is ignored)."""
+        host, grpc_port = _host_port(grpc, "url")
+        http_host = http_port = scheme = None
+        if http:
+            scheme = "https" if http.startswith("https://") else "http"
+            http_host, http_port = _host_port(http, "http_url")
+        metrics_host = metrics_port = None
+        if metrics:
+            metrics_host, metrics_port = _host_port(metrics, "metrics_url")
+        return cls(host, http_port, grpc_port, metrics_port, http_host=http_host,
+                   metrics_host=metrics_host, http_scheme=scheme or "http")
+
+
+def _host_port(url: str, what: str) -> tuple[str, int]:
+    rest = url.split("://", 1)[-1].split("/", 1)[0]
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ServerError(f"server {what} must look like host:port, but got {url!r}")
+    return host, int(port)
+
+
+@dataclass(frozen=True)
+class ModelStats:
+    """Cumulative per-model counters from Triton's statistics API (durations in ns)."""
+
+    inference_count: int
+    execution_count: int
+    success_count: int
+    fail_count: int
+    success_ns: int
+    queue_ns: int
+    compute_input_ns: int
+    compute_infer_ns: int
+    compute_output_ns: int
+
+
+_NP_TYPES: dict[str, tuple[str, Any]] = {
+    "TYPE_BOOL": ("BOOL", np.bool_), "TYPE_UINT8": ("UINT8", np.uint8),
+    "TYPE_UINT16": ("UINT16", np.uint16), "TYPE_UINT32": ("UINT32", np.uint32),
+    "TYPE_UINT64": ("UINT64", np.uint64), "TYPE_INT8": ("INT8", np.int8),
+    "TYPE_INT16": ("INT16", np.int16), "TYPE_INT32": ("INT32", np.int32),
+    "TYPE_INT64": ("INT64", np.int64), "TYPE_FP16": ("FP16", np.float16),
+    "TYPE_FP32": ("FP32", np.float32), "TYPE_FP64": ("FP64", np.float64),
+    "TYPE_STRING": ("BYTES", np.object_),
+}
+
+
+def example_inputs(config: ModelConfig, batch_size: int = 1,
+                   seed: int = 0) -> dict[str, tuple[str, np.ndarray[Any, Any]]]:
+    """Random inputs that match ``config``: name -> (Triton datatype, array). Variable dims
+    (-1) become 1; the batch dimension is added when ``max_batch_size > 0``."""
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    rng = np.random.default_rng(seed)
+    out: dict[str, tuple[str, np.ndarray[Any, Any]]] = {}
+    for inp in config.input:
+        type_name = mc.DataType.Name(inp.data_type)
+        if type_name not in _NP_TYPES:
+            raise ServerError(f"input {inp.name!r} has data type {type_name}, which example "
+                              "inputs cannot be made for")
+        triton_type, np_type = _NP_TYPES[type_name]
+        shape = [d if d > 0 else 1 for d in inp.dims]
+        if config.max_batch_size > 0:
+            shape = [batch_size, *shape]
+        if np_type is np.object_:
+            data = np.array([b"x"] * int(np.prod(shape)), dtype=np.object_).reshape(shape)
+        elif np_type is np.bool_:
+            data = rng.integers(0, 2, size=shape).astype(np.bool_)
+        elif np.issubdtype(np_type, np.integer):
+            data = rng.integers(0, 4, size=shape).astype(np_type)
+        else:
+            data = rng.random(size=shape).astype(np_type)
+        out[inp.name] = (triton_type, data)
+    return out
+
+
+class TritonClient:
+    """Talks to one Triton server. Cheap to create; not shared between threads (make one per
+    thread: tritonclient's gRPC client is not documented as thread-safe)."""
+
+    def __init__(self, endpoints: Endpoints, *, timeout_s: float = 30.0) -> None:
+        self.endpoints = endpoints
+        self.timeout_s = timeout_s
+        self._grpc: InferenceServerClient | None = None
+
+    # -- connection ----------------------------------------------------------------------
+    @property
+    def grpc(self) -> InferenceServerClient:
+        """The underlying ``tritonclient.grpc.InferenceServerClient`` (created on first use)."""
+        if self._grpc is None:
+            import tritonclient.grpc as grpcclient
+
+            self._grpc = grpcclient.InferenceServerClient(self.endpoints.grpc)
+        return self._grpc
+
+    def close(self) -> None:
+        if self._grpc is not None:
+            self._grpc.close()
+            self._grpc = None
+
+    def __enter__(self) -> TritonClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- health --------------------------------------------------------------------------
+    def is_ready(self) -> bool:
+        """True when the server answers READY (all loaded models ready); never raises."""
+        if self.endpoints.http is not None:
+            url = self.endpoints.http + "/v2/health/ready"
+            try:
+                with urllib.request.urlopen(url, timeout=1.0) as resp:
+                    return bool(resp.status == 200)
+            except (OSError, urllib.error.URLError):
+                return False
+        try:
+            return bool(self.grpc.is_server_ready(client_timeout=1.0))
+        except Exception:
+            return False
+
+    def wait_ready(self, timeout_s: float, interval_s: float = 0.02) -> None:
+        """Block until READY; :class:`ServerError` after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not self.is_ready():
+            if time.monotonic() > deadline:
+                raise ServerError(f"server at {self.endpoints.grpc} not READY after "
+                                  f"{timeout_s:g} s")
+            time.sleep(interval_s)
+
+    def model_ready(self, name: str) -> bool:
+        try:
+            return bool(self.grpc.is_model_ready(name, client_timeout=self.timeout_s))
+        except Exception as exc:
+            raise ServerError(f"cannot ask {self.endpoints.grpc} whether model {name!r} "
+                              f"is ready: {_triton_message(exc)}") from exc
+
+    # -- model control -------------------------------------------------------------------
+    def load_model(self, name: str, config: ModelConfig | None = None) -> None:
+        """Load (or reload) ``name``; with ``config`` the server uses it instead of the
+        repository's config.pbtxt. Raises :class:`ModelLoadError` with Triton's message."""
+        from google.protobuf import json_format
+
+        override = None
+        if config is not None:
+            override = json_format.MessageToJson(config, preserving_proto_field_name=True)
+        try:
+            self.grpc.load_model(name, config=override, client_timeout=None)
+        except Exception as exc:
+            raise ModelLoadError(_triton_message(exc)) from exc
+
+    def unload_model(self, name: str, wait_s: float = 30.0) -> None:
+        """Unload ``name`` and wait (up to ``wait_s``) until it is no longer ready."""
+        try:
+            self.grpc.unload_model(name, client_timeout=self.timeout_s)
+        except Exception as exc:
+            raise ServerError(f"unloading model {name!r} failed: {_triton_message(exc)}") from exc
+        deadline = time.monotonic() + wait_s
+        while self.model_ready(name) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    def repository_index(self) -> list[dict[str, str]]:
+        """The server's model repository index: dicts with name, version, state, reason."""
+        try:
+            index = self.grpc.get_model_repository_index(as_json=True,
+                                                         client_timeout=self.timeout_s)
+        except Exception as exc:
+            raise ServerError(f"reading the repository index failed: "
+                              f"{_triton_message(exc)}") from exc
+        return [dict(m) for m in index.get("models", [])]
+
+    def model_config(self, name: str) -> ModelConfig:
+        """The configuration the server is using for ``name``."""
+        try:
+            return self.grpc.get_model_config(name, client_timeout=self.timeout_s).config
+        except Exception as exc:
+            raise ServerError(f"reading the config of model {name!r} failed: "
+                              f"{_triton_message(exc)}") from exc
+
+    # -- numbers -------------------------------------------------------------------------
+    def statistics(self, name: str) -> ModelStats:
+        """Cumulative statistics of ``name`` (all versions summed)."""
+        try:
+            resp = self.grpc.get_inference_statistics(name, client_timeout=self.timeout_s)
+        except Exception as exc:
+            raise ServerError(f"statistics of model {name!r} failed: "
+                              f"{_triton_message(exc)}") from exc
+        fields = dict.fromkeys(ModelStats.__dataclass_fields__, 0)
+        for st in resp.model_stats:
+            stats = st.inference_stats
+            fields["inference_count"] += st.inference_count
+            fields["execution_count"] += st.execution_count
+            fields["success_count"] += stats.success.count
+            fields["fail_count"] += stats.fail.count
+            fields["success_ns"] += stats.success.ns
+            fields["queue_ns"] += stats.queue.ns
+            fields["compute_input_ns"] += stats.compute_input.ns
+            fields["compute_infer_ns"] += stats.compute_infer.ns
+            fields["compute_output_ns"] += stats.compute_output.ns
+        return ModelStats(**fields)
+
+    def metrics_text(self) -> str:
+        """The Prometheus text from the metrics endpoint."""
+        url = self.endpoints.metrics
+        if url is None:
+            raise ServerError("the metrics endpoint of this server is unknown (set "
+                              "server.metrics_url for a remote server)")
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout_s) as resp:
+                return str(resp.read().decode())
+        except OSError as exc:
+            raise ServerError(f"reading metrics from {url} failed: {exc}") from exc
+
+    def infer_once(self, name: str, config: ModelConfig,
+                   inputs: Mapping[str, np.ndarray[Any, Any]] | None = None
+                   ) -> dict[str, np.ndarray[Any, Any]]:
+        """One inference with random inputs shaped after ``config`` (or the given arrays);
+        returns every output declared in ``config``."""
+        import tritonclient.grpc as grpcclient
+
+        examples = example_inputs(config)
+        req = []
+        for inp_name, (triton_type, data) in examples.items():
+            array = np.asarray(inputs[inp_name]) if inputs and inp_name in inputs else data
+            tensor = grpcclient.InferInput(inp_name, list(array.shape), triton_type)
+            tensor.set_data_from_numpy(array)
+            req.append(tensor)
+        outputs = [grpcclient.InferRequestedOutput(o.name) for o in config.output]
+        try:
+            result = self.grpc.infer(name, req, outputs=outputs or None,
+                                     client_timeout=self.timeout_s)
+        except Exception as exc:
+            raise ServerError(f"inference on model {name!r} failed: "
+                              f"{_triton_message(exc)}") from exc
+        return {o.name: result.as_numpy(o.name) for o in config.output}
+
+
+def _triton_message(exc: BaseException) -> str:
+    """The server's own message from a tritonclient exception (without the gRPC status)."""
+    message = getattr(exc, "message", None)
+    text = message() if callable(message) else str(exc)
+    text = str(text).strip()
+    if text.startswith("[StatusCode."):
+        text = text.split("]", 1)[-1].strip()
+    return text or type(exc).__name__

@@ -1,0 +1,237 @@
+"""A ``tritonserver`` process on this machine.
+
+By default the binary inside the installed ``nvidia-pytriton`` wheel, set up as it needs
+(docs/servers.md): the Python backend's stub for the running Python next to
+``libtriton_python.so`` (in a prepared backend directory under ``~/.cache/tracker``, so the
+installed wheel is never modified), ``LD_LIBRARY_PATH`` with the interpreter's libdir and the
+wheel's libraries, and the interpreter's ``bin`` first on ``PATH`` so the stub's embedded
+Python finds numpy and onnxruntime. Any other ``tritonserver`` (a path, or a name looked up on
+PATH) is run as is. The server binds 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import uuid
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+import psutil
+
+from tracker.errors import ServerStartError
+from tracker.triton.client import Endpoints
+from tracker.triton.server import processes
+from tracker.triton.server.base import Strategy, TritonServer, resolve_ports
+
+if TYPE_CHECKING:
+    from tracker.spec import ServerSection
+
+HOST = "127.0.0.1"
+DEFAULT_BACKEND_DIR = Path("/opt/tritonserver/backends")
+
+
+@dataclass(frozen=True)
+class WheelServer:
+    """The Triton server shipped in the nvidia-pytriton wheel, ready to run."""
+
+    binary: Path
+    backend_dir: Path
+    lib_dirs: tuple[Path, ...]
+    bin_dir: Path
+
+
+def wheel_server() -> WheelServer:
+    """Find the wheel's tritonserver and prepare its Python backend for this interpreter."""
+    try:
+        import pytriton
+    except ImportError as exc:
+        raise ServerStartError("no tritonserver: the nvidia-pytriton wheel is not installed "
+                               "(pip install nvidia-pytriton) and server.binary is not "
+                               "set") from exc
+    root = Path(pytriton.__file__).resolve().parent / "tritonserver"
+    binary = root / "bin" / "tritonserver"
+    py = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = root / "python_backend_stubs" / py / "triton_python_backend_stub"
+    backend = root / "backends" / "python"
+    for need in (binary, stub, backend / "libtriton_python.so"):
+        if not need.exists():
+            raise ServerStartError(f"the nvidia-pytriton wheel at {root.parent} lacks "
+                                   f"{need.relative_to(root)} (Python {py}): reinstall it "
+                                   "or set server.binary")
+    libs = root.parent.parent / "nvidia_pytriton.libs"
+    libdir = Path(str(sysconfig.get_config_var("LIBDIR") or sys.base_prefix + "/lib"))
+    return WheelServer(binary=binary, backend_dir=_backend_dir(backend, stub),
+                       lib_dirs=(libdir, libs), bin_dir=Path(sys.executable).parent)
+
+
+def _backend_dir(backend: Path, stub: Path) -> Path:
+    """``<cache>/triton-backends/<key>/python/`` holding links to the wheel's Python backend
+    and the stub for this Python (made once, atomically)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tracker"
+    key = hashlib.sha1(f"{backend}|{stub}".encode()).hexdigest()[:12]
+    target = cache / "triton-backends" / key
+    if (target / "python" / stub.name).exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
+    (tmp / "python").mkdir()
+    for src in [*backend.iterdir(), stub]:
+        if src.is_file():
+            (tmp / "python" / src.name).symlink_to(src)
+    try:
+        tmp.rename(target)
+    except OSError:  # another process made it first
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+class LocalTritonServer(TritonServer):
+    """``tritonserver`` as a child process group of this process (see module docstring).
+
+    ``binary``: None for the wheel's server, else a path or a name on PATH.
+    ``gpus``: None (inherit ``CUDA_VISIBLE_DEVICES``), ``"all"``, or a list of GPU indices.
+    ``extra_args``: more tritonserver flags. ``log_dir``: where logs go (default: a temp dir).
+    """
+
+    def __init__(self, *, binary: str | Path | None = None, strategy: Strategy = "restart",
+                 http_port: int | None = None, grpc_port: int | None = None,
+                 metrics_port: int | None = None, gpus: list[int] | str | None = None,
+                 startup_timeout_s: float = 120.0, exit_timeout_s: int = 5,
+                 backend_dir: Path | None = None, extra_args: tuple[str, ...] = (),
+                 log_dir: Path | None = None) -> None:
+        super().__init__(strategy=strategy, startup_timeout_s=startup_timeout_s)
+        self._binary_arg = binary
+        self._ports = (http_port, grpc_port, metrics_port)
+        self._auto_ports = None in self._ports
+        self.gpus = gpus
+        self.exit_timeout_s = exit_timeout_s
+        self._backend_dir_arg = backend_dir
+        self.extra_args = tuple(extra_args)
+        if log_dir is None:
+            log_dir = Path(tempfile.mkdtemp(prefix="tracker-triton-"))
+            weakref.finalize(self, shutil.rmtree, str(log_dir), True)
+        self.log_dir = Path(log_dir)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_file: IO[bytes] | None = None
+        self._log_path: Path | None = None
+        self._record: Path | None = None
+        self._shm_prefix = ""
+        self._starts = 0
+
+    @classmethod
+    def from_spec(cls, server: ServerSection) -> LocalTritonServer:
+        return cls(binary=server.binary, strategy=server.strategy, http_port=server.http_port,
+                   grpc_port=server.grpc_port, metrics_port=server.metrics_port,
+                   gpus=server.gpus, startup_timeout_s=server.startup_timeout_s)
+
+    # -- binary and environment ------------------------------------------------------------
+    def _command_env(self) -> tuple[Path, Path | None, dict[str, str]]:
+        env = dict(os.environ)
+        if self._binary_arg is None:
+            wheel = wheel_server()
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(
+                [*(str(d) for d in wheel.lib_dirs), *filter(None, [env.get("LD_LIBRARY_PATH")])])
+            env["PATH"] = os.pathsep.join([str(wheel.bin_dir), env.get("PATH", "")])
+            return wheel.binary, self._backend_dir_arg or wheel.backend_dir, env
+        found = shutil.which(str(self._binary_arg))
+        if found is None:
+            raise ServerStartError(f"server.binary {str(self._binary_arg)!r} is not an "
+                                   "executable file nor a command on PATH")
+        return Path(found), self._backend_dir_arg, env
+
+    def backend_directory(self) -> Path:
+        """The directory the server loads backends from."""
+        _, backend_dir, _ = self._command_env()
+        return backend_dir or DEFAULT_BACKEND_DIR
+
+    def has_backend(self, name: str) -> bool:
+        """Whether the backend directory holds ``name`` (the wheel's holds only python)."""
+        return (self.backend_directory() / name).is_dir()
+
+    # -- the contract's hooks ---------------------------------------------------------------
+    def _launch(self, repository: Path, explicit: bool) -> Endpoints:
+        processes.reap_leftovers()
+        binary, backend_dir, env = self._command_env()
+        http, grpc, metrics = resolve_ports(*self._ports, host=HOST)
+        server_id = uuid.uuid4().hex[:12]
+        self._shm_prefix = f"tracker_{server_id}_"
+        env[processes.OWNER_ENV] = str(os.getpid())
+        env[processes.SERVER_ENV] = server_id
+        if isinstance(self.gpus, list):
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
+        argv = [str(binary), f"--model-repository={repository}",
+                f"--http-address={HOST}", f"--http-port={http}",
+                f"--grpc-address={HOST}", f"--grpc-port={grpc}",
+                f"--metrics-address={HOST}", f"--metrics-port={metrics}",
+                "--disable-auto-complete-config", f"--exit-timeout-secs={self.exit_timeout_s}",
+                f"--backend-config=python,shm-region-prefix-name={self._shm_prefix}"]
+        if backend_dir is not None:
+            argv.append(f"--backend-directory={backend_dir}")
+        if explicit:
+            argv.append("--model-control-mode=explicit")
+        argv.extend(self.extra_args)
+        self._starts += 1
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._log_path = self.log_dir / f"server-{self._starts}.log"
+        self._log_file = self._log_path.open("wb")
+        try:
+            self._proc = processes.spawn(argv, env, self._log_file, cwd=str(self.log_dir))
+        except OSError as exc:
+            raise ServerStartError(f"cannot run {binary}: {exc}") from exc
+        self._record = processes.write_record(server_id, self._proc, self._shm_prefix)
+        return Endpoints(HOST, http, grpc, metrics)
+
+    def _exit_reason(self) -> str | None:
+        if self._proc is None:
+            return "never started"
+        code = self._proc.poll()
+        if code is None:
+            return None
+        return f"tritonserver exited with status {code}"
+
+    def _terminate(self, timeout_s: float) -> None:
+        proc = self._proc
+        if proc is not None:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=max(timeout_s, 0.0))
+            processes.kill_group(proc.pid)
+            proc.wait()
+        processes.remove_shm(self._shm_prefix)
+        if self._record is not None:
+            with contextlib.suppress(OSError):
+                self._record.unlink()
+            self._record = None
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def log_text(self) -> str:
+        if self._log_path is None or not self._log_path.exists():
+            return ""
+        return self._log_path.read_text(errors="replace")
+
+    @property
+    def log_path(self) -> Path | None:
+        """The log file of the last start."""
+        return self._log_path
+
+    def pids(self) -> list[int]:
+        if self._proc is None or self._proc.poll() is not None:
+            return []
+        try:
+            root = psutil.Process(self._proc.pid)
+            return [root.pid, *(c.pid for c in root.children(recursive=True))]
+        except psutil.NoSuchProcess:
+            return []

@@ -1,0 +1,132 @@
+"""Serves an ONNX file with onnxruntime from Triton's Python backend.
+
+Copied as ``<model>/<version>/model.py`` into a trial's model repository when the server has no
+onnxruntime backend (the nvidia-pytriton wheel's server has only the Python backend). Triton
+still applies the trial's ``max_batch_size``, ``dynamic_batching`` and ``instance_group``: each
+instance is one stub process with one InferenceSession; requests that arrive together are
+concatenated along the batch dimension, run once, and the outputs split back.
+
+Read from the config's ``parameters`` (the keys Triton's onnxruntime backend uses for the
+threads, so the production config carries the same ones):
+
+- ``onnx_file``: the ONNX file, relative to the version directory (default ``model.onnx``);
+- ``intra_op_thread_count`` / ``inter_op_thread_count``: onnxruntime session threads.
+
+KIND_GPU instances run onnxruntime's CUDA provider on the instance's device; when that
+provider is missing the model refuses to load with a message saying so (rather than silently
+measuring the CPU). Tensors cross the stub boundary through DLPack, which also works where
+the stub's numpy glue does not (older stubs with numpy 2 get zero-sized arrays).
+
+This file must stand alone: it runs in the stub's interpreter, not in the tracker package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+try:  # present only inside Triton's Python backend stub
+    import triton_python_backend_utils as pb_utils
+except ImportError:  # imported by tests and tools for choose_providers/make_session
+    pb_utils = None
+
+
+def choose_providers(instance_kind: str, device_id: int = 0) -> list[Any]:
+    """onnxruntime execution providers for a Triton instance kind ("GPU"/"KIND_GPU" ->
+    CUDA on ``device_id`` then CPU; anything else -> CPU only)."""
+    kind = str(instance_kind).upper().removeprefix("KIND_")
+    if kind == "GPU":
+        return [("CUDAExecutionProvider", {"device_id": int(device_id)}), "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+def _parameters(config: dict[str, Any]) -> dict[str, str]:
+    params = config.get("parameters") or {}
+    return {k: str(v.get("string_value", "")) for k, v in params.items()}
+
+
+def make_session(args: dict[str, Any]) -> Any:
+    """The InferenceSession for one instance, from the ``args`` Triton passes to
+    ``initialize`` (model_config JSON, instance kind and device, repository, version)."""
+    import onnxruntime as ort
+
+    config = json.loads(args["model_config"])
+    params = _parameters(config)
+    path = os.path.join(args["model_repository"], str(args["model_version"]),
+                        params.get("onnx_file") or "model.onnx")
+    providers = choose_providers(args.get("model_instance_kind", "CPU"),
+                                 int(args.get("model_instance_device_id", 0) or 0))
+    wanted = [p[0] if isinstance(p, tuple) else p for p in providers]
+    missing = [p for p in wanted if p not in ort.get_available_providers()]
+    if missing:
+        raise RuntimeError(
+            f"instance kind {args.get('model_instance_kind')} needs onnxruntime provider(s) "
+            f"{missing}, but this onnxruntime has only {ort.get_available_providers()} "
+            "(install onnxruntime-gpu for KIND_GPU instances)")
+    options = ort.SessionOptions()
+    for key, attr in (("intra_op_thread_count", "intra_op_num_threads"),
+                      ("inter_op_thread_count", "inter_op_num_threads")):
+        if params.get(key, "").strip():
+            setattr(options, attr, int(params[key]))
+    return ort.InferenceSession(path, sess_options=options, providers=providers)
+
+
+def _to_numpy(tensor: Any) -> np.ndarray[Any, Any]:
+    try:
+        return np.from_dlpack(tensor)
+    except (TypeError, BufferError, AttributeError, RuntimeError):  # e.g. BYTES tensors
+        return np.asarray(tensor.as_numpy())
+
+
+def _to_tensor(name: str, array: np.ndarray[Any, Any]) -> Any:
+    array = np.ascontiguousarray(array)
+    if array.dtype == np.object_:
+        return pb_utils.Tensor(name, array)
+    return pb_utils.Tensor.from_dlpack(name, array)
+
+
+class TritonPythonModel:
+    """The Python-backend model: one onnxruntime session per Triton instance."""
+
+    def initialize(self, args: dict[str, Any]) -> None:
+        config = json.loads(args["model_config"])
+        self.batching = int(config.get("max_batch_size", 0)) > 0
+        self.inputs = [i["name"] for i in config.get("input", [])]
+        self.outputs = [o["name"] for o in config.get("output", [])]
+        self.session = make_session(args)
+
+    def _run(self, feeds: dict[str, np.ndarray[Any, Any]]) -> list[np.ndarray[Any, Any]]:
+        return list(self.session.run(self.outputs, feeds))
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        feeds = [{n: _to_numpy(pb_utils.get_input_tensor_by_name(r, n)) for n in self.inputs}
+                 for r in requests]
+        try:
+            results = self._batched(feeds) if self.batching and len(feeds) > 1 else [
+                self._run(f) for f in feeds]
+        except Exception as exc:
+            error = pb_utils.TritonError(f"onnxruntime failed: {exc}")
+            return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
+        return [pb_utils.InferenceResponse(
+            output_tensors=[_to_tensor(n, a) for n, a in zip(self.outputs, outs, strict=True)])
+            for outs in results]
+
+    def _batched(self, feeds: list[dict[str, np.ndarray[Any, Any]]]
+                 ) -> list[list[np.ndarray[Any, Any]]]:
+        """Run the requests as one batch; fall back to one run each when their non-batch
+        shapes differ (variable dims)."""
+        first = feeds[0]
+        if any(f[n].shape[1:] != first[n].shape[1:] for f in feeds for n in self.inputs):
+            return [self._run(f) for f in feeds]
+        sizes = [f[self.inputs[0]].shape[0] for f in feeds]
+        merged = {n: np.concatenate([f[n] for f in feeds], axis=0) for n in self.inputs}
+        outs = self._run(merged)
+        bounds = np.cumsum(sizes)[:-1]
+        split = [np.split(o, bounds, axis=0) for o in outs]
+        return [[parts[i] for parts in split] for i in range(len(feeds))]
+
+    def finalize(self) -> None:
+        self.session = None
