@@ -1,0 +1,77 @@
+"""The study report: summary sentence, trials.csv, PNG and HTML plots (offline)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from tracker.tracking.report import TrialRow, best_row, summary, trials_csv, write_report
+
+MAX = {"perf_throughput": "maximize"}
+P99 = {"perf_latency_p99": {"max": 10.0}}
+
+
+def row(n: int, thr: float | None, p99: float = 5.0, *, feasible: bool = True,
+        baseline: bool = False, count: int = 1, levels: int = 3, **kw: object) -> TrialRow:
+    complete = thr is not None
+    return TrialRow(
+        number=n, state="COMPLETE" if complete else "FAIL",
+        params={"instance_group.count": count, "instance_group.kind": "KIND_CPU"},
+        values=[thr] if thr is not None else None,
+        metrics={"perf_throughput": thr, "perf_latency_p99": p99} if thr is not None else {},
+        feasible=feasible if complete else None, baseline=baseline, measurements=levels,
+        **kw)  # type: ignore[arg-type]
+
+
+ROWS = [row(0, 168.0, baseline=True), row(1, 250.0, count=2), row(2, 400.0, 30.0,
+        feasible=False, count=4), row(3, 323.0, 8.0, count=3),
+        row(4, 323.0, 8.0, count=3, levels=0, duplicate_of=3),
+        row(5, None, count=9, levels=0, fail_reason="Triton refused the config")]
+
+
+def test_summary_sentence_names_the_best_feasible_trial_and_the_gain() -> None:
+    assert summary(ROWS, MAX) == (
+        "In 12 measurements across 4 configurations, trial-3 gives 323.0 infer/s, "
+        "92% better than the default configuration (168.0 infer/s).")
+    assert best_row(ROWS, MAX) is ROWS[3]  # not the infeasible 400, not the duplicate
+
+
+def test_summary_when_nothing_is_feasible_or_the_default_wins() -> None:
+    none_ok = [row(0, 100.0, feasible=False, baseline=True)]
+    assert summary(none_ok, MAX).endswith("no configuration met the constraints.")
+    default_best = [row(0, 300.0, baseline=True), row(1, 200.0)]
+    assert "the default configuration is the best one found" in summary(default_best, MAX)
+    latency = {"perf_latency_p99": "minimize"}
+    rows = [row(0, 1.0, 10.0, baseline=True), row(1, 1.0, 5.0)]
+    for r in rows:
+        r.values = [r.metrics["perf_latency_p99"]]
+    assert "trial-1 gives 5.00 ms, 50% better than the default configuration (10.00 ms)" \
+        in summary(rows, latency)
+
+
+def test_trials_csv_has_a_line_per_trial_with_params_and_metrics() -> None:
+    table = list(csv.DictReader(io.StringIO(trials_csv(ROWS, MAX))))
+    assert [r["trial"] for r in table] == ["0", "1", "2", "3", "4", "5"]
+    assert table[3]["instance_group.count"] == "3"
+    assert table[3]["value_perf_throughput"] == "323.0"
+    assert table[2]["feasible"] == "false" and table[5]["state"] == "FAIL"
+    assert table[4]["duplicate_of"] == "3"
+    assert "refused" in table[5]["fail_reason"]
+
+
+def test_report_files_png_and_html_without_network(tmp_path: Path) -> None:
+    files = write_report(ROWS, MAX, P99, tmp_path, title="densenet")
+    for name in ("history", "tradeoff", "parallel"):
+        png = files[f"plots/{name}.png"].read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+        page = files[f"plots/{name}.html"].read_text()
+        assert "cdn.plot.ly" in page and "Plotly.newPlot" in page
+    report = files["report.html"].read_text()
+    assert "data:image/png;base64," in report and "92% better" in report
+    assert files["trials.csv"].read_text().startswith("trial,state,feasible")
+
+
+def test_no_plots_before_the_first_complete_trial(tmp_path: Path) -> None:
+    files = write_report([row(0, None, levels=0, fail_reason="x")], MAX, {}, tmp_path)
+    assert set(files) == {"trials.csv", "report.html"}
