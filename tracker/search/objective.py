@@ -28,7 +28,8 @@ UNMEASURED_VIOLATION = 1.0
 class _Level(Protocol):
     """What this module needs from a measurement (tracker.measure.types.Measurement)."""
 
-    concurrency: int
+    @property
+    def concurrency(self) -> int | None: ...
 
     def metrics(self) -> dict[str, float]: ...
 
@@ -139,19 +140,22 @@ def pick_best_level(measurements: Sequence[_Level], constraints: Mapping[str, ob
 
     Ties go to the lower concurrency (the same result with less load). When no level is
     feasible, the level with the smallest total violation (ties: best first objective).
-    Levels whose objective metrics are missing are skipped; MeasurementError when none is left.
+    Invalid levels (``valid`` False) and levels whose objective metrics are missing are
+    skipped; MeasurementError when none is left.
     """
     if not objectives:
         raise StudyError("at least one objective is needed, but got none")
     first, direction = next(iter(objectives.items()))
     choices: list[LevelChoice] = []
     for i, level in enumerate(measurements):
+        if getattr(level, "valid", True) is False:
+            continue  # errors above the threshold, server gone: not a result
         metrics = level.metrics()
         try:
             values = objective_values(metrics, objectives)
         except MeasurementError:
             continue
-        choices.append(LevelChoice(i, int(level.concurrency), metrics, values,
+        choices.append(LevelChoice(i, int(level.concurrency or 0), metrics, values,
                                    named_violations(metrics, constraints)))
     if not choices:
         raise MeasurementError(
