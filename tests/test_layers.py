@@ -14,6 +14,11 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tracker.errors": ("tracker.",),
     "tracker.spec": ("tracker.triton", "tracker.measure", "tracker.search", "tracker.tracking",
                      "tracker.deploy", "tracker.runner", "tracker.cli"),
+    # spec.py's helpers sit in its layer
+    **{name: ("tracker.triton", "tracker.measure", "tracker.search", "tracker.tracking",
+              "tracker.deploy", "tracker.runner", "tracker.cli", "tracker.spec.")
+       for name in ("tracker.spec_sections", "tracker.spec_checks", "tracker.spec_messages",
+                    "tracker.config_fields")},
     "tracker.triton": ("tracker.measure", "tracker.search", "tracker.tracking", "tracker.deploy",
                        "tracker.runner", "tracker.cli"),
     "tracker.measure": ("tracker.search", "tracker.tracking", "tracker.deploy", "tracker.runner",
