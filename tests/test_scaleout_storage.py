@@ -79,6 +79,18 @@ def test_wrong_password_hides_both_passwords(postgres, pg_url: str) -> None:
     assert postgres.password not in str(err.value)
 
 
+@pytest.mark.postgres
+def test_password_from_pgpassword_keeps_it_out_of_the_url(postgres, pg_url: str,
+                                                          monkeypatch) -> None:
+    bare = pg_url.replace(f":{postgres.password}@", "@")
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    with pytest.raises(StudyError, match="no password supplied"):
+        make_storage(bare)
+    monkeypatch.setenv("PGPASSWORD", postgres.password)
+    storage = make_storage(bare)
+    assert optuna.create_study(storage=storage, study_name="pgpass").study_name == "pgpass"
+
+
 def test_safe_url_and_argument_rules() -> None:
     assert safe_url("postgresql://u:p%40ss@h:5432/db") == "postgresql://u:***@h:5432/db"
     assert safe_url("sqlite:///optuna.db") == "sqlite:///optuna.db"
