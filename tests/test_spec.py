@@ -403,3 +403,16 @@ def test_documented_specs_are_valid(tmp_path: Path) -> None:
     full = load_spec(write(tmp_path, _doc_block("A full spec"), "full.yaml"))
     assert full.server.gpus == [0] and full.search.sampler == "nsga2"
     assert full.load.concurrency_levels() == [1, 2, 4, 8, 16, 32, 64]
+
+
+def test_yaml_anchors_under_x_keys_and_merges(tmp_path: Path) -> None:
+    spec = load_spec(write(tmp_path, """\
+        x-fast: &fast {window_ms: 300, max_tries: 4}
+        model: {name: m, path: m.onnx}
+        load:
+          <<: *fast
+          window_ms: 200
+        """))
+    assert (spec.load.window_ms, spec.load.max_tries) == (200, 4)
+    err = spec_error(tmp_path, HEAD + "load: {window_ms: 1, window_ms: 2}\n")
+    assert "line 2, column 20: invalid YAML: duplicate key 'window_ms'" in str(err)

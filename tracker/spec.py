@@ -138,6 +138,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: set[object] = set()
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may be overridden
+            continue
         key = loader.construct_object(key_node)
         if not isinstance(key, str | int | float | bool):
             continue
@@ -163,6 +165,8 @@ def parse_spec(data: object, *, base_dir: str | Path | None = None,
     if not isinstance(data, Mapping):
         raise SpecError([f"(top level): must be a mapping of sections (model, server, load, "
                          f"objectives, constraints, search, mlflow), but got {show(data)}"], label)
+    # Top-level `x-...` keys are free for YAML anchors (docker-compose's convention).
+    data = {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("x-"))}
     base = Path(base_dir) if base_dir is not None else Path.cwd()
     try:
         spec = StudySpec.model_validate(data, context={"base_dir": base.absolute()})
