@@ -1,0 +1,149 @@
+"""Measure one load level: start the load, warm up, take windows until stable, stop.
+
+Each window boundary is one statistics request to the server; the boundary instant is the
+middle of that request, and the client's records are cut at the same instant, so the client's
+count and the server's count describe the same span. A server that stops answering ends the
+level: the statistics request times out (``request_timeout_s``), or no request completes for
+that long, and the Measurement is invalid with a timeout reason, never a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from tracker.measure.loadgen import Chunk, Level
+from tracker.measure.monitors import Sampler
+from tracker.measure.procs import Load
+from tracker.measure.stats import ServerStats
+from tracker.measure.transport import describe_error
+from tracker.measure.types import Measurement
+from tracker.measure.windows import Window, WindowRun, WindowSettings, merge, run_windows
+
+StatsFn = Callable[[], Awaitable[ServerStats]]
+
+OVERHEAD_WARN_PCT = 80.0
+LATE_WARN_SHARE = 0.10
+
+
+@dataclass(frozen=True)
+class LevelSettings:
+    """How a level is measured (LoadSection's fields)."""
+
+    windows: WindowSettings
+    warmup_requests: int = 20
+    timeout_s: float = 10.0
+    batch_size: int = 1
+    overhead_warn_pct: float = OVERHEAD_WARN_PCT
+    processes: int = 1
+
+
+class _Abort(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class _Boundary:
+    t_ns: int
+    chunk: Chunk
+    server: ServerStats | None
+
+
+async def _wait_for(load: Load, count: int, timeout_s: float, what: str) -> None:
+    """Until ``count`` requests completed (since the last take), or abort when none
+    completes for ``timeout_s``."""
+    poll = 0.005 if load.processes == 1 else 0.02
+    last, last_change = -1, time.monotonic()
+    while True:
+        done = await load.completed()
+        if done >= count:
+            return
+        if done != last:
+            last, last_change = done, time.monotonic()
+        elif time.monotonic() - last_change > timeout_s:
+            raise _Abort(f"timeout: no response from the server for {timeout_s:g} s "
+                         f"during the {what} ({done} of {count} requests completed)")
+        await asyncio.sleep(poll)
+
+
+async def _boundary(load: Load, stats: StatsFn | None, timeout_s: float) -> _Boundary:
+    server = None
+    t0 = time.perf_counter_ns()
+    if stats is not None:
+        try:
+            server = await asyncio.wait_for(stats(), timeout_s)
+        except asyncio.TimeoutError as exc:
+            raise _Abort(f"timeout: the server did not answer a statistics request within "
+                         f"{timeout_s:g} s") from exc
+        except Exception as exc:
+            raise _Abort(f"the server stopped answering: statistics request failed "
+                         f"({describe_error(exc)})") from exc
+    t1 = time.perf_counter_ns()
+    mid = (t0 + t1) // 2
+    return _Boundary(mid, await load.take(mid), server)
+
+
+def _window(prev: _Boundary, cur: _Boundary) -> Window:
+    c = cur.chunk
+    w = Window(start_ns=prev.t_ns, end_ns=cur.t_ns, latencies_ns=c.latencies_ns,
+               errors=c.errors, first_error=c.first_error, sent=c.sent,
+               busy_pct=max(c.busy) if c.busy else None,
+               server=(cur.server - prev.server) if cur.server and prev.server else None)
+    if c.sent and c.late > LATE_WARN_SHARE * c.sent:
+        w.warnings.append(f"the client could not keep up with the request rate: {c.late} of "
+                          f"{c.sent} requests were sent more than 1 ms late; raise "
+                          "load.processes")
+    return w
+
+
+async def measure_level(load: Load, level: Level, settings: LevelSettings,
+                        stats: StatsFn | None = None, sampler: Sampler | None = None,
+                        ) -> Measurement:
+    """One Measurement for ``level``; never raises for server trouble (the Measurement is
+    invalid and says why)."""
+    ws = settings.windows
+    seen: list[Window] = []
+    reason: str | None = None
+    run: WindowRun | None = None
+    await load.start(level)
+    try:
+        await _wait_for(load, settings.warmup_requests, settings.timeout_s, "warm-up")
+        prev = await _boundary(load, stats, settings.timeout_s)
+
+        async def next_window() -> Window:
+            nonlocal prev
+            if ws.window_requests is not None:
+                await _wait_for(load, ws.window_requests, settings.timeout_s, "window")
+            else:
+                await asyncio.sleep(ws.window_ms / 1000.0)
+                if (await load.completed()) == 0:
+                    await _wait_for(load, 1, settings.timeout_s, "window")
+            cur = await _boundary(load, stats, settings.timeout_s)
+            window = _window(prev, cur)
+            prev = cur
+            seen.append(window)
+            return window
+
+        run = await run_windows(next_window, ws)
+    except _Abort as exc:
+        reason = exc.reason
+    finally:
+        await load.stop()
+    if run is None:
+        run = WindowRun(seen, stable=False, invalid_reason=reason)
+    m = merge(run, settings=ws, batch_size=settings.batch_size,
+              concurrency=level.concurrency, request_rate=level.request_rate)
+    last = run.windows[-ws.stability_count:]
+    if sampler is not None and last:
+        m.monitors = sampler.aggregate(last[0].start_ns, last[-1].end_ns)
+    if m.client_overhead_pct is not None and m.client_overhead_pct > settings.overhead_warn_pct:
+        hint = "raise load.processes" if settings.processes == 1 else "raise load.processes " \
+            "further"
+        m.warnings.append(
+            f"client overhead {m.client_overhead_pct:.0f}% > {settings.overhead_warn_pct:g}%: "
+            f"one load process is busy most of the time and may limit throughput; {hint}")
+    return m

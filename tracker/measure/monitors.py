@@ -1,0 +1,285 @@
+"""Monitors sampled while a level is measured: GPUs through NVML, Triton's metrics endpoint,
+and the local server's process tree (psutil).
+
+Every monitor answers :meth:`Monitor.sample` with the metrics it could read just now; a metric
+it cannot read is absent, never a zero. Names are DESIGN.md's: ``gpu_used_memory`` (MB),
+``gpu_utilization`` (%), ``gpu_power_usage`` (W), ``cpu_used_ram`` (MB), ``cpu_utilization``
+(% of the host's CPU capacity). GPU figures are totals over the GPUs (memory, power) or their
+mean (utilization), with per-GPU values under ``NAME.gpuN``. A :class:`Sampler` thread polls
+the monitors and averages (max for memory) over a time span.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+import urllib.request
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+MB = 1e6
+_PEAK = ("gpu_used_memory", "cpu_used_ram")  # aggregated as the max over a span, else mean
+
+
+class Monitor(ABC):
+    """One source of metrics. ``sample`` must be cheap and must not raise for a metric that
+    is unavailable: it leaves it out."""
+
+    name = "monitor"
+
+    @abstractmethod
+    def sample(self) -> dict[str, float]:
+        """The metrics readable now."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most monitors hold nothing
+        """Release what the monitor holds."""
+
+
+def _gpu_totals(per_gpu: dict[int | str, dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for metric in ("gpu_used_memory", "gpu_power_usage", "gpu_utilization"):
+        values = [v[metric] for v in per_gpu.values() if metric in v]
+        if values:  # totals, except utilization: the mean over the GPUs
+            total = sum(values)
+            out[metric] = total / len(values) if metric == "gpu_utilization" else total
+    for key, readings in per_gpu.items():
+        label = key if isinstance(key, str) else f"gpu{key}"
+        out.update({f"{m}.{label}": v for m, v in readings.items()})
+    return out
+
+
+class NvmlMonitor(Monitor):
+    """GPU memory, utilization and power through NVML (``nvidia-ml-py``'s ``pynvml``).
+
+    ``nvml`` is the pynvml module or an object with the same functions (tests pass a stand-in).
+    Use :meth:`create`, which returns None where NVML does not work (no driver, no GPU).
+    """
+
+    name = "nvml"
+
+    def __init__(self, nvml: Any, gpus: Sequence[int] | None = None) -> None:
+        self.nvml = nvml
+        nvml.nvmlInit()
+        count = int(nvml.nvmlDeviceGetCount())
+        indices = list(range(count)) if gpus is None else [g for g in gpus if 0 <= g < count]
+        self.handles = {i: nvml.nvmlDeviceGetHandleByIndex(i) for i in indices}
+
+    @classmethod
+    def create(cls, gpus: Sequence[int] | None = None, nvml: Any = None) -> NvmlMonitor | None:
+        if nvml is None:
+            try:
+                import pynvml
+            except ImportError:
+                return None
+            nvml = pynvml
+        try:
+            monitor = cls(nvml, gpus)
+        except Exception as exc:  # NVMLError and its many subclasses: NVML does not work here
+            log.debug("NVML unavailable: %s", exc)
+            return None
+        return monitor if monitor.handles else None
+
+    @staticmethod
+    def _read(fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception:  # NVMLError_NotSupported etc.: that metric is absent
+            return None
+
+    def sample(self) -> dict[str, float]:
+        n = self.nvml
+        per_gpu: dict[int | str, dict[str, float]] = {}
+        for idx, h in self.handles.items():
+            values: dict[str, float] = {}
+            mem = self._read(n.nvmlDeviceGetMemoryInfo, h)
+            if mem is not None:
+                values["gpu_used_memory"] = float(mem.used) / MB
+            util = self._read(n.nvmlDeviceGetUtilizationRates, h)
+            if util is not None:
+                values["gpu_utilization"] = float(util.gpu)
+            power = self._read(n.nvmlDeviceGetPowerUsage, h)
+            if power is not None:
+                values["gpu_power_usage"] = float(power) / 1000.0  # mW -> W
+            per_gpu[idx] = values
+        return _gpu_totals(per_gpu)
+
+    def close(self) -> None:
+        self._read(self.nvml.nvmlShutdown)
+
+
+_METRIC_LINE = re.compile(r'^(nv_[a-z_]+)(?:\{([^}]*)\})?\s+([-+0-9.eE]+|NaN)\s*$')
+_UUID = re.compile(r'gpu_uuid="([^"]+)"')
+
+
+def parse_triton_metrics(text: str) -> dict[str, float]:
+    """Our metric names from Triton's Prometheus text (``nv_gpu_*`` per GPU, ``nv_cpu_*``)."""
+    per_gpu: dict[int | str, dict[str, float]] = {}
+    out: dict[str, float] = {}
+    gpu_map = {"nv_gpu_utilization": ("gpu_utilization", 100.0),
+               "nv_gpu_memory_used_bytes": ("gpu_used_memory", 1 / MB),
+               "nv_gpu_power_usage": ("gpu_power_usage", 1.0)}
+    for line in text.splitlines():
+        m = _METRIC_LINE.match(line.strip())
+        if not m or m.group(3) == "NaN":
+            continue
+        name, labels, value = m.group(1), m.group(2) or "", float(m.group(3))
+        if name in gpu_map:
+            uuid = _UUID.search(labels)
+            metric, scale = gpu_map[name]
+            per_gpu.setdefault(uuid.group(1) if uuid else "gpu", {})[metric] = value * scale
+        elif name == "nv_cpu_utilization":
+            out["cpu_utilization"] = value * 100.0
+        elif name == "nv_cpu_memory_used_bytes":
+            out["cpu_used_ram"] = value / MB
+    out.update(_gpu_totals(per_gpu))
+    return out
+
+
+class TritonMetricsMonitor(Monitor):
+    """Triton's metrics endpoint (docker and remote servers, or any server with metrics on).
+    An unreachable endpoint yields no metrics for that sample."""
+
+    name = "triton_metrics"
+
+    def __init__(self, url: str, timeout_s: float = 2.0) -> None:
+        self.url, self.timeout_s = url, timeout_s
+
+    def sample(self) -> dict[str, float]:
+        try:
+            with urllib.request.urlopen(self.url, timeout=self.timeout_s) as resp:
+                text = resp.read().decode(errors="replace")
+        except OSError as exc:
+            log.debug("metrics endpoint %s unreadable: %s", self.url, exc)
+            return {}
+        return parse_triton_metrics(text)
+
+
+class ProcessMonitor(Monitor):
+    """CPU and resident memory of a local server's process tree (the pids and their
+    children). ``pids`` is a list or a callable returning the current list."""
+
+    name = "process"
+
+    def __init__(self, pids: Sequence[int] | Callable[[], Sequence[int]]) -> None:
+        self._pids = pids
+        self._procs: dict[int, psutil.Process] = {}
+        self._cpus = psutil.cpu_count() or 1
+        self.sample()  # primes cpu_percent, whose first reading is meaningless
+
+    def _tree(self) -> list[psutil.Process]:
+        roots = self._pids() if callable(self._pids) else self._pids
+        found: dict[int, psutil.Process] = {}
+        for pid in roots:
+            try:
+                root = self._procs.get(pid) or psutil.Process(pid)
+                found[pid] = root
+                for child in root.children(recursive=True):
+                    found[child.pid] = self._procs.get(child.pid, child)
+            except psutil.Error:
+                continue
+        return list(found.values())
+
+    def sample(self) -> dict[str, float]:
+        cpu, rss, measured = 0.0, 0.0, False
+        seen: dict[int, psutil.Process] = {}
+        for proc in self._tree():
+            try:
+                with proc.oneshot():
+                    pct = proc.cpu_percent(None)
+                    rss += proc.memory_info().rss
+            except psutil.Error:
+                continue
+            if proc.pid in self._procs:  # a new process's first reading is meaningless
+                cpu += pct
+                measured = True
+            seen[proc.pid] = proc
+        self._procs = seen
+        if not seen:
+            return {}
+        out = {"cpu_used_ram": rss / MB}
+        if measured:
+            out["cpu_utilization"] = cpu / self._cpus
+        return out
+
+
+class Sampler:
+    """Polls monitors on a thread every ``interval_s``; :meth:`aggregate` summarizes a span
+    (perf_counter_ns times). Earlier monitors win when two report the same metric."""
+
+    def __init__(self, monitors: Sequence[Monitor], interval_s: float = 0.2) -> None:
+        self.monitors = list(monitors)
+        self.interval_s = interval_s
+        self.samples: list[tuple[int, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def sample_once(self) -> None:
+        merged: dict[str, float] = {}
+        for monitor in self.monitors:
+            try:
+                values = monitor.sample()
+            except Exception as exc:  # a broken monitor must not end the measurement
+                log.warning("monitor %s failed: %s", monitor.name, exc)
+                continue
+            for key, value in values.items():
+                merged.setdefault(key, value)
+        self.samples.append((time.perf_counter_ns(), merged))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample_once()
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> None:
+        if self.monitors and self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="tracker-monitors",
+                                            daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+            self._thread = None
+
+    def aggregate(self, start_ns: int, end_ns: int) -> dict[str, float]:
+        """Mean of each metric over samples in the span (max for memory); absent if none."""
+        span = [s for t, s in self.samples if start_ns <= t <= end_ns]
+        if not span and self.samples:  # a span shorter than the interval: nearest sample
+            span = [min(self.samples, key=lambda ts: abs(ts[0] - end_ns))[1]]
+        keys = {k for s in span for k in s}
+        out = {}
+        for key in sorted(keys):
+            values = [s[key] for s in span if key in s]
+            peak = key.split(".")[0] in _PEAK
+            out[key] = max(values) if peak else sum(values) / len(values)
+        return out
+
+    def close(self) -> None:
+        self.stop()
+        for monitor in self.monitors:
+            monitor.close()
+
+
+def default_monitors(metrics_url: str | None = None,
+                     pids: Sequence[int] | Callable[[], Sequence[int]] | None = None,
+                     gpus: Sequence[int] | None = None, nvml: Any = None) -> list[Monitor]:
+    """The monitors that work here: the process tree when pids are known (local servers),
+    NVML when it works, and the metrics endpoint when its URL is known, in that order."""
+    out: list[Monitor] = []
+    if pids is not None:
+        out.append(ProcessMonitor(pids))
+    gpu = NvmlMonitor.create(gpus, nvml=nvml)
+    if gpu is not None:
+        out.append(gpu)
+    if metrics_url:
+        out.append(TritonMetricsMonitor(metrics_url))
+    return out

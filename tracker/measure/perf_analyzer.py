@@ -1,0 +1,112 @@
+"""perf_analyzer as the load generator, for users who have the binary on PATH.
+
+Each level is one perf_analyzer run (``--concurrency-range C:C`` or ``--request-rate-range
+R:R``) with the spec's windows, stability and input data, writing its CSV
+(``-f FILE --verbose-csv``), which is parsed into the same Measurement as the built-in client
+gives. perf_analyzer stabilizes on p99 (``--percentile=99``), as the built-in client does. A
+run that fails or hangs (killed after a generous timeout, its process group with it) gives an
+invalid Measurement with the tail of its output.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from tracker.errors import MeasurementError
+from tracker.measure.csvio import read_csv
+from tracker.measure.loadgen import Level
+from tracker.measure.monitors import Sampler
+from tracker.measure.types import Measurement
+from tracker.triton.client import Endpoints
+
+UNSTABLE_TEXT = "Failed to obtain stable measurement"
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+class PerfAnalyzer:
+    """Runs ``binary`` against ``endpoints`` with the settings of a LoadSection."""
+
+    def __init__(self, binary: str, endpoints: Endpoints, model_name: str, load: Any) -> None:
+        self.binary, self.endpoints, self.model_name, self.load = binary, endpoints, model_name, \
+            load
+        if load.input_data is not None and Path(load.input_data).suffix != ".json":
+            raise MeasurementError(f"perf_analyzer reads only JSON input data, but "
+                                   f"load.input_data is {load.input_data}")
+
+    def command(self, level: Level, csv_path: Path) -> list[str]:
+        load = self.load
+        url = self.endpoints.grpc if load.protocol == "grpc" else self.endpoints.http
+        if url is None:
+            raise MeasurementError(f"load.protocol is {load.protocol!r} but the server's "
+                                   f"{load.protocol} endpoint is unknown")
+        url = url.split("://", 1)[-1]
+        cmd = [self.binary, "-m", self.model_name, "-u", url, "-i", load.protocol,
+               "-b", str(load.batch_size), "-s", f"{load.stability_pct:g}",
+               "--max-trials", str(load.max_tries), "--percentile=99",
+               "-f", str(csv_path), "--verbose-csv"]
+        if level.concurrency is not None:
+            cmd += ["--concurrency-range", f"{level.concurrency}:{level.concurrency}"]
+        else:
+            cmd += ["--request-rate-range", f"{level.request_rate:g}:{level.request_rate:g}",
+                    "--request-distribution", level.arrival]
+        if load.window_requests is not None:
+            cmd += ["--measurement-mode", "count_windows",
+                    "--measurement-request-count", str(load.window_requests)]
+        else:
+            cmd += ["--measurement-interval", str(load.window_ms)]
+        if load.input_data is not None:
+            cmd += ["--input-data", str(load.input_data)]
+        return cmd
+
+    def timeout_s(self) -> float:
+        """Generous: every try a full window plus request timeouts, and start-up."""
+        window_s = self.load.window_ms / 1000.0 if self.load.window_requests is None else 10.0
+        return float(60.0 + self.load.max_tries * (window_s * 2 + self.load.request_timeout_s))
+
+    def measure(self, level: Level, sampler: Sampler | None = None) -> Measurement:
+        with tempfile.TemporaryDirectory(prefix="tracker-pa-") as tmp:
+            csv_path = Path(tmp) / "perf.csv"
+            cmd = self.command(level, csv_path)
+            start = time.perf_counter_ns()
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, start_new_session=True)
+            try:
+                out, _ = proc.communicate(timeout=self.timeout_s())
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                out, _ = proc.communicate()
+                return self._invalid(level, f"perf_analyzer did not finish within "
+                                            f"{self.timeout_s():g} s and was killed", out)
+            end = time.perf_counter_ns()
+            if proc.returncode != 0 or not csv_path.is_file():
+                return self._invalid(level, f"perf_analyzer exited with status "
+                                            f"{proc.returncode}", out)
+            rows = read_csv(csv_path)
+        if not rows:
+            return self._invalid(level, "perf_analyzer wrote no measurement", out)
+        m = rows[0]
+        m.concurrency, m.request_rate = level.concurrency, level.request_rate
+        m.batch_size = self.load.batch_size
+        m.duration_s = (end - start) * 1e-9
+        m.stable = UNSTABLE_TEXT not in out
+        if not m.stable:
+            m.warnings.append("unstable: " + UNSTABLE_TEXT.lower() + " (perf_analyzer)")
+        if sampler is not None and not m.monitors:
+            m.monitors = sampler.aggregate(start, end)
+        return m
+
+    def _invalid(self, level: Level, reason: str, output: str) -> Measurement:
+        tail = _tail(output)
+        return Measurement(concurrency=level.concurrency, request_rate=level.request_rate,
+                           batch_size=self.load.batch_size, valid=False, source="perf_analyzer",
+                           invalid_reason=reason + (f"; its output ends:\n{tail}" if tail else ""),
+                           first_error=tail.splitlines()[-1] if tail else None)

@@ -1,0 +1,193 @@
+"""A sweep over load levels, stopped early the way Model Analyzer stops its concurrency sweep.
+
+Levels are the spec's concurrency list (or powers of two up to a maximum), or its request
+rates. After each level the sweep stops when
+- the level is invalid (errors above the threshold, server not answering),
+- a latency constraint (``perf_latency_*: {max: ...}``) is broken: more load only adds latency,
+- the last 3 levels gained under 5% throughput over the level before them (throughput has
+  saturated; Model Analyzer's rule).
+``best`` is the valid level with the highest throughput that meets every constraint, stable
+levels first (an unstable one is taken only when no stable one qualifies, and stays flagged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from tracker.errors import MeasurementError
+from tracker.measure.inputs import input_specs, make_samples
+from tracker.measure.level import LevelSettings, measure_level
+from tracker.measure.loadgen import Level, LocalLoad
+from tracker.measure.monitors import Monitor, Sampler
+from tracker.measure.procs import InProcessLoad, Load, ProcessLoad
+from tracker.measure.transport import make_transport
+from tracker.measure.types import Measurement, SweepResult
+from tracker.measure.windows import WindowSettings
+from tracker.triton.client import Endpoints
+
+MIN_GAIN = 0.05
+GAIN_LEVELS = 3
+
+
+def _bound(bound: Any) -> tuple[float | None, float | None]:
+    if isinstance(bound, Mapping):
+        return bound.get("min"), bound.get("max")
+    return getattr(bound, "min", None), getattr(bound, "max", None)
+
+
+def violations(m: Measurement, constraints: Mapping[str, Any] | None) -> list[str]:
+    """The constraints ``m`` breaks, in words (an unmeasured metric breaks none)."""
+    out = []
+    metrics = m.metrics()
+    for name, bound in (constraints or {}).items():
+        low, high = _bound(bound)
+        value = metrics.get(name)
+        if value is None:
+            continue
+        if high is not None and value > high:
+            out.append(f"{name} {value:.4g} > max {high:g}")
+        if low is not None and value < low:
+            out.append(f"{name} {value:.4g} < min {low:g}")
+    return out
+
+
+def stop_reason(done: Sequence[Measurement], constraints: Mapping[str, Any] | None) -> str | None:
+    """Why the sweep should stop after ``done`` (None: go on)."""
+    last = done[-1]
+    if not last.valid:
+        return f"{last.level} invalid: {last.invalid_reason}"
+    broken = [v for v in violations(last, constraints) if v.startswith("perf_latency")
+              and " > max " in v]
+    if broken:
+        return f"latency constraint broken at {last.level}: {'; '.join(broken)}"
+    if len(done) > GAIN_LEVELS:
+        before = done[-GAIN_LEVELS - 1].throughput
+        best = max(m.throughput for m in done[-GAIN_LEVELS:])
+        if before > 0 and (best - before) / before < MIN_GAIN:
+            return (f"throughput saturated: the last {GAIN_LEVELS} levels gained "
+                    f"{100 * (best - before) / before:.1f}% < {100 * MIN_GAIN:g}%")
+    return None
+
+
+def pick_best(done: Sequence[Measurement],
+              constraints: Mapping[str, Any] | None) -> Measurement | None:
+    """Highest throughput among valid levels meeting the constraints, stable ones first."""
+    ok = [m for m in done if m.valid and m.throughput > 0
+          and not violations(m, constraints)]
+    stable = [m for m in ok if m.stable]
+    pool = stable or ok
+    return max(pool, key=lambda m: m.throughput) if pool else None
+
+
+def load_levels(load: Any, override: Sequence[float] | None = None) -> list[Level]:
+    """The levels of a LoadSection (or ``override``: concurrencies, or rates in rate mode)."""
+    rates = getattr(load, "request_rate", None)
+    if rates:
+        values = override if override is not None else rates
+        return [Level(request_rate=float(r), arrival=load.arrival, seed=i)
+                for i, r in enumerate(values)]
+    values = override if override is not None else load.concurrency_levels()
+    out = []
+    for c in values:
+        if int(c) != c or c < 1:
+            raise MeasurementError(f"a concurrency level must be an integer >= 1, but got {c}")
+        out.append(Level(concurrency=int(c)))
+    return out
+
+
+def settings_from(load: Any) -> LevelSettings:
+    """LevelSettings from a LoadSection."""
+    return LevelSettings(
+        windows=WindowSettings(window_ms=load.window_ms, window_requests=load.window_requests,
+                               stability_pct=load.stability_pct, max_tries=load.max_tries,
+                               max_error_pct=load.max_error_pct),
+        warmup_requests=load.warmup_requests, timeout_s=load.request_timeout_s,
+        batch_size=load.batch_size, processes=load.processes)
+
+
+async def _run(levels: Sequence[Level], measure: Callable[[Level], Awaitable[Measurement]],
+               constraints: Mapping[str, Any] | None,
+               on_level: Callable[[Measurement], None] | None) -> SweepResult:
+    done: list[Measurement] = []
+    reason = "all levels measured"
+    for level in levels:
+        m = await measure(level)
+        done.append(m)
+        if on_level is not None:
+            on_level(m)
+        why = stop_reason(done, constraints)
+        if why is not None:
+            reason = why
+            break
+    return SweepResult(done, pick_best(done, constraints), reason)
+
+
+async def _builtin(endpoints: Endpoints, model_name: str, config: Any, load: Any,
+                   levels: Sequence[Level], constraints: Mapping[str, Any] | None,
+                   sampler: Sampler, on_level: Callable[[Measurement], None] | None
+                   ) -> SweepResult:
+    url = endpoints.grpc if load.protocol == "grpc" else endpoints.http
+    if url is None:
+        raise MeasurementError(f"load.protocol is {load.protocol!r} but the server's "
+                               f"{load.protocol} endpoint is unknown")
+    samples = make_samples(config, load.batch_size, load.input_data)
+    datatypes = {s.name: s.datatype for s in input_specs(config)}
+    settings = settings_from(load)
+    transport = make_transport(load.protocol, url, model_name, load.request_timeout_s)
+    driver: Load | None = None
+    try:
+        payloads = transport.payloads(samples, datatypes)
+        if load.processes > 1:
+            procs = ProcessLoad(load.processes, load.protocol, url, model_name,
+                                load.request_timeout_s, payloads)
+            await procs.open()
+            driver = procs
+        else:
+            driver = InProcessLoad(LocalLoad(transport, payloads))
+        loaded = driver
+
+        async def measure(level: Level) -> Measurement:
+            return await measure_level(loaded, level, settings, transport.stats, sampler)
+
+        return await _run(levels, measure, constraints, on_level)
+    finally:
+        if driver is not None and driver.processes > 1:
+            await driver.close()
+        await transport.close()
+
+
+def sweep(endpoints: Endpoints, model_name: str, config: Any, load: Any,
+          constraints: Mapping[str, Any] | None = None, monitors: Sequence[Monitor] = (),
+          *, levels: Sequence[float] | None = None, backend: str = "builtin",
+          on_level: Callable[[Measurement], None] | None = None) -> SweepResult:
+    """Measure ``model_name`` on the server at ``endpoints`` over the load levels of ``load``
+    (a LoadSection; ``levels`` overrides its list). ``config`` is the served ModelConfig (it
+    shapes the random inputs). ``backend`` is "builtin" or "perf_analyzer" (the binary on
+    PATH). ``monitors`` are sampled during the windows and left open for the caller."""
+    level_list = load_levels(load, levels)
+    sampler = Sampler(monitors)
+    sampler.start()
+    try:
+        if backend == "builtin":
+            return asyncio.run(_builtin(endpoints, model_name, config, load, level_list,
+                                        constraints, sampler, on_level))
+        if backend == "perf_analyzer":
+            from tracker.measure.perf_analyzer import PerfAnalyzer
+
+            binary = shutil.which("perf_analyzer")
+            if binary is None:
+                raise MeasurementError("backend 'perf_analyzer' needs the perf_analyzer binary "
+                                       "on PATH, but it was not found")
+            pa = PerfAnalyzer(binary, endpoints, model_name, load)
+
+            async def measure(level: Level) -> Measurement:
+                return await asyncio.to_thread(pa.measure, level, sampler)
+
+            return asyncio.run(_run(level_list, measure, constraints, on_level))
+        raise MeasurementError(f"backend must be 'builtin' or 'perf_analyzer', but got "
+                               f"{backend!r}")
+    finally:
+        sampler.stop()

@@ -1,0 +1,176 @@
+"""How requests reach the server: gRPC (default) or HTTP, built once, sent many times.
+
+The load generator's per-request cost is what limits it, so each request is serialized once
+before the load starts (a ``ModelInferRequest`` in protobuf bytes, or tritonclient's HTTP body)
+and sent as is; responses are not decoded (a failed request is a gRPC status or an HTTP error,
+which is all the measurement needs). The gRPC path uses tritonclient's service definition and
+its channel options; the HTTP path uses tritonclient's request body and aiohttp, as
+``tritonclient.http.aio`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tracker.errors import MeasurementError
+from tracker.measure.inputs import Sample
+from tracker.measure.stats import ServerStats, stats_from_json, stats_from_proto
+
+INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+STATS_METHOD = "/inference.GRPCInferenceService/ModelStatistics"
+
+Payload = Any  # bytes (gRPC) or (body bytes, json header size | None) (HTTP)
+
+
+class RequestFailed(Exception):
+    """An HTTP request that the server answered with an error (the message is Triton's)."""
+
+
+def _raw(arr: np.ndarray[Any, Any], datatype: str) -> bytes:
+    if datatype == "BYTES":
+        from tritonclient.utils import serialize_byte_tensor
+
+        ser = serialize_byte_tensor(arr)
+        return bytes(ser.item()) if ser.size > 0 else b""
+    return bytes(np.ascontiguousarray(arr).tobytes())
+
+
+def describe_error(exc: BaseException) -> str:
+    """A short, stable message for a failed request: gRPC code and details, or the text."""
+    code = getattr(exc, "code", None)
+    details = getattr(exc, "details", None)
+    if callable(code) and callable(details):
+        name = getattr(code(), "name", str(code()))
+        return f"{name}: {details()}"
+    if isinstance(exc, asyncio.TimeoutError):
+        return "request timed out"
+    return f"{type(exc).__name__}: {exc}" if not isinstance(exc, RequestFailed) else str(exc)
+
+
+class GrpcTransport:
+    """gRPC over one ``grpc.aio`` channel (create it inside the event loop that uses it)."""
+
+    protocol = "grpc"
+
+    def __init__(self, url: str, model_name: str, timeout_s: float) -> None:
+        import grpc
+        from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE, service_pb2
+
+        self.url, self.model_name, self.timeout_s = url, model_name, timeout_s
+        opts = [("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+                ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE)]
+        self._channel = grpc.aio.insecure_channel(url, options=opts)
+        # bytes in, bytes out: no per-request (de)serialization in Python
+        self._infer = self._channel.unary_unary(INFER_METHOD)
+        self._stats = self._channel.unary_unary(
+            STATS_METHOD, request_serializer=service_pb2.ModelStatisticsRequest.SerializeToString,
+            response_deserializer=service_pb2.ModelStatisticsResponse.FromString)
+        self._stats_request = service_pb2.ModelStatisticsRequest(name=model_name)
+
+    def payloads(self, samples: Sequence[Sample], datatypes: dict[str, str]) -> list[Payload]:
+        from tritonclient.grpc import service_pb2
+
+        out = []
+        for sample in samples:
+            req = service_pb2.ModelInferRequest(model_name=self.model_name)
+            for name, arr in sample.items():
+                tensor = req.inputs.add()
+                tensor.name, tensor.datatype = name, datatypes[name]
+                tensor.shape.extend(int(d) for d in arr.shape)
+                req.raw_input_contents.append(_raw(arr, datatypes[name]))
+            out.append(req.SerializeToString())
+        return out
+
+    def caller(self) -> Callable[[Payload], Awaitable[Any]]:
+        """The per-request call: the channel's multicallable with the deadline bound."""
+        return functools.partial(self._infer, timeout=self.timeout_s)
+
+    async def stats(self, timeout_s: float | None = None) -> ServerStats:
+        response = await self._stats(self._stats_request, timeout=timeout_s or self.timeout_s)
+        return stats_from_proto(response, self.model_name)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+
+class HttpTransport:
+    """HTTP/REST with one aiohttp session (create it inside the event loop that uses it)."""
+
+    protocol = "http"
+
+    def __init__(self, url: str, model_name: str, timeout_s: float) -> None:
+        import aiohttp
+
+        base = url if "://" in url else f"http://{url}"
+        self.url, self.model_name, self.timeout_s = base.rstrip("/"), model_name, timeout_s
+        self._infer_url = f"{self.url}/v2/models/{model_name}/infer"
+        self._stats_url = f"{self.url}/v2/models/{model_name}/stats"
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session = aiohttp.ClientSession(
+            timeout=self._timeout, connector=aiohttp.TCPConnector(limit=0))
+
+    def payloads(self, samples: Sequence[Sample], datatypes: dict[str, str]) -> list[Payload]:
+        from tritonclient.http import InferInput
+        from tritonclient.http.aio import InferenceServerClient
+
+        out = []
+        for sample in samples:
+            tensors = []
+            for name, arr in sample.items():
+                tensor = InferInput(name, list(arr.shape), datatypes[name])
+                if datatypes[name] == "BF16":  # our bit patterns -> the float32 it expects
+                    arr = (arr.astype(np.uint32) << 16).view(np.float32)
+                tensor.set_data_from_numpy(arr, binary_data=True)
+                tensors.append(tensor)
+            body, json_size = InferenceServerClient.generate_request_body(tensors)
+            out.append((bytes(body), json_size))
+        return out
+
+    def caller(self) -> Callable[[Payload], Awaitable[Any]]:
+        return self._post
+
+    async def _post(self, payload: Payload) -> None:
+        body, json_size = payload
+        headers = {"Inference-Header-Content-Length": str(json_size)} if json_size else None
+        async with self._session.post(self._infer_url, data=body, headers=headers) as resp:
+            data = await resp.read()
+            if resp.status != 200:
+                raise RequestFailed(f"HTTP {resp.status}: {_http_error(data)}")
+
+    async def stats(self, timeout_s: float | None = None) -> ServerStats:
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
+        async with self._session.get(self._stats_url, timeout=timeout) as resp:
+            if resp.status != 200:
+                raise RequestFailed(f"HTTP {resp.status}: {_http_error(await resp.read())}")
+            return stats_from_json(await resp.json(), self.model_name)
+
+    async def close(self) -> None:
+        await self._session.close()
+
+
+def _http_error(data: bytes) -> str:
+    import json
+
+    try:
+        return str(json.loads(data.decode(errors="replace")).get("error", data[:200]))
+    except (ValueError, AttributeError):
+        return data[:200].decode(errors="replace")
+
+
+Transport = GrpcTransport | HttpTransport
+
+
+def make_transport(protocol: str, url: str, model_name: str, timeout_s: float) -> Transport:
+    """The transport for ``protocol`` ("grpc": ``host:port``; "http": ``[http://]host:port``)."""
+    if protocol == "grpc":
+        return GrpcTransport(url, model_name, timeout_s)
+    if protocol == "http":
+        return HttpTransport(url, model_name, timeout_s)
+    raise MeasurementError(f"load.protocol must be 'grpc' or 'http', but got {protocol!r}")
