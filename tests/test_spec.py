@@ -415,4 +415,4 @@ def test_yaml_anchors_under_x_keys_and_merges(tmp_path: Path) -> None:
         """))
     assert (spec.load.window_ms, spec.load.max_tries) == (200, 4)
     err = spec_error(tmp_path, HEAD + "load: {window_ms: 1, window_ms: 2}\n")
-    assert "line 2, column 20: invalid YAML: duplicate key 'window_ms'" in str(err)
+    assert "line 2, column 22: invalid YAML: duplicate key 'window_ms'" in str(err)
