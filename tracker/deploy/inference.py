@@ -1,0 +1,132 @@
+"""Inference against a deployment: turn a pandas DataFrame or a dict of numpy arrays into the
+model's input tensors (shapes and types from its config), send it, return the outputs.
+
+DataFrame rules (``mlflow deployments predict`` reads its JSON input into one):
+- columns named after the model's inputs: one column per input, one row per batch item; a
+  cell is a scalar or a (nested) list holding one item's tensor;
+- otherwise, for a model with exactly one input: each row is one item, the row's values
+  (in column order) reshaped to the input's dims.
+A model without batching (``max_batch_size: 0``) gets the whole array as its tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from tritonclient.grpc import model_config_pb2
+
+from tracker.errors import DeployError, ServerError
+from tracker.triton.client import TritonClient, example_inputs
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+Array = np.ndarray[Any, Any]
+
+_TYPES: dict[str, tuple[str, Any]] = {
+    "TYPE_BOOL": ("BOOL", np.bool_), "TYPE_UINT8": ("UINT8", np.uint8),
+    "TYPE_UINT16": ("UINT16", np.uint16), "TYPE_UINT32": ("UINT32", np.uint32),
+    "TYPE_UINT64": ("UINT64", np.uint64), "TYPE_INT8": ("INT8", np.int8),
+    "TYPE_INT16": ("INT16", np.int16), "TYPE_INT32": ("INT32", np.int32),
+    "TYPE_INT64": ("INT64", np.int64), "TYPE_FP16": ("FP16", np.float16),
+    "TYPE_FP32": ("FP32", np.float32), "TYPE_FP64": ("FP64", np.float64),
+    "TYPE_STRING": ("BYTES", np.object_),
+}
+
+
+def _fit(name: str, array: Array, dims: list[int], batching: bool, np_type: Any) -> Array:
+    """Reshape ``array`` to the input's shape (a leading batch dimension when ``batching``)."""
+    want = ([-1] if batching else []) + dims
+    per_item = int(np.prod(dims)) if all(d > 0 for d in dims) else None
+    if per_item is not None and array.size > 0 and (
+            array.size % per_item == 0 if batching else array.size == per_item):
+        array = array.reshape(want)
+    elif array.ndim != len(want) or any(w > 0 and w != a for w, a in zip(want, array.shape,
+                                                                         strict=True)):
+        raise DeployError(f"input {name!r} needs shape {want} (-1: any size), but got "
+                          f"{list(array.shape)}")
+    try:
+        return array.astype(np_type)
+    except (TypeError, ValueError) as exc:
+        raise DeployError(f"input {name!r} needs values of type {np.dtype(np_type).name}, "
+                          f"but got {array.dtype}: {exc}") from exc
+
+
+def to_arrays(config: ModelConfig, data: pd.DataFrame | Mapping[str, Any]) -> dict[str, Array]:
+    """The model's inputs from a DataFrame or a mapping name -> array (see the module doc)."""
+    import pandas as pd
+
+    names = [i.name for i in config.input]
+    raw: dict[str, Array] = {}
+    if isinstance(data, pd.DataFrame):
+        if set(names) <= {str(c) for c in data.columns}:
+            for name in names:
+                col = data[name].tolist()
+                raw[name] = np.stack([np.asarray(v) for v in col]) if col else np.asarray(col)
+        elif len(names) == 1:
+            raw[names[0]] = data.to_numpy()
+        else:
+            raise DeployError(f"the DataFrame's columns must name the model's inputs {names}, "
+                              f"but got {[str(c) for c in data.columns]}")
+    elif isinstance(data, Mapping):
+        unknown = sorted(set(map(str, data)) - set(names))
+        missing = sorted(set(names) - set(map(str, data)))
+        if unknown or missing:
+            raise DeployError(f"inputs must be exactly the model's inputs {names}, but "
+                              f"missing {missing} and unknown {unknown}")
+        raw = {name: np.asarray(data[name]) for name in names}
+    else:
+        raise DeployError("inputs must be a pandas DataFrame or a dict of numpy arrays, but got "
+                          f"{type(data).__name__}")
+    out: dict[str, Array] = {}
+    for inp in config.input:
+        type_name = model_config_pb2.DataType.Name(inp.data_type)
+        if type_name not in _TYPES:
+            raise DeployError(f"input {inp.name!r} has data type {type_name}, which is not "
+                              "supported")
+        out[inp.name] = _fit(inp.name, raw[inp.name], list(inp.dims), config.max_batch_size > 0,
+                             _TYPES[type_name][1])
+    return out
+
+
+def infer_version(client: TritonClient, name: str, config: ModelConfig, *,
+                  version: int | None = None,
+                  arrays: Mapping[str, Array] | None = None) -> dict[str, Array]:
+    """One inference on ``name`` (``version``, or the newest ready one when None) with
+    ``arrays`` (random example inputs when None); every declared output comes back.
+
+    Raises :class:`ServerError` with Triton's message when the request or an output fails.
+    """
+    import tritonclient.grpc as grpcclient
+
+    if arrays is None:
+        arrays = {k: v for k, (_, v) in example_inputs(config).items()}
+    types = {i.name: _TYPES[model_config_pb2.DataType.Name(i.data_type)][0]
+             for i in config.input}
+    request = []
+    for inp_name, array in arrays.items():
+        tensor = grpcclient.InferInput(inp_name, list(array.shape), types[inp_name])
+        tensor.set_data_from_numpy(array)
+        request.append(tensor)
+    wanted = [grpcclient.InferRequestedOutput(o.name) for o in config.output]
+    try:
+        result = client.grpc.infer(name, request, model_version="" if version is None
+                                   else str(version), outputs=wanted or None,
+                                   client_timeout=client.timeout_s)
+    except Exception as exc:  # tritonclient raises its own exception types
+        message = getattr(exc, "message", None)
+        text = message() if callable(message) else str(exc)
+        raise ServerError(f"inference on {name!r} failed: {text}") from exc
+    outputs: dict[str, Array] = {}
+    for out in config.output:
+        try:
+            value = result.as_numpy(out.name)
+        except ValueError as exc:  # e.g. an empty tensor where a shape was promised
+            raise ServerError(f"output {out.name!r} of {name!r} is malformed: {exc}") from exc
+        if value is None:
+            raise ServerError(f"output {out.name!r} of {name!r} is missing from the response")
+        outputs[out.name] = value
+    return outputs

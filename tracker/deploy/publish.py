@@ -1,0 +1,384 @@
+"""Publish a model version into a Triton model repository and switch serving to it, with rollback.
+
+The server runs in explicit model control mode over ``repository`` (a local path). Publishing
+version N of model ``name``:
+
+1. the version's files are written aside (``<repo>/<name>/.staging-N-xxxx/``, same file
+   system) and renamed to ``<repo>/<name>/N/``: a version folder is complete or absent;
+2. config.pbtxt (replaced atomically) keeps the served version(s) M and adds N
+   (``version_policy: specific {versions: [M, N]}``); the model is loaded through the model
+   control API: Triton loads N beside M, which keeps serving;
+3. N must be READY and answer one inference (sent to version N explicitly);
+4. config.pbtxt with only N, loaded again: Triton drops M. Requests without a version go to
+   the newest ready one, so clients see no failed request during the switch;
+5. on any failure the previous config.pbtxt is restored and loaded, N's folder is removed, and
+   :class:`DeployError` carries Triton's message: M serves as before (rollback).
+
+ONNX models: the registry holds the production config (``backend: "onnxruntime"``). A server
+without that backend (the nvidia-pytriton wheel's) gets the Python-backend variant made by
+:func:`tracker.triton.repository.write_repository` with ``serving="python"``; the config knobs
+(max_batch_size, instance_group, dynamic_batching, ...) are the production ones either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from tracker.deploy.inference import infer_version
+from tracker.errors import DeployError, ModelLoadError, ServerError
+from tracker.tracking.flavor import CONFIG_FILE, TritonModelDir, validate_model_name
+from tracker.triton import model_config as mc
+from tracker.triton.client import TritonClient
+
+Serving = Literal["auto", "native", "python"]
+SERVING_MODES: tuple[str, ...] = ("auto", "native", "python")
+META_FILE = "deployment.json"
+LOCK_FILE = ".tracker-deploy.lock"
+_STAGING = ".staging-"
+_MISSING_BACKEND = "unable to find backend library"
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What serves after a successful publish."""
+
+    name: str
+    version: int
+    previous: tuple[int, ...]
+    serving: str
+    served_config: ModelConfig
+    production_config: ModelConfig
+    seconds: float
+
+
+@dataclass(frozen=True)
+class DeploymentState:
+    """A deployment in the repository, as the server sees it."""
+
+    name: str
+    ready_versions: tuple[int, ...]
+    files_versions: tuple[int, ...]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+    @property
+    def version(self) -> int | None:
+        return max(self.ready_versions) if self.ready_versions else None
+
+    @property
+    def state(self) -> str:
+        return "READY" if self.ready_versions else "UNAVAILABLE"
+
+
+class _Failed(Exception):
+    """A step of the switch failed; ``message`` is what the server said."""
+
+    def __init__(self, step: str, message: str) -> None:
+        super().__init__(f"{step}: {message}")
+        self.step = step
+        self.message = message
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def source_digest(source: TritonModelDir) -> str:
+    """A digest of the version's files and config (what makes two deployments the same)."""
+    h = hashlib.sha256(source.config_text.encode())
+    root = source.latest_version_dir
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(str(path.relative_to(root)).encode())
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def _with_policy(cfg: ModelConfig, name: str, versions: list[int]) -> ModelConfig:
+    new = ModelConfig()
+    new.CopyFrom(cfg)
+    new.name = name
+    new.ClearField("version_policy")
+    new.version_policy.specific.versions.extend(sorted(set(versions)))
+    return new
+
+
+class Publisher:
+    """Publishes versions of models into one repository served by one Triton server.
+
+    ``log`` gets one line per action. Publishing holds an exclusive lock on
+    ``<repository>/.tracker-deploy.lock`` so a watcher and a ``tracker promote`` cannot
+    interleave their switches.
+    """
+
+    def __init__(self, repository: str | Path, client: TritonClient, *,
+                 serving: str = "auto", ready_timeout_s: float = 300.0,
+                 log: Callable[[str], None] | None = None) -> None:
+        if serving not in SERVING_MODES:
+            raise DeployError(f"serving must be one of {list(SERVING_MODES)}, but got {serving!r}")
+        self.repository = Path(repository)
+        self.client = client
+        self.serving = serving
+        self.ready_timeout_s = ready_timeout_s
+        self._log = log or (lambda _line: None)
+        if not self.repository.is_dir():
+            raise DeployError(f"the model repository must be an existing folder, but "
+                              f"{self.repository} is not")
+
+    # -- reading ---------------------------------------------------------------------------
+    def _index(self) -> list[dict[str, str]]:
+        try:
+            return self.client.repository_index()
+        except ServerError as exc:
+            raise DeployError(f"cannot reach Triton at {self.client.endpoints.grpc}: "
+                              f"{exc.reason}") from exc
+
+    def _model_dir(self, name: str) -> Path:
+        path = self.repository / validate_model_name(name)
+        if path.resolve().parent != self.repository.resolve():
+            raise DeployError(f"model {name!r} would live outside the repository "
+                              f"{self.repository}")
+        return path
+
+    def state(self, name: str, index: list[dict[str, str]] | None = None) -> DeploymentState | None:
+        """The deployment called ``name``, or None when the repository has no such model."""
+        model_dir = self._model_dir(name)
+        entries = [e for e in (index if index is not None else self._index())
+                   if e.get("name") == name]
+        if not model_dir.is_dir() and not entries:
+            return None
+        ready = tuple(sorted(int(e["version"]) for e in entries
+                             if e.get("state") == "READY" and e.get("version", "").isdigit()))
+        reasons = [e.get("reason", "") for e in entries if e.get("state") != "READY"]
+        files = tuple(sorted(int(p.name) for p in model_dir.iterdir()
+                             if p.is_dir() and p.name.isdigit())) if model_dir.is_dir() else ()
+        meta: dict[str, Any] = {}
+        with contextlib.suppress(OSError, ValueError):
+            meta = json.loads((model_dir / META_FILE).read_text())
+        return DeploymentState(name, ready, files, meta, "; ".join(r for r in reasons if r))
+
+    def states(self) -> list[DeploymentState]:
+        """Every model of the repository (folders and what the server knows)."""
+        index = self._index()
+        names = {e["name"] for e in index if not e.get("name", ".").startswith(".")}
+        names |= {p.name for p in self.repository.iterdir()
+                  if p.is_dir() and not p.name.startswith(".")}
+        found = [self.state(n, index) for n in sorted(names)]
+        return [s for s in found if s is not None]
+
+    # -- writing ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self.repository / LOCK_FILE, "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def publish(self, name: str, version: int, source: TritonModelDir, *,
+                meta: Mapping[str, Any] | None = None) -> PublishResult:
+        """Serve ``source`` as version ``version`` of ``name`` (see the module docstring).
+
+        Raises :class:`DeployError` (with the server's message) after rolling back.
+        """
+        validate_model_name(name)
+        if not isinstance(version, int) or version < 1:
+            raise DeployError(f"a Triton version must be a positive integer, but got {version!r}")
+        production = mc.parse(source.config_text)
+        production.name = name
+        production.ClearField("version_policy")
+        with self._locked():
+            start = time.monotonic()
+            model_dir = self._model_dir(name)
+            for left in model_dir.glob(f"{_STAGING}*") if model_dir.is_dir() else []:
+                shutil.rmtree(left, ignore_errors=True)  # a crashed publish's leftovers
+            before = self.state(name)
+            digest = source_digest(source)
+            if (before is not None and before.ready_versions == (version,)
+                    and before.meta.get("source_digest") == digest):
+                self._log(f"{name}: version {version} already serves; nothing to do")
+                return PublishResult(name, version, (), str(before.meta.get("serving", "")),
+                                     self.client.model_config(name), production, 0.0)
+            meta = {**dict(meta or {}), "source_digest": digest}
+            previous = tuple(v for v in (before.ready_versions if before else ()) if v != version)
+            modes = self._modes(name, production, previous)
+            last: DeployError | None = None
+            for i, mode in enumerate(modes):
+                try:
+                    served = self._switch(name, version, source, production, mode, previous)
+                except _Fallback as exc:
+                    last = exc.error
+                    if i + 1 < len(modes):
+                        self._log(f"{name}: the server has no {production.backend} backend; "
+                                  f"serving version {version} through the Python backend")
+                    continue
+                self._write_meta(model_dir, name, version, mode, meta)
+                took = time.monotonic() - start
+                self._log(f"{name}: version {version} serves ({mode})"
+                          + (f", replaced {list(previous)}" if previous else "")
+                          + f" in {took:.1f} s")
+                return PublishResult(name, version, previous, mode, served, production, took)
+            raise last or DeployError(f"no way to serve {name!r} was tried")
+
+    def _modes(self, name: str, production: ModelConfig, previous: tuple[int, ...]) -> list[str]:
+        if self.serving != "auto":
+            return [self.serving]
+        if production.backend != "onnxruntime" and production.platform != "onnxruntime_onnx":
+            return ["native"]
+        if previous:  # keep what works on this server: look at what serves now
+            with contextlib.suppress(ServerError):
+                if self.client.model_config(name).backend == "python":
+                    return ["python"]
+        return ["native", "python"]
+
+    def _stage(self, model_dir: Path, version: int, source: TritonModelDir,
+               production: ModelConfig, mode: str) -> tuple[Path, ModelConfig]:
+        """Write the version's files aside; returns (staging folder, served config)."""
+        model_dir.mkdir(parents=True, exist_ok=True)
+        staging = model_dir / f"{_STAGING}{version}-{uuid.uuid4().hex[:8]}"
+        src_dir = source.latest_version_dir
+        if mode == "native":
+            shutil.copytree(src_dir, staging, ignore=shutil.ignore_patterns("__pycache__"))
+            return staging, production
+        from tracker.triton.repository import write_repository
+
+        info = mc.ModelInfo(config=production, supports_batching=production.max_batch_size > 0,
+                            model_file=src_dir / (production.default_model_filename
+                                                  or "model.onnx"))
+        with tempfile.TemporaryDirectory(dir=model_dir, prefix=_STAGING + "shim-") as tmp:
+            repo = write_repository(Path(tmp), info, production, serving="python",
+                                    version=version)
+            shutil.copytree(Path(repo.path) / repo.model_name / str(version), staging,
+                            symlinks=False)
+            return staging, repo.served_config
+
+    def _switch(self, name: str, version: int, source: TritonModelDir, production: ModelConfig,
+                mode: str, previous: tuple[int, ...]) -> ModelConfig:
+        model_dir = self._model_dir(name)
+        config_path = model_dir / CONFIG_FILE
+        old_text = config_path.read_text() if config_path.is_file() else None
+        version_dir = model_dir / str(version)
+        created = not version_dir.exists()
+        staging, served = self._stage(model_dir, version, source, production, mode)
+        try:
+            if created:
+                os.rename(staging, version_dir)
+            else:  # the same version again (a re-deploy): swap its files
+                aside = model_dir / f"{_STAGING}old-{uuid.uuid4().hex[:8]}"
+                os.rename(version_dir, aside)
+                os.rename(staging, version_dir)
+                shutil.rmtree(aside, ignore_errors=True)
+            both = _with_policy(served, name, [*previous, version])
+            _write_atomic(config_path, mc.dumps(both))
+            self._load(name, "loading it beside the serving version" if previous else "loading")
+            self._check(name, version, served)
+            only = _with_policy(served, name, [version])
+            if previous:
+                _write_atomic(config_path, mc.dumps(only))
+                self._load(name, f"dropping version(s) {list(previous)}")
+                self._check(name, version, served)
+            else:
+                _write_atomic(config_path, mc.dumps(only))
+        except _Failed as fail:
+            self._rollback(name, model_dir, old_text, previous, version_dir if created else None)
+            still = (f"version {max(previous)} still serves" if previous
+                     else "nothing serves under this name")
+            error = DeployError(f"deploying version {version} of {name!r} failed while "
+                                f"{fail.step}; {still}. Triton said: {fail.message}")
+            if mode == "native" and _MISSING_BACKEND in fail.message:
+                raise _Fallback(error) from None
+            raise error from None
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        for other in model_dir.iterdir():  # versions no longer served
+            if other.is_dir() and other.name.isdigit() and int(other.name) != version:
+                shutil.rmtree(other, ignore_errors=True)
+        return only
+
+    def _load(self, name: str, step: str) -> None:
+        try:
+            self.client.load_model(name)
+        except ModelLoadError as exc:
+            raise _Failed(step, exc.reason) from exc
+        except ServerError as exc:
+            raise _Failed(step, exc.reason) from exc
+
+    def _check(self, name: str, version: int, served: ModelConfig) -> None:
+        deadline = time.monotonic() + self.ready_timeout_s
+        while True:
+            try:
+                if self.client.grpc.is_model_ready(name, str(version)):
+                    break
+            except Exception as exc:  # tritonclient raises its own exception types
+                raise _Failed("waiting for READY", str(exc)) from exc
+            if time.monotonic() > deadline:
+                raise _Failed("waiting for READY",
+                              f"version {version} not READY after {self.ready_timeout_s:g} s")
+            time.sleep(0.1)
+        try:
+            infer_version(self.client, name, served, version=version)
+        except ServerError as exc:
+            raise _Failed("checking one inference", exc.reason) from exc
+
+    def _rollback(self, name: str, model_dir: Path, old_text: str | None,
+                  previous: tuple[int, ...], created_dir: Path | None) -> None:
+        if old_text is not None:
+            _write_atomic(model_dir / CONFIG_FILE, old_text)
+        if previous:
+            try:
+                self.client.load_model(name)
+            except ServerError as exc:  # the old version keeps serving through a failed load
+                self._log(f"{name}: restoring the previous config: {exc.reason}")
+        else:
+            with contextlib.suppress(ServerError):
+                self.client.unload_model(name, wait_s=10)
+        if created_dir is not None:
+            shutil.rmtree(created_dir, ignore_errors=True)
+        if old_text is None and not previous:
+            shutil.rmtree(model_dir, ignore_errors=True)
+
+    def _write_meta(self, model_dir: Path, name: str, version: int, mode: str,
+                    meta: Mapping[str, Any] | None) -> None:
+        record = {"name": name, "version": version, "serving": mode,
+                  "deployed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  **dict(meta or {})}
+        _write_atomic(model_dir / META_FILE, json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+    def remove(self, name: str) -> bool:
+        """Unload ``name`` and delete its folder; False when there was nothing (idempotent)."""
+        with self._locked():
+            model_dir = self._model_dir(name)
+            existed = model_dir.exists()
+            try:
+                self.client.unload_model(name, wait_s=30)
+            except ServerError as exc:
+                if existed:
+                    raise DeployError(f"cannot unload {name!r}: {exc.reason}") from exc
+            if existed:
+                shutil.rmtree(model_dir)
+                self._log(f"{name}: removed")
+            return existed
+
+
+class _Fallback(Exception):
+    def __init__(self, error: DeployError) -> None:
+        super().__init__(str(error))
+        self.error = error

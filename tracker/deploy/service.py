@@ -1,0 +1,194 @@
+"""Deployments of registry versions to Triton: what the `triton` target, ``tracker promote`` and
+``tracker watch`` all call.
+
+A model URI of the registry (``models:/NAME/VERSION`` or ``models:/NAME@ALIAS``) is deployed as
+that version number and leaves its result on the version's tags (``tracker.deploy.status``
+serving/failed/..., see :mod:`tracker.tracking.registry`). One registered model is served by
+one deployment: when a version serves, the version that served before is tagged ``replaced``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlflow
+from mlflow.exceptions import MlflowException
+
+from tracker.deploy.inference import infer_version, to_arrays
+from tracker.deploy.publish import DeploymentState, Publisher, PublishResult
+from tracker.deploy.settings import TargetSettings
+from tracker.errors import DeployError, ServerError
+from tracker.tracking import flavor, registry
+from tracker.triton.client import Endpoints, TritonClient
+
+FLAVOR = flavor.FLAVOR_NAME
+_REGISTRY_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[^/]+))/?$")
+
+
+@dataclass(frozen=True)
+class RegistryRef:
+    """A registry version a model URI points at."""
+
+    name: str
+    version: int
+    run_id: str | None
+
+
+def resolve_registry_uri(model_uri: str) -> RegistryRef | None:
+    """``models:/NAME/VERSION`` or ``models:/NAME@ALIAS`` -> the version; None for other URIs."""
+    match = _REGISTRY_URI.match(model_uri)
+    if not match:
+        return None
+    client = mlflow.MlflowClient()
+    name = match["name"]
+    if match["alias"]:
+        mv = registry.version_for_alias(client, name, match["alias"])
+        if mv is None:
+            raise DeployError(f"alias {match['alias']!r} of registered model {name!r} is not "
+                              f"set (model URI {model_uri!r})")
+    else:
+        mv = registry.get_version(client, name, match["version"])
+    return RegistryRef(name=name, version=int(mv.version), run_id=mv.run_id)
+
+
+def make_client(settings: TargetSettings) -> TritonClient:
+    return TritonClient(Endpoints.from_urls(settings.url), timeout_s=min(settings.timeout_s, 60))
+
+
+def make_publisher(settings: TargetSettings, client: TritonClient,
+                   log: Callable[[str], None] | None = None) -> Publisher:
+    return Publisher(settings.repository, client, serving=settings.serving,
+                     ready_timeout_s=settings.timeout_s, log=log)
+
+
+def describe(state: DeploymentState, settings: TargetSettings) -> dict[str, Any]:
+    """A deployment as ``mlflow deployments get|list`` show it."""
+    meta = dict(state.meta)
+    return {
+        "name": state.name,
+        "flavor": FLAVOR,
+        "state": state.state,
+        "version": state.version,
+        "model_uri": meta.get("model_uri"),
+        "registered_model": meta.get("registered_model"),
+        "registry_version": meta.get("registry_version"),
+        "serving": meta.get("serving"),
+        "deployed_at": meta.get("deployed_at"),
+        "url": settings.url,
+        "repository": str(settings.repository),
+        **({"reason": state.reason} if state.reason and not state.ready_versions else {}),
+    }
+
+
+def deploy(settings: TargetSettings, name: str, model_uri: str, *,
+           exists: bool | None = None, log: Callable[[str], None] | None = None
+           ) -> dict[str, Any]:
+    """Publish ``model_uri`` as deployment ``name`` and record the outcome in the registry.
+
+    ``exists``: True = update (the deployment must exist), False = create (it must not),
+    None = either. Raises :class:`DeployError` with Triton's message; the previous version keeps
+    serving and a registry version is tagged ``failed``.
+    """
+    flavor.validate_model_name(name)
+    ref = resolve_registry_uri(model_uri)
+    with make_client(settings) as client:
+        publisher = make_publisher(settings, client, log)
+        current = publisher.state(name)
+        if exists is False and current is not None:
+            raise DeployError(f"deployment {name!r} already exists (version {current.version}); "
+                              "use update")
+        if exists is True and current is None:
+            raise DeployError(f"deployment {name!r} does not exist; use create")
+        if ref is not None:
+            version = ref.version
+        elif settings.version is not None:
+            version = settings.version
+        else:
+            version = max([0, *(current.files_versions if current else ())]) + 1
+        meta = {"model_uri": model_uri, "registered_model": ref.name if ref else None,
+                "registry_version": str(ref.version) if ref else None,
+                "run_id": ref.run_id if ref else None}
+        with tempfile.TemporaryDirectory(prefix="triton-deploy-") as tmp:
+            source = flavor.load_model(model_uri, dst_path=Path(tmp) / "model")
+            try:
+                result = publisher.publish(name, version, source, meta=meta)
+            except DeployError as exc:
+                if ref is not None:
+                    registry.mark_deployment(mlflow.MlflowClient(), ref.name, ref.version,
+                                             registry.FAILED, message=str(exc),
+                                             target=settings.describe())
+                raise
+        if ref is not None:
+            registry.mark_served(mlflow.MlflowClient(), ref.name, ref.version,
+                                 target=settings.describe(), message=_summary(result))
+        state = publisher.state(name)
+    if state is None:  # pragma: no cover - publish just wrote it
+        raise DeployError(f"deployment {name!r} vanished right after publishing")
+    return describe(state, settings)
+
+
+def _summary(result: PublishResult) -> str:
+    before = f"; replaced version(s) {list(result.previous)}" if result.previous else ""
+    return f"serving as Triton version {result.version} ({result.serving}){before}"
+
+
+def list_deployments(settings: TargetSettings) -> list[dict[str, Any]]:
+    with make_client(settings) as client:
+        return [describe(s, settings) for s in make_publisher(settings, client).states()]
+
+
+def get_deployment(settings: TargetSettings, name: str) -> dict[str, Any]:
+    flavor.validate_model_name(name)
+    with make_client(settings) as client:
+        state = make_publisher(settings, client).state(name)
+    if state is None:
+        raise DeployError(f"no deployment named {name!r} in {settings.repository}")
+    return describe(state, settings)
+
+
+def delete_deployment(settings: TargetSettings, name: str,
+                      log: Callable[[str], None] | None = None) -> None:
+    """Unload and remove ``name`` (nothing to do when it does not exist)."""
+    flavor.validate_model_name(name)
+    with make_client(settings) as client:
+        publisher = make_publisher(settings, client, log)
+        state = publisher.state(name)
+        publisher.remove(name)
+    meta = state.meta if state else {}
+    reg, ver = meta.get("registered_model"), meta.get("registry_version")
+    if reg and ver:
+        # the registry may be elsewhere now; the deployment is gone either way
+        with contextlib.suppress(DeployError):
+            registry.mark_deployment(mlflow.MlflowClient(), str(reg), str(ver), registry.REMOVED,
+                                     message=f"deployment {name!r} deleted",
+                                     target=settings.describe())
+
+
+def predict(settings: TargetSettings, name: str, inputs: Any) -> dict[str, Any]:
+    """Outputs of deployment ``name`` for a DataFrame or a dict of arrays: {output: list}."""
+    flavor.validate_model_name(name)
+    with make_client(settings) as client:
+        try:
+            config = client.model_config(name)
+        except ServerError as exc:
+            raise DeployError(f"deployment {name!r} cannot be asked: {exc.reason}") from exc
+        arrays = to_arrays(config, inputs)
+        try:
+            outputs = infer_version(client, name, config, arrays=arrays)
+        except ServerError as exc:
+            raise DeployError(str(exc)) from exc
+    return {k: v.tolist() for k, v in outputs.items()}
+
+
+def mlflow_error(exc: DeployError | MlflowException) -> MlflowException:
+    return exc if isinstance(exc, MlflowException) else MlflowException(str(exc))
+
+
+def as_mapping(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    return dict(config or {})
