@@ -52,6 +52,46 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if not isinstance(exc, RequestFailed) else str(exc)
 
 
+def grpc_payloads(model_name: str, samples: Sequence[Sample],
+                  datatypes: dict[str, str]) -> list[bytes]:
+    """One serialized ``ModelInferRequest`` per sample (raw input contents)."""
+    from tritonclient.grpc import service_pb2
+
+    out = []
+    for sample in samples:
+        req = service_pb2.ModelInferRequest(model_name=model_name)
+        for name, arr in sample.items():
+            tensor = req.inputs.add()
+            tensor.name, tensor.datatype = name, datatypes[name]
+            tensor.shape.extend(int(d) for d in arr.shape)
+            req.raw_input_contents.append(_raw(arr, datatypes[name]))
+        out.append(req.SerializeToString())
+    return out
+
+
+def http_payloads(samples: Sequence[Sample],
+                  datatypes: dict[str, str]) -> list[tuple[bytes, int | None]]:
+    """One (body, JSON header size) per sample, built by tritonclient (binary tensors)."""
+    from tritonclient.http import InferInput
+    from tritonclient.http.aio import InferenceServerClient
+
+    out = []
+    for sample in samples:
+        tensors = []
+        for name, arr in sample.items():
+            tensor = InferInput(name, list(arr.shape), datatypes[name])
+            data = arr
+            if datatypes[name] == "BF16":  # our bit patterns, as the dtype tritonclient wants
+                import ml_dtypes
+
+                data = np.ascontiguousarray(arr, dtype=np.uint16).view(ml_dtypes.bfloat16)
+            tensor.set_data_from_numpy(data, binary_data=True)
+            tensors.append(tensor)
+        body, json_size = InferenceServerClient.generate_request_body(tensors)
+        out.append((bytes(body), json_size))
+    return out
+
+
 class GrpcTransport:
     """gRPC over one ``grpc.aio`` channel (create it inside the event loop that uses it)."""
 
@@ -73,18 +113,7 @@ class GrpcTransport:
         self._stats_request = service_pb2.ModelStatisticsRequest(name=model_name)
 
     def payloads(self, samples: Sequence[Sample], datatypes: dict[str, str]) -> list[Payload]:
-        from tritonclient.grpc import service_pb2
-
-        out = []
-        for sample in samples:
-            req = service_pb2.ModelInferRequest(model_name=self.model_name)
-            for name, arr in sample.items():
-                tensor = req.inputs.add()
-                tensor.name, tensor.datatype = name, datatypes[name]
-                tensor.shape.extend(int(d) for d in arr.shape)
-                req.raw_input_contents.append(_raw(arr, datatypes[name]))
-            out.append(req.SerializeToString())
-        return out
+        return grpc_payloads(self.model_name, samples, datatypes)
 
     def caller(self) -> Callable[[Payload], Awaitable[Any]]:
         """The per-request call: the channel's multicallable with the deadline bound."""
@@ -115,21 +144,7 @@ class HttpTransport:
             timeout=self._timeout, connector=aiohttp.TCPConnector(limit=0))
 
     def payloads(self, samples: Sequence[Sample], datatypes: dict[str, str]) -> list[Payload]:
-        from tritonclient.http import InferInput
-        from tritonclient.http.aio import InferenceServerClient
-
-        out = []
-        for sample in samples:
-            tensors = []
-            for name, arr in sample.items():
-                tensor = InferInput(name, list(arr.shape), datatypes[name])
-                if datatypes[name] == "BF16":  # our bit patterns -> the float32 it expects
-                    arr = (arr.astype(np.uint32) << 16).view(np.float32)
-                tensor.set_data_from_numpy(arr, binary_data=True)
-                tensors.append(tensor)
-            body, json_size = InferenceServerClient.generate_request_body(tensors)
-            out.append((bytes(body), json_size))
-        return out
+        return http_payloads(samples, datatypes)
 
     def caller(self) -> Callable[[Payload], Awaitable[Any]]:
         return self._post

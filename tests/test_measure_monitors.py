@@ -1,0 +1,187 @@
+"""Monitors: NVML through a stand-in with pynvml's interface (no GPU here), Triton's metrics
+text, a real process tree through psutil, and the sampler's aggregation."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tracker.measure.monitors import (
+    Monitor,
+    NvmlMonitor,
+    ProcessMonitor,
+    Sampler,
+    default_monitors,
+    parse_triton_metrics,
+)
+
+
+class NVMLError(Exception):
+    pass
+
+
+class FakeNvml:
+    """pynvml's functions for two GPUs; GPU 1 cannot report power (as some boards can't)."""
+
+    def __init__(self, fail_init: bool = False) -> None:
+        self.fail_init = fail_init
+        self.shutdown = False
+
+    def nvmlInit(self) -> None:
+        if self.fail_init:
+            raise NVMLError("NVML Shared Library Not Found")
+
+    def nvmlShutdown(self) -> None:
+        self.shutdown = True
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> Any:
+        return ("handle", i)
+
+    def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:
+        return SimpleNamespace(used=(h[1] + 1) * 1_000_000_000, total=16_000_000_000)
+
+    def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:
+        return SimpleNamespace(gpu=40 + 20 * h[1], memory=5)
+
+    def nvmlDeviceGetPowerUsage(self, h: Any) -> int:
+        if h[1] == 1:
+            raise NVMLError("Not Supported")
+        return 150_000  # mW
+
+
+def test_nvml_monitor_reads_each_gpu_and_totals() -> None:
+    fake = FakeNvml()
+    mon = NvmlMonitor.create(nvml=fake)
+    assert mon is not None
+    s = mon.sample()
+    assert s["gpu_used_memory"] == pytest.approx(3000.0)  # 1000 + 2000 MB
+    assert s["gpu_utilization"] == pytest.approx(50.0)  # mean of 40 and 60
+    assert s["gpu_power_usage"] == pytest.approx(150.0)  # only GPU 0 can tell
+    assert s["gpu_used_memory.gpu1"] == pytest.approx(2000.0)
+    assert "gpu_power_usage.gpu1" not in s  # absent, not zero
+    mon.close()
+    assert fake.shutdown
+
+
+def test_nvml_monitor_restricted_to_the_servers_gpus() -> None:
+    mon = NvmlMonitor.create(gpus=[1], nvml=FakeNvml())
+    assert mon is not None
+    s = mon.sample()
+    assert s["gpu_used_memory"] == pytest.approx(2000.0)
+    assert "gpu_power_usage" not in s
+
+
+def test_no_nvml_means_no_monitor() -> None:
+    assert NvmlMonitor.create(nvml=FakeNvml(fail_init=True)) is None
+    assert NvmlMonitor.create(gpus=[7], nvml=FakeNvml()) is None  # no such GPU
+    real = NvmlMonitor.create()  # the real pynvml: None on this GPU-less machine
+    assert real is None or "gpu_used_memory" in real.sample()
+
+
+METRICS = """# HELP nv_gpu_utilization GPU utilization rate [0.0 - 1.0)
+# TYPE nv_gpu_utilization gauge
+nv_gpu_utilization{gpu_uuid="GPU-aa"} 0.25
+nv_gpu_utilization{gpu_uuid="GPU-bb"} 0.75
+nv_gpu_memory_used_bytes{gpu_uuid="GPU-aa"} 2000000000
+nv_gpu_memory_used_bytes{gpu_uuid="GPU-bb"} 1000000000
+nv_gpu_power_usage{gpu_uuid="GPU-aa"} 70.5
+nv_inference_count{model="m",version="1"} 42
+nv_cpu_utilization 0.125
+nv_cpu_memory_used_bytes 866041856
+"""
+
+
+def test_triton_metrics_text_maps_to_our_names() -> None:
+    s = parse_triton_metrics(METRICS)
+    assert s["gpu_utilization"] == pytest.approx(50.0)
+    assert s["gpu_used_memory"] == pytest.approx(3000.0)
+    assert s["gpu_power_usage"] == pytest.approx(70.5)
+    assert s["gpu_utilization.GPU-bb"] == pytest.approx(75.0)
+    assert s["cpu_utilization"] == pytest.approx(12.5)
+    assert s["cpu_used_ram"] == pytest.approx(866.041856)
+    cpu_only = parse_triton_metrics("nv_cpu_utilization 0.5\n")
+    assert not any(k.startswith("gpu") for k in cpu_only)
+
+
+def test_process_monitor_sees_a_busy_process_tree() -> None:
+    code = "import time\nt=time.time()\nwhile time.time()-t<5: pass\n"
+    parent = subprocess.Popen([sys.executable, "-c",
+                               f"import subprocess,sys; subprocess.run([sys.executable,'-c',"
+                               f"{code!r}])"])
+    try:
+        time.sleep(0.5)
+        mon = ProcessMonitor(lambda: [parent.pid])
+        time.sleep(0.5)
+        s = mon.sample()
+        assert s["cpu_used_ram"] > 1.0
+        # the busy child burns one core: half or all of this machine's capacity
+        assert s["cpu_utilization"] > 20.0 / (mon._cpus / 2)
+    finally:
+        import psutil
+
+        children = psutil.Process(parent.pid).children(recursive=True)
+        parent.kill()
+        parent.wait()
+        for child in children:
+            child.kill()
+    time.sleep(0.2)
+    gone = ProcessMonitor([parent.pid])
+    assert gone.sample() == {}  # nothing measurable: nothing reported
+
+
+class Scripted(Monitor):
+    name = "scripted"
+
+    def __init__(self, values: list[dict[str, float]]) -> None:
+        self.values = values
+
+    def sample(self) -> dict[str, float]:
+        return self.values.pop(0) if self.values else {}
+
+
+class Broken(Monitor):
+    def sample(self) -> dict[str, float]:
+        raise RuntimeError("boom")
+
+
+def test_sampler_means_and_peaks_over_a_span() -> None:
+    first = Scripted([{"gpu_utilization": 10, "gpu_used_memory": 100},
+                      {"gpu_utilization": 30, "gpu_used_memory": 300},
+                      {"gpu_utilization": 20, "gpu_used_memory": 200}])
+    second = Scripted([{"gpu_utilization": 99, "cpu_utilization": 5}] * 3)
+    sampler = Sampler([Broken(), first, second])
+    t0 = time.perf_counter_ns()
+    for _ in range(3):
+        sampler.sample_once()
+    out = sampler.aggregate(t0, time.perf_counter_ns())
+    assert out["gpu_utilization"] == pytest.approx(20.0)  # first monitor wins
+    assert out["gpu_used_memory"] == 300  # peak
+    assert out["cpu_utilization"] == 5
+    assert sampler.aggregate(0, 1) != {}  # a tiny span takes the nearest sample
+
+
+def test_sampler_thread_samples_and_stops() -> None:
+    sampler = Sampler([Scripted([{"cpu_utilization": 1.0}] * 100)], interval_s=0.01)
+    sampler.start()
+    time.sleep(0.1)
+    sampler.stop()
+    n = len(sampler.samples)
+    assert n >= 3
+    time.sleep(0.05)
+    assert len(sampler.samples) == n
+
+
+def test_default_monitors_pick_what_works() -> None:
+    mons = default_monitors(metrics_url="http://127.0.0.1:9/metrics", pids=[],
+                            nvml=FakeNvml())
+    assert [m.name for m in mons] == ["process", "nvml", "triton_metrics"]
+    assert mons[2].sample() == {}  # unreachable endpoint: no metrics, no error
+    assert [m.name for m in default_monitors(nvml=FakeNvml(fail_init=True))] == []

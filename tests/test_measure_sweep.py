@@ -1,0 +1,69 @@
+"""Sweep rules without a server: levels from the spec, early stop, best level."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracker.errors import MeasurementError
+from tracker.measure.sweep import load_levels, pick_best, stop_reason, violations
+from tracker.measure.types import Measurement
+from tracker.spec import LoadSection
+
+
+def m(c: int, tput: float, p99: float = 5.0, stable: bool = True,
+      valid: bool = True) -> Measurement:
+    return Measurement(concurrency=c, throughput=tput, latency_p99_ms=p99, requests=100,
+                       stable=stable, valid=valid,
+                       invalid_reason=None if valid else "12 of 100 requests failed")
+
+
+def test_levels_from_the_spec() -> None:
+    assert [lv.concurrency for lv in load_levels(LoadSection())] == [1, 2, 4, 8, 16]
+    rng = LoadSection(concurrency={"start": 1, "stop": 32})
+    assert [lv.concurrency for lv in load_levels(rng)] == [1, 2, 4, 8, 16, 32]
+    assert [lv.concurrency for lv in load_levels(rng, [3, 5])] == [3, 5]
+    rates = load_levels(LoadSection(request_rate=[100, 200], arrival="poisson"))
+    assert [(lv.request_rate, lv.arrival) for lv in rates] == [(100.0, "poisson"),
+                                                               (200.0, "poisson")]
+    with pytest.raises(MeasurementError, match=r"integer >= 1, but got 2\.5"):
+        load_levels(LoadSection(), [2.5])
+
+
+def test_saturation_stops_after_three_flat_levels() -> None:
+    done = [m(1, 100), m(2, 180), m(4, 300)]
+    assert stop_reason(done, None) is None
+    done.append(m(8, 310))
+    assert stop_reason(done, None) is None  # 310 vs 100: still gaining over the window
+    done += [m(16, 312), m(32, 305)]
+    why = stop_reason(done, None)
+    assert why is not None and "saturated" in why and "4.0%" in why  # 312 vs 300
+
+
+def test_latency_constraint_stops_the_sweep() -> None:
+    cons = {"perf_latency_p99": {"max": 10}}
+    assert stop_reason([m(1, 100, p99=4)], cons) is None
+    why = stop_reason([m(1, 100, p99=4), m(2, 150, p99=12)], cons)
+    assert why == "latency constraint broken at concurrency 2: perf_latency_p99 12 > max 10"
+
+
+def test_invalid_level_stops_with_its_reason() -> None:
+    why = stop_reason([m(1, 100), m(2, 0, valid=False)], None)
+    assert why == "concurrency 2 invalid: 12 of 100 requests failed"
+
+
+def test_best_meets_constraints_and_prefers_stable() -> None:
+    cons = {"perf_latency_p99": {"max": 10}, "perf_throughput": {"min": 50}}
+    done = [m(1, 40, p99=2), m(2, 150, p99=4), m(4, 400, p99=9, stable=False),
+            m(8, 500, p99=20), m(16, 900, valid=False)]
+    best = pick_best(done, cons)
+    assert best is not None and best.concurrency == 2
+    only_unstable = [m(1, 40), m(4, 400, p99=9, stable=False)]
+    best = pick_best(only_unstable, {"perf_throughput": {"min": 50}})
+    assert best is not None and best.concurrency == 4 and not best.stable
+    assert pick_best([m(8, 500, p99=20)], cons) is None
+
+
+def test_unmeasured_metric_breaks_no_constraint() -> None:
+    assert violations(m(1, 10), {"gpu_used_memory": {"max": 1}}) == []
+    assert violations(m(1, 10), {"perf_throughput": {"min": 20}}) == [
+        "perf_throughput 10 < min 20"]
