@@ -39,7 +39,7 @@ from typing import Any, Literal
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tracker.deploy.inference import infer_version
-from tracker.errors import DeployError, ModelLoadError, ServerError
+from tracker.errors import DeployError, ServerError
 from tracker.tracking.flavor import CONFIG_FILE, TritonModelDir, validate_model_name
 from tracker.triton import model_config as mc
 from tracker.triton.client import TritonClient
@@ -130,6 +130,7 @@ class Publisher:
 
     def __init__(self, repository: str | Path, client: TritonClient, *,
                  serving: str = "auto", ready_timeout_s: float = 300.0,
+                 server_log: str | Path | None = None,
                  log: Callable[[str], None] | None = None) -> None:
         if serving not in SERVING_MODES:
             raise DeployError(f"serving must be one of {list(SERVING_MODES)}, but got {serving!r}")
@@ -137,6 +138,7 @@ class Publisher:
         self.client = client
         self.serving = serving
         self.ready_timeout_s = ready_timeout_s
+        self.server_log = Path(server_log) if server_log else None
         self._log = log or (lambda _line: None)
         if not self.repository.is_dir():
             raise DeployError(f"the model repository must be an existing folder, but "
@@ -215,8 +217,11 @@ class Publisher:
             if (before is not None and before.ready_versions == (version,)
                     and before.meta.get("source_digest") == digest):
                 self._log(f"{name}: version {version} already serves; nothing to do")
+                served_now = production
+                with contextlib.suppress(ServerError):
+                    served_now = self.client.model_config(name)
                 return PublishResult(name, version, (), str(before.meta.get("serving", "")),
-                                     self.client.model_config(name), production, 0.0)
+                                     served_now, production, 0.0)
             meta = {**dict(meta or {}), "source_digest": digest}
             previous = tuple(v for v in (before.ready_versions if before else ()) if v != version)
             modes = self._modes(name, production, previous)
@@ -266,8 +271,7 @@ class Publisher:
         with tempfile.TemporaryDirectory(dir=model_dir, prefix=_STAGING + "shim-") as tmp:
             repo = write_repository(Path(tmp), info, production, serving="python",
                                     version=version)
-            shutil.copytree(Path(repo.path) / repo.model_name / str(version), staging,
-                            symlinks=False)
+            os.rename(repo.model_dir / str(version), staging)  # same file system
             return staging, repo.served_config
 
     def _switch(self, name: str, version: int, source: TritonModelDir, production: ModelConfig,
@@ -314,12 +318,33 @@ class Publisher:
         return only
 
     def _load(self, name: str, step: str) -> None:
+        offset = self._log_size()
         try:
             self.client.load_model(name)
-        except ModelLoadError as exc:
-            raise _Failed(step, exc.reason) from exc
-        except ServerError as exc:
-            raise _Failed(step, exc.reason) from exc
+        except ServerError as exc:  # ModelLoadError included
+            raise _Failed(step, exc.reason + self._log_lines(name, offset)) from exc
+
+    def _log_size(self) -> int:
+        try:
+            return self.server_log.stat().st_size if self.server_log else 0
+        except OSError:
+            return 0
+
+    def _log_lines(self, name: str, offset: int) -> str:
+        """The server log's error lines about ``name`` since ``offset``: Triton answers a
+        config it refuses while reading the repository with only "failed to poll from model
+        repository"; the reason is in its log."""
+        if self.server_log is None:
+            return ""
+        try:
+            with open(self.server_log, "rb") as fh:
+                fh.seek(offset)
+                text = fh.read(1 << 20).decode(errors="replace")
+        except OSError:
+            return ""
+        lines = [line.split("] ", 1)[-1].strip() for line in text.splitlines()
+                 if line.startswith("E") and f"'{name}'" in line]
+        return ("; server log: " + " | ".join(dict.fromkeys(lines))) if lines else ""
 
     def _check(self, name: str, version: int, served: ModelConfig) -> None:
         deadline = time.monotonic() + self.ready_timeout_s

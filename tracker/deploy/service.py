@@ -64,7 +64,7 @@ def make_client(settings: TargetSettings) -> TritonClient:
 def make_publisher(settings: TargetSettings, client: TritonClient,
                    log: Callable[[str], None] | None = None) -> Publisher:
     return Publisher(settings.repository, client, serving=settings.serving,
-                     ready_timeout_s=settings.timeout_s, log=log)
+                     ready_timeout_s=settings.timeout_s, server_log=settings.log, log=log)
 
 
 def describe(state: DeploymentState, settings: TargetSettings) -> dict[str, Any]:

@@ -21,6 +21,7 @@ ENV: dict[str, str] = {
     "repository": "TRACKER_TRITON_REPOSITORY",
     "serving": "TRACKER_TRITON_SERVING",
     "timeout_s": "TRACKER_TRITON_TIMEOUT_S",
+    "log": "TRACKER_TRITON_LOG",
 }
 DEFAULTS: dict[str, str] = {"url": "localhost:8001", "serving": "auto", "timeout_s": "300"}
 HELP: dict[str, str] = {
@@ -30,6 +31,9 @@ HELP: dict[str, str] = {
                "onnxruntime backend and falls back to the Python-backend shim when the server "
                "lacks it (and keeps what an existing deployment uses)",
     "timeout_s": "seconds to wait for a version to become READY (default 300)",
+    "log": "the server's log file, when this machine can read it (optional): a config Triton "
+           "refuses while reading the repository is answered with only 'failed to poll from "
+           "model repository'; the reason is taken from this log",
     "version": "create/update only: the Triton version for a model URI that is not a registry "
                "version (models:/NAME/VERSION and models:/NAME@ALIAS use the registry's number)",
 }
@@ -42,6 +46,7 @@ class TargetSettings:
     serving: str
     timeout_s: float
     version: int | None = None
+    log: Path | None = None
 
     def describe(self) -> str:
         """What the registry's ``tracker.deploy.target`` tag records."""
@@ -99,8 +104,10 @@ def resolve_settings(target_uri: str | None = "triton",
         if not str(raw).isdigit() or int(raw) < 1:
             raise DeployError(f"version must be a positive integer, but got {raw!r}")
         version = int(raw)
+    log = pick("log")
     return TargetSettings(url=f"{host}:{port}", repository=Path(repository).expanduser(),
-                          serving=serving, timeout_s=timeout_s, version=version)
+                          serving=serving, timeout_s=timeout_s, version=version,
+                          log=Path(log).expanduser() if log else None)
 
 
 def help_text() -> str:

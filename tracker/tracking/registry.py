@@ -10,7 +10,8 @@ What the registry holds for this project (names users and scripts may rely on):
 - version tags ``tracker.deploy.status`` (``serving`` | ``replaced`` | ``failed`` |
   ``removed``), ``tracker.deploy.message``, ``tracker.deploy.target``, ``tracker.deploy.at``:
   what the last deployment of that version did. Exactly the version Triton serves carries
-  ``serving``.
+  ``serving``. When a deployment fails, :func:`restore_serving` moves the stage and the alias
+  back to the version that still serves, so the registry keeps saying what serves.
 """
 
 from __future__ import annotations
@@ -227,3 +228,23 @@ def mark_served(client: MlflowClient, name: str, version: str | int, *, target: 
 
 def deploy_status(version: ModelVersion) -> str | None:
     return version.tags.get(TAG_DEPLOY_STATUS)
+
+
+def serving_version(client: MlflowClient, name: str) -> ModelVersion | None:
+    """The version tagged ``tracker.deploy.status=serving`` (None when none is)."""
+    serving = [v for v in all_versions(client, name) if deploy_status(v) == SERVING]
+    return serving[-1] if serving else None
+
+
+def restore_serving(client: MlflowClient, name: str, *, stage: str = PRODUCTION,
+                    alias: str = PRODUCTION_ALIAS) -> ModelVersion | None:
+    """After a failed deployment: put ``stage`` and ``alias`` back on the version that still
+    serves (the failed one is archived), so the registry says what serves. Returns that
+    version, or None (and changes nothing) when no version serves."""
+    serving = serving_version(client, name)
+    if serving is None:
+        return None
+    if serving.current_stage != validate_stage(stage):
+        transition_stage(client, name, serving.version, stage, archive_existing=True)
+    set_alias(client, name, alias, serving.version)
+    return serving

@@ -1,0 +1,180 @@
+"""``tracker promote``: the best feasible trial of a study becomes the served model.
+
+1. the best feasible trial (the one the study's summary sentence names: feasible, complete,
+   measured, best on the first objective) is found in the Optuna study;
+2. its model (logged on the trial's MLflow run as ``model``, see
+   :func:`tracker.tracking.flavor.log_triton_model`) is registered as a new version of the
+   spec's registered model, with tags (study, trial, run id, perf_throughput,
+   perf_latency_p99, the constraint it met) and the summary sentence as description;
+3. the version moves to the stage (the previous Production version is archived) and gets the
+   alias;
+4. it is deployed to Triton (:func:`tracker.deploy.service.deploy`); a failure leaves the
+   previous version serving, tags the new one ``failed``, puts the stage and alias back on
+   the version that serves (the failed one is archived) and raises :class:`DeployError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import mlflow
+import optuna
+from mlflow.exceptions import MlflowException
+from optuna.trial import FrozenTrial
+
+from tracker.deploy import service, watch
+from tracker.deploy.settings import TargetSettings
+from tracker.errors import DeployError
+from tracker.tracking import flavor, registry
+from tracker.tracking.report import TrialRow, best_row, fmt, summary
+
+# Trial user attributes the tuning loop writes (tracker.search.study.Attr; deploy/ may not
+# import search/, tests/test_deploy_promote.py checks these stay equal).
+ATTR_RUN_ID = "mlflow_run_id"
+ATTR_METRICS = "metrics"
+ATTR_FEASIBLE = "feasible"
+ATTR_BASELINE = "baseline"
+ATTR_DUPLICATE_OF = "duplicate_of"
+ATTR_CONCURRENCY = "concurrency"
+ATTR_MEASUREMENTS = "measurements"
+ATTR_FAIL_REASON = "fail_reason"
+HEADLINE_TAGS = ("perf_throughput", "perf_latency_p99")
+
+
+class BoundLike(Protocol):
+    max: float | None
+    min: float | None
+
+
+def trial_rows(study: optuna.Study) -> list[TrialRow]:
+    """The study's trials as the report sees them."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        attrs = t.user_attrs
+        dup = attrs.get(ATTR_DUPLICATE_OF)
+        rows.append(TrialRow(
+            number=t.number, state=t.state.name, params=dict(t.params),
+            values=list(t.values) if t.values is not None else None,
+            metrics={k: float(v) for k, v in (attrs.get(ATTR_METRICS) or {}).items()},
+            feasible=attrs.get(ATTR_FEASIBLE, _feasible(t)),
+            baseline=bool(attrs.get(ATTR_BASELINE, False)),
+            duplicate_of=dup if isinstance(dup, int) else None,
+            concurrency=attrs.get(ATTR_CONCURRENCY),
+            measurements=int(attrs.get(ATTR_MEASUREMENTS, 0) or 0),
+            run_id=attrs.get(ATTR_RUN_ID), fail_reason=attrs.get(ATTR_FAIL_REASON)))
+    return rows
+
+
+def _feasible(t: FrozenTrial) -> bool | None:
+    constraints = t.system_attrs.get("constraints")
+    return None if constraints is None else all(v <= 0 for v in constraints)
+
+
+def constraint_text(metrics: Mapping[str, float], constraints: Mapping[str, BoundLike]) -> str:
+    """``perf_latency_p99 <= 50 ms (measured 3.21 ms)``; ``none`` without constraints."""
+    parts = []
+    for metric, bound in constraints.items():
+        rule = " and ".join(
+            f"{metric} {op} {fmt(metric, limit)}"
+            for op, limit in ((">=", bound.min), ("<=", bound.max)) if limit is not None)
+        got = metrics.get(metric)
+        parts.append(rule + ("" if got is None else f" (measured {fmt(metric, got)})"))
+    return "; ".join(parts) or "none"
+
+
+def model_source(client: mlflow.MlflowClient, run_id: str) -> tuple[str, str | None]:
+    """(source URI, logged model id) of the model the trial's run logged as ``model``."""
+    try:
+        run = client.get_run(run_id)
+        for output in (run.outputs.model_outputs if run.outputs else []):
+            logged = client.get_logged_model(output.model_id)
+            if logged.name == flavor.MODEL_ARTIFACT_PATH:
+                return f"models:/{logged.model_id}", logged.model_id
+        names = {f.path for f in client.list_artifacts(run_id, flavor.MODEL_ARTIFACT_PATH)}
+    except MlflowException as exc:
+        raise DeployError(f"cannot read the trial's MLflow run {run_id}: {exc.message}") from exc
+    if f"{flavor.MODEL_ARTIFACT_PATH}/MLmodel" in names:
+        return f"runs:/{run_id}/{flavor.MODEL_ARTIFACT_PATH}", None
+    raise DeployError(f"the trial's MLflow run {run_id} has no model logged as "
+                      f"{flavor.MODEL_ARTIFACT_PATH!r}; was the study run with this version "
+                      "of tracker?")
+
+
+@dataclass(frozen=True)
+class Promotion:
+    registered_model: str
+    version: int
+    trial: int
+    run_id: str
+    stage: str
+    alias: str
+    description: str
+    deployment: dict[str, Any] | None
+
+
+def promote(study: optuna.Study, *, objectives: Mapping[str, str],
+            constraints: Mapping[str, BoundLike], registered_model: str, deployment_name: str,
+            stage: str = registry.PRODUCTION, alias: str = registry.PRODUCTION_ALIAS,
+            settings: TargetSettings | None = None,
+            log: Callable[[str], None] = print) -> Promotion:
+    """Register, stage, alias and (with ``settings``) deploy the study's best feasible trial."""
+    stage = registry.validate_stage(stage)
+    registry.validate_alias(alias)
+    registry.validate_registered_name(registered_model)
+    flavor.validate_model_name(deployment_name)
+    rows = trial_rows(study)
+    best = best_row(rows, objectives)
+    if best is None:
+        raise DeployError(f"study {study.study_name!r} has no feasible complete trial to "
+                          f"promote ({len(rows)} trials; constraints: "
+                          f"{constraint_text({}, constraints)})")
+    if not best.run_id:
+        raise DeployError(f"trial {best.number} of study {study.study_name!r} has no MLflow run "
+                          f"(user attribute {ATTR_RUN_ID!r} is missing)")
+    client = mlflow.MlflowClient()
+    source, model_id = model_source(client, best.run_id)
+    tags = {registry.TAG_STUDY: study.study_name, registry.TAG_TRIAL: str(best.number),
+            registry.TAG_RUN_ID: best.run_id,
+            registry.TAG_CONSTRAINT: constraint_text(best.metrics, constraints),
+            **{m: repr(best.metrics[m]) for m in HEADLINE_TAGS if m in best.metrics}}
+    description = summary(rows, objectives)
+    mv = registry.register_version(client, registered_model, registry.VersionRequest(
+        source=source, run_id=best.run_id, model_id=model_id, tags=tags,
+        description=description))
+    version = int(mv.version)
+    _tag_model(client, registered_model, deployment_name)
+    registry.transition_stage(client, registered_model, version, stage, archive_existing=True)
+    registry.set_alias(client, registered_model, alias, version)
+    log(f"registered {registered_model} version {version} from trial {best.number} "
+        f"({_headline(best.metrics)}); stage {stage}, alias {alias!r}")
+    deployment = None
+    if settings is not None:
+        try:
+            deployment = service.deploy(settings, deployment_name,
+                                        f"models:/{registered_model}/{version}", log=log)
+        except DeployError as exc:
+            back = registry.restore_serving(client, registered_model, stage=stage, alias=alias)
+            if back is not None:
+                log(f"version {version} archived; stage {stage} and alias {alias!r} are back on "
+                    f"version {back.version}, which still serves")
+            raise DeployError(f"{registered_model} version {version} (trial {best.number}) was "
+                              f"not deployed: {exc}") from exc
+        finally:  # handled here, success or not: the watcher must not repeat it
+            watch.record_seen(client, registered_model)
+    return Promotion(registered_model, version, best.number, best.run_id, stage, alias,
+                     description, deployment)
+
+
+def _tag_model(client: mlflow.MlflowClient, registered: str, deployment_name: str) -> None:
+    try:
+        client.set_registered_model_tag(registered, watch.NAME_TAG, deployment_name)
+    except MlflowException as exc:
+        raise DeployError(f"cannot tag registered model {registered!r}: {exc.message}") from exc
+
+
+def _headline(metrics: Mapping[str, float]) -> str:
+    return ", ".join(fmt(m, metrics[m]) + (" p99" if m == "perf_latency_p99" else "")
+                     for m in HEADLINE_TAGS if m in metrics) or "no metrics"
+
