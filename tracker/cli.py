@@ -85,6 +85,132 @@ def check_command(spec_path: Path) -> None:
     click.echo(check(spec, model_info(spec.model)))
 
 
+# -- tuning studies (tracker/runner.py, docs/tuning.md) --
+class _Optional(click.ParamType):  # type: ignore[type-arg]
+    """An int/float option where "" means "not given" (MLproject parameters default to "")."""
+
+    def __init__(self, kind: type) -> None:
+        self.kind = kind
+        self.name = kind.__name__
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if value is None or isinstance(value, self.kind):
+            return value
+        if str(value).strip() == "":
+            return None
+        try:
+            return self.kind(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a valid {self.name}", param, ctx)
+
+
+def _blank(value: str | None) -> str | None:
+    return value if value not in (None, "") else None
+
+
+def _gpu_list(text: str | None) -> list[int] | str | None:
+    """``--gpus``: '' -> None (the spec's), 'all', or '0,1' -> [0, 1]."""
+    if not text:
+        return None
+    if text.strip() == "all":
+        return "all"
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(f"must be 'all' or GPU indices like '0,1', but got {text!r}",
+                                 param_hint="--gpus") from None
+
+
+@cli.command("tune")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
+@click.option("--n-trials", type=_Optional(int), help="Complete trials the study should "
+              "hold, across runs and workers (default: the spec's search.n_trials).")
+@click.option("--timeout", "timeout_s", type=_Optional(float),
+              help="Stop starting trials after this many seconds.")
+@click.option("--study-name", help="Optuna study name (default: search.study_name or the "
+              "model name). The same name and storage resume the study.")
+@click.option("--storage", help="Optuna storage URL, e.g. postgresql://user@host/db "
+              "(default: search.storage, else optuna.db beside the MLflow sqlite database). "
+              "${VAR} is read from the environment.")
+@click.option("--sampler", type=click.Choice(["", "tpe", "random", "grid", "nsga2"]))
+@click.option("--seed", type=_Optional(int))
+@click.option("--patience", type=_Optional(int),
+              help="Stop after this many trials without improvement.")
+@click.option("--mode", type=click.Choice(["", "local", "docker", "remote"]),
+              help="Server launch mode (overrides server.mode).")
+@click.option("--strategy", type=click.Choice(["", "restart", "reload"]),
+              help="How a trial config reaches the server (overrides server.strategy).")
+@click.option("--url", help="Remote server gRPC host:port (server.url, mode remote).")
+@click.option("--image", help="Docker image (server.image, mode docker).")
+@click.option("--no-bar", is_flag=True, help="No progress bar (lines only).")
+@click.option("--gpus", help="GPUs of this worker's Triton: 'all' or indices '0,1' "
+              "(server.gpus; CUDA_VISIBLE_DEVICES for local, a device request for docker). "
+              "One worker per GPU: docs/scale-out.md.")
+@click.option("--heartbeat-interval", type=_Optional(int), help="Seconds between a running "
+              "trial's heartbeats in the study storage (default 10).")
+@click.option("--grace-period", type=_Optional(int), help="Seconds without heartbeat after "
+              "which another worker fails a trial and retries it (default 2 x interval).")
+def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
+                 study_name: str | None, storage: str | None, sampler: str | None,
+                 seed: int | None, patience: int | None, mode: str | None, strategy: str | None,
+                 url: str | None, image: str | None, no_bar: bool, gpus: str | None,
+                 heartbeat_interval: int | None, grace_period: int | None) -> None:
+    """Run (or resume) the tuning study of SPEC: one MLflow child run per trial under the
+    study's parent run. Ctrl-C stops cleanly (exit 130); the same command resumes."""
+    from tracker.runner import Interrupted, TuneOptions, tune
+
+    options = TuneOptions(
+        n_trials=n_trials, timeout_s=timeout_s, study_name=_blank(study_name),
+        storage=_blank(storage), sampler=_blank(sampler), seed=seed, patience=patience,
+        server={"mode": _blank(mode), "strategy": _blank(strategy), "url": _blank(url),
+                "image": _blank(image), "gpus": _gpu_list(gpus)},
+        bar=False if no_bar else None, heartbeat_interval=heartbeat_interval,
+        grace_period=grace_period)
+    try:
+        tune(spec_path, options)
+    except Interrupted as stop:
+        click.echo(f"{stop}: the current trial is marked FAIL and will be measured again; "
+                   "run the same command to resume.", err=True)
+        sys.exit(stop.exit_code)
+
+
+@cli.command("profile")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
+@click.option("--set", "assignments", multiple=True, metavar="PATH=VALUE",
+              help="Set a config field (or concurrency) by its path; repeatable.")
+@click.option("--set-all", "set_all", default="", metavar="'PATH=VALUE ...'",
+              help="Several PATH=VALUE separated by spaces (the MLproject's `set`).")
+@click.option("--mode", type=click.Choice(["", "local", "docker", "remote"]))
+@click.option("--strategy", type=click.Choice(["", "restart", "reload"]))
+@click.option("--url", help="Remote server gRPC host:port.")
+@click.option("--image", help="Docker image.")
+def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
+                    mode: str | None, strategy: str | None, url: str | None,
+                    image: str | None) -> None:
+    """Measure one configuration of SPEC's model (its default, with --set fields applied)
+    over the spec's load sweep, logged as one MLflow run; print the sweep."""
+    from tracker.profile import profile, table
+    from tracker.runner import Interrupted
+    from tracker.triton.model_config import parse_assignment
+
+    texts = [*assignments, *set_all.split()]
+    values = dict(parse_assignment(text) for text in texts)
+    try:
+        result = profile(spec_path, values, server_overrides={
+            "mode": _blank(mode), "strategy": _blank(strategy), "url": _blank(url),
+            "image": _blank(image)})
+    except Interrupted as stop:
+        click.echo(str(stop), err=True)
+        sys.exit(stop.exit_code)
+    click.echo(table(result.measurements))
+    best = result.choice
+    click.echo(f"best level: concurrency {best.concurrency}, "
+               f"{best.metrics.get('perf_throughput', 0):,.1f} infer/s, "
+               f"{'meets' if best.feasible else 'violates'} the constraints; "
+               f"MLflow run {result.run_id}")
+
+
 # -- promotion and deployment (tracker/deploy/, docs/deploy.md) --
 def _deploy_options(fn: Any) -> Any:
     for option in reversed([

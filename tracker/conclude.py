@@ -1,0 +1,121 @@
+"""The end of a study invocation: the report, the best trial and the summary on the parent run.
+
+The parent run gets: the best trial's run id (tag ``tracker.best_run_id``), its params under
+the same field-path names as the trial runs (so the runs table lines them up), its headline
+metrics, ``best/config.pbtxt`` (the production config: what to deploy) and, when the trial
+server used the Python-backend shim, ``best/served_config.pbtxt``; ``trials.csv``, the plots
+and ``report.html``; and the summary sentence as its description.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from mlflow.entities import Param
+from mlflow.exceptions import MlflowException
+from optuna.trial import TrialState
+
+from tracker.search.study import Attr
+from tracker.tracking import runs
+from tracker.tracking.report import TrialRow, best_row, improvement_pct, summary, write_report
+from tracker.trial import Context, configs
+from tracker.triton import model_config as mc
+from tracker.triton.repository import production_config
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    summary: str
+    best_trial: int | None
+    best_run_id: str | None
+
+
+def trial_rows(study: optuna.Study) -> list[TrialRow]:
+    """Every trial that ran (not the queued ones) as report rows."""
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        if t.state == TrialState.WAITING:
+            continue
+        attrs = t.user_attrs
+        feasible = attrs.get(Attr.FEASIBLE)
+        rows.append(TrialRow(
+            number=t.number, state=t.state.name, params=dict(t.params),
+            values=list(t.values) if t.values is not None else None,
+            metrics=dict(attrs.get(Attr.METRICS, {})),
+            feasible=None if feasible is None else bool(feasible),
+            baseline=bool(attrs.get(Attr.BASELINE)), duplicate_of=attrs.get(Attr.DUPLICATE_OF),
+            concurrency=attrs.get(Attr.CONCURRENCY),
+            measurements=int(attrs.get(Attr.MEASUREMENTS, 0) or 0),
+            run_id=attrs.get(Attr.RUN_ID),
+            fail_reason=("interrupted" if attrs.get(Attr.INTERRUPTED)
+                         else attrs.get(Attr.FAIL_REASON))))
+    return rows
+
+
+def finish_study(ctx: Context, *, status: str, owner: bool, stop_reason: str,
+                 wall_s: float) -> Conclusion:
+    """Write the report on the parent run; end it with ``status`` when this invocation owns it.
+    A report that cannot be written is a warning: the trials are already recorded."""
+    spec, parent = ctx.spec, ctx.parent
+    client = parent.client
+    rows = trial_rows(ctx.study)
+    objectives = dict(spec.objectives)
+    text = summary(rows, objectives)
+    best = best_row(rows, objectives)
+    try:
+        _log_report(ctx, rows, best, text, stop_reason, wall_s)
+    except (MlflowException, runs.TrackingError, OSError, ValueError) as exc:
+        ctx.progress.line(f"warning: the study report was not written: {exc}")
+    if owner:
+        try:
+            runs.finish_run(client, parent.run_id, status)
+        except runs.TrackingError as exc:
+            ctx.progress.line(f"warning: the parent run was not ended: {exc}")
+    return Conclusion(text, best.number if best else None, best.run_id if best else None)
+
+
+def _log_report(ctx: Context, rows: list[TrialRow], best: TrialRow | None, text: str,
+                stop_reason: str, wall_s: float) -> None:
+    spec, parent = ctx.spec, ctx.parent
+    client = parent.client
+    objectives = dict(spec.objectives)
+    metric = next(iter(objectives))
+    with tempfile.TemporaryDirectory(prefix="tracker-report-") as tmp:
+        files: dict[str, str | bytes | Path] = dict(
+            write_report(rows, objectives, spec.constraints, Path(tmp),
+                         title=f"Study {ctx.study.study_name}"))
+        if best is not None:
+            cfg, served = configs(ctx, best.params, best.baseline)
+            production = mc.dumps(production_config(cfg, ort_threads=ctx.ort_threads))
+            files["best/config.pbtxt"] = production
+            if served.strip() != production.strip():
+                files["best/served_config.pbtxt"] = served
+        runs.log_files(client, parent.run_id, files)
+    tags: dict[str, object] = {runs.NOTE_TAG: text, "tracker.summary": text,
+                               "tracker.stop_reason": stop_reason}
+    metrics: dict[str, float] = {
+        "trials_complete": float(sum(r.state == "COMPLETE" for r in rows)),
+        "trials_failed": float(sum(r.state == "FAIL" for r in rows)),
+        "measurements": float(sum(r.measurements for r in rows)),
+        "configurations": float(sum(r.measurements > 0 for r in rows)),
+        "wall_s": wall_s}
+    base = next((r for r in rows if r.baseline and r.complete), None)
+    if base is not None and base.values:
+        metrics[f"default_{metric}"] = base.values[0]
+    if best is not None:
+        tags.update({runs.BEST_RUN: best.run_id or "", "tracker.best_trial": best.number})
+        tags.update({f"best.{k}": v for k, v in best.params.items()})
+        metrics.update(best.metrics)
+        if base is not None and base.values and best.values:
+            pct = improvement_pct(best.values[0], base.values[0], objectives[metric])
+            if pct is not None:
+                metrics["improvement_pct"] = pct
+        logged = client.get_run(parent.run_id).data.params
+        fresh = [Param(k, str(v)) for k, v in best.params.items() if k not in logged]
+        if fresh and all(k not in logged for k in best.params):
+            client.log_batch(parent.run_id, params=fresh)
+    runs.set_tags(client, parent.run_id, tags)
+    runs.log_metrics(client, parent.run_id, metrics)

@@ -1,0 +1,131 @@
+"""``tracker profile``: measure one configuration over the spec's load sweep, as one MLflow run.
+
+The configuration is the model's default config, or the default with field paths set
+(``instance_group.count=2``). The run (``MLFLOW_RUN_ID`` under ``mlflow run``, else a new one
+in the spec's experiment) gets the assignments as params, the headline metrics at the best
+concurrency that meets the constraints, the sweep (``sweep/<metric>``, step = concurrency),
+``config.pbtxt`` (what the server loaded), ``perf.csv`` and ``server.log``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlflow import MlflowClient
+from mlflow.entities import Param
+
+from tracker.errors import TrackerError
+from tracker.measure import csvio
+from tracker.measure.monitors import default_monitors
+from tracker.measure.sweep import sweep
+from tracker.measure.types import Measurement
+from tracker.runner import (
+    Interrupted,
+    TuneOptions,
+    apply_overrides,
+    received_signal,
+    shielded,
+    signals,
+    tracking_uri,
+)
+from tracker.search.objective import LevelChoice, pick_best_level
+from tracker.spec import ensure_model, load_spec
+from tracker.tracking import runs
+from tracker.trial import clip_log
+from tracker.triton import model_config as mc
+from tracker.triton.repository import write_repository
+from tracker.triton.server.base import make_server
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    run_id: str
+    measurements: list[Measurement]
+    choice: LevelChoice
+    config_text: str
+
+
+def table(measurements: list[Measurement]) -> str:
+    """The sweep as a small table, one line per level."""
+    lines = [f"{'level':<16}{'infer/s':>12}{'p50 ms':>10}{'p99 ms':>10}  stable"]
+    for m in measurements:
+        lines.append(f"{m.level:<16}{m.throughput:>12,.1f}"
+                     f"{(m.latency_p50_ms or 0):>10.2f}{(m.latency_p99_ms or 0):>10.2f}  "
+                     f"{'yes' if m.stable else 'no'}" + ("" if m.valid else
+                                                         f"  invalid: {m.invalid_reason}"))
+    return "\n".join(lines)
+
+
+def profile(spec_path: str | Path, values: Mapping[str, object], *,
+            server_overrides: Mapping[str, object] | None = None) -> ProfileResult:
+    """Measure the spec's model with ``values`` applied (field path -> value). Ctrl-C or
+    SIGTERM: the server stops, the run ends KILLED and :class:`Interrupted` is raised."""
+    with signals():
+        return _profile(spec_path, values, server_overrides)
+
+
+def _profile(spec_path: str | Path, values: Mapping[str, object],
+             server_overrides: Mapping[str, object] | None) -> ProfileResult:
+    spec = apply_overrides(load_spec(spec_path), TuneOptions(server=dict(server_overrides or {})))
+    ensure_model(spec)
+    info = mc.model_info(spec.model)
+    config_values, load_values = mc.split_params(values)
+    cfg = mc.apply(info, config_values) if config_values else info.config
+    uri = tracking_uri(spec)
+    client = MlflowClient(tracking_uri=uri)
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if not run_id:
+        exp = client.get_experiment_by_name(spec.experiment_name)
+        exp_id = exp.experiment_id if exp else client.create_experiment(spec.experiment_name)
+        run_id = client.create_run(exp_id, run_name=f"profile-{spec.model.name}",
+                                   tags={runs.ROLE: "profile"}).info.run_id
+    client.log_batch(run_id, params=[Param(k, str(v)) for k, v in values.items()])
+    server = make_server(spec.server)
+    work = Path(tempfile.mkdtemp(prefix="tracker-profile-"))
+    status = "FAILED"
+    try:
+        serving = "native" if (spec.server.backend == "onnxruntime" or (
+            spec.server.backend == "auto" and server.has_backend("onnxruntime"))) else "python"
+        repo = write_repository(work, info, cfg, serving=serving,  # type: ignore[arg-type]
+                                ort_threads=(spec.server.ort_intra_op_threads,
+                                             spec.server.ort_inter_op_threads))
+        try:
+            server.apply_trial(repo)
+            levels = ([float(load_values["concurrency"])]  # type: ignore[arg-type]
+                      if "concurrency" in load_values else None)
+            result = sweep(server.endpoints, repo.model_name, repo.served_config, spec.load,
+                           spec.constraints, default_monitors(server.endpoints.metrics,
+                                                              pids=server.pids), levels=levels)
+            choice = pick_best_level(result.measurements, spec.constraints, spec.objectives)
+        finally:
+            log = server.log_text()
+            server.stop()
+        text = repo.served_config_path.read_text()
+        runs.log_metrics(client, run_id, {**choice.metrics, "concurrency": choice.concurrency,
+                                          "feasible": float(choice.feasible)},
+                         step=choice.concurrency, extra=runs.sweep_metrics(result.measurements))
+        runs.log_files(client, run_id, {"config.pbtxt": text, "server.log": clip_log(log),
+                                        "perf.csv": csvio.dumps(result.measurements)})
+        status = "FINISHED"
+        return ProfileResult(run_id, result.measurements, choice, text)
+    except KeyboardInterrupt as exc:
+        status = "KILLED"
+        signum = received_signal()
+        raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name}") from exc
+    except TrackerError as err:
+        with contextlib.suppress(Exception):
+            runs.set_tags(client, run_id, {runs.NOTE_TAG: str(err)})
+        raise
+    finally:
+        with shielded():
+            server.stop()
+            shutil.rmtree(work, ignore_errors=True)
+            with contextlib.suppress(Exception):
+                runs.finish_run(client, run_id, status)
