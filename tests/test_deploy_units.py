@@ -1,0 +1,181 @@
+"""The deployment pieces that need no server: target settings, input conversion for predict,
+name/path validation, promotion's choice of trial (real Optuna and MLflow sqlite stores)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import optuna
+import pandas as pd
+import pytest
+from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+from tracker.deploy import promote as promote_mod
+from tracker.deploy.inference import to_arrays
+from tracker.deploy.publish import Publisher
+from tracker.deploy.settings import resolve_settings
+from tracker.errors import DeployError
+from tracker.search.study import Attr
+from tracker.spec import Bound
+from tracker.tracking import flavor
+from tracker.triton import model_config as mc
+from tracker.triton.client import Endpoints, TritonClient
+
+
+def test_settings_come_from_config_then_target_uri_then_environment(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TRACKER_TRITON_REPOSITORY", str(tmp_path))
+    monkeypatch.setenv("TRACKER_TRITON_URL", "envhost:7001")
+    assert resolve_settings().url == "envhost:7001"
+    assert resolve_settings("triton:/urihost:9001").url == "urihost:9001"
+    s = resolve_settings("triton:/urihost:9001", {"url": "cfg:1", "serving": "python",
+                                                   "timeout_s": "12", "version": "4"})
+    assert (s.url, s.repository, s.serving, s.timeout_s, s.version) == \
+        ("cfg:1", tmp_path, "python", 12.0, 4)
+
+
+@pytest.mark.parametrize(("config", "rule"), [
+    ({"repositry": "/x"}, r"unknown triton target config 'repositry' \(did you mean "
+                          r"'repository'\?\)"),
+    ({"url": "nohostport"}, "url must be the gRPC endpoint host:port, but got 'nohostport'"),
+    ({"serving": "gpu"}, "serving must be auto, native or python, but got 'gpu'"),
+    ({"timeout_s": "soon"}, "timeout_s must be a number of seconds, but got 'soon'"),
+    ({"timeout_s": "0"}, "timeout_s must be > 0"),
+    ({"version": "0"}, "version must be a positive integer"),
+])
+def test_bad_settings_name_the_rule_and_the_value(config: dict[str, str], rule: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRACKER_TRITON_REPOSITORY", "/tmp")
+    with pytest.raises(DeployError, match=rule):
+        resolve_settings("triton", config)
+
+
+def test_the_repository_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRACKER_TRITON_REPOSITORY", raising=False)
+    with pytest.raises(DeployError, match="TRACKER_TRITON_REPOSITORY"):
+        resolve_settings()
+
+
+def config(max_batch_size: int = 8) -> ModelConfig:
+    return mc.parse(f"""name: "m" max_batch_size: {max_batch_size}
+input {{ name: "a" data_type: TYPE_FP32 dims: [2, 2] }}
+input {{ name: "b" data_type: TYPE_INT64 dims: [-1] }}
+output {{ name: "y" data_type: TYPE_FP32 dims: [4] }}""")
+
+
+def one_input(max_batch_size: int = 8) -> ModelConfig:
+    cfg = config(max_batch_size)
+    del cfg.input[1]
+    return cfg
+
+
+def test_a_dataframe_with_input_columns_holds_one_item_per_row() -> None:
+    df = pd.DataFrame({"a": [[[1, 2], [3, 4]], [[5, 6], [7, 8]]], "b": [[1, 2, 3], [4, 5, 6]]})
+    got = to_arrays(config(), df)
+    assert got["a"].shape == (2, 2, 2) and got["a"].dtype == np.float32
+    assert got["b"].shape == (2, 3) and got["b"].dtype == np.int64
+
+
+def test_a_plain_dataframe_feeds_a_single_input_row_by_row() -> None:
+    got = to_arrays(one_input(), pd.DataFrame([[1, 2, 3, 4], [5, 6, 7, 8], [0, 0, 0, 1]]))
+    assert got["a"].shape == (3, 2, 2)
+    np.testing.assert_array_equal(got["a"][1], [[5, 6], [7, 8]])
+    # without batching, the whole array is the tensor
+    assert to_arrays(one_input(0), pd.DataFrame([[1, 2, 3, 4]]))["a"].shape == (2, 2)
+
+
+def test_a_dict_of_arrays_must_name_exactly_the_inputs() -> None:
+    arrays = {"a": np.zeros((3, 2, 2)), "b": np.zeros((3, 5), np.int32)}
+    got = to_arrays(config(), arrays)
+    assert got["b"].dtype == np.int64 and got["a"].dtype == np.float32
+    with pytest.raises(DeployError, match=r"missing \['b'\] and unknown \['c'\]"):
+        to_arrays(config(), {"a": np.zeros((1, 4)), "c": np.zeros(1)})
+    with pytest.raises(DeployError, match=r"input 'a' needs shape \[-1, 2, 2\]"):
+        to_arrays(config(), {"a": np.zeros((1, 3)), "b": np.zeros((1, 2))})
+    with pytest.raises(DeployError, match="columns must name the model's inputs"):
+        to_arrays(config(), pd.DataFrame([[1, 2]]))
+    with pytest.raises(DeployError, match="a pandas DataFrame or a dict of numpy arrays"):
+        to_arrays(config(), [1, 2, 3])
+
+
+def test_model_names_cannot_leave_the_repository(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (tmp_path / "outside").mkdir()
+    (repo / "link").symlink_to(tmp_path / "outside")
+    client = TritonClient(Endpoints.from_urls("127.0.0.1:1"))
+    publisher = Publisher(repo, client)
+    for bad in ("../outside", "a/b", "..", ".hidden"):
+        with pytest.raises(DeployError, match="one path component"):
+            publisher.state(bad)
+    with pytest.raises(DeployError, match="would live outside the repository"):
+        publisher.state("link")
+    with pytest.raises(DeployError, match="must be an existing folder"):
+        Publisher(tmp_path / "missing", client)
+    with pytest.raises(DeployError, match="serving must be one of"):
+        Publisher(repo, client, serving="gpu")
+
+
+def test_trial_attribute_names_match_the_tuning_loop() -> None:
+    assert promote_mod.ATTR_RUN_ID == Attr.RUN_ID
+    assert promote_mod.ATTR_METRICS == Attr.METRICS
+    assert promote_mod.ATTR_FEASIBLE == Attr.FEASIBLE
+    assert promote_mod.ATTR_BASELINE == Attr.BASELINE
+    assert promote_mod.ATTR_DUPLICATE_OF == Attr.DUPLICATE_OF
+    assert promote_mod.ATTR_CONCURRENCY == Attr.CONCURRENCY
+    assert promote_mod.ATTR_MEASUREMENTS == Attr.MEASUREMENTS
+    assert promote_mod.ATTR_FAIL_REASON == Attr.FAIL_REASON
+
+
+def test_constraint_text_says_the_bound_and_the_measured_value() -> None:
+    text = promote_mod.constraint_text({"perf_latency_p99": 3.214},
+                                       {"perf_latency_p99": Bound(max=50),
+                                        "perf_throughput": Bound(min=100, max=900)})
+    assert text == ("perf_latency_p99 <= 50.00 ms (measured 3.21 ms); perf_throughput >= "
+                    "100.0 infer/s and perf_throughput <= 900.0 infer/s")
+    assert promote_mod.constraint_text({}, {}) == "none"
+
+
+def _study(tmp_path: Path) -> optuna.Study:
+    return optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 'o.db'}",
+                               direction="maximize")
+
+
+def _trial(study: optuna.Study, value: float, **attrs: object) -> None:
+    trial = study.ask()
+    for key, val in {"measurements": 2, "feasible": True, **attrs}.items():
+        trial.set_user_attr(key, val)
+    study.tell(trial, value)
+
+
+def test_promote_refuses_a_study_without_a_feasible_trial(tmp_path: Path, mlflow_uri: str) -> None:
+    study = _study(tmp_path)
+    _trial(study, 500.0, feasible=False)
+    with pytest.raises(DeployError, match="no feasible complete trial"):
+        promote_mod.promote(study, objectives={"perf_throughput": "maximize"},
+                            constraints={"perf_latency_p99": Bound(max=1)},
+                            registered_model="r", deployment_name="r")
+
+
+def test_promote_picks_the_best_feasible_trial_and_needs_its_logged_model(
+        tmp_path: Path, mlflow_uri: str) -> None:
+    client = mlflow.MlflowClient(mlflow_uri)
+    exp = client.create_experiment("e")
+    bare_run = client.create_run(exp).info.run_id
+    study = _study(tmp_path)
+    _trial(study, 900.0, feasible=False, mlflow_run_id="infeasible-run")
+    _trial(study, 300.0, mlflow_run_id=bare_run)
+    _trial(study, 100.0)
+    with pytest.raises(DeployError, match=f"run {bare_run} has no model logged as 'model'"):
+        promote_mod.promote(study, objectives={"perf_throughput": "maximize"}, constraints={},
+                            registered_model="r", deployment_name="r")
+    _trial(study, 400.0)
+    with pytest.raises(DeployError, match="trial 3 of study 's' has no MLflow run"):
+        promote_mod.promote(study, objectives={"perf_throughput": "maximize"}, constraints={},
+                            registered_model="r", deployment_name="r")
+    with pytest.raises(DeployError, match="one path component"):
+        promote_mod.promote(study, objectives={"perf_throughput": "maximize"}, constraints={},
+                            registered_model="r", deployment_name="../r")
+    assert flavor.MODEL_ARTIFACT_PATH == "model"
