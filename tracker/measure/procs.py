@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import multiprocessing
+import time
 import traceback
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
@@ -173,6 +175,8 @@ class ProcessLoad:
         return list(await asyncio.gather(*(c.request(msg, wait) for c in self._conns)))
 
     async def start(self, level: Level) -> None:
+        if level.request_rate is not None and level.start_ns <= 0:  # one time zero for all
+            level = dataclasses.replace(level, start_ns=time.perf_counter_ns() + 50_000_000)
         parts = split_level(level, self.processes)
         await asyncio.gather(*(c.request(("start", p), 30.0)
                                for c, p in zip(self._conns, parts, strict=True)))

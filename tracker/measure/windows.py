@@ -164,8 +164,8 @@ def merge(run: WindowRun, *, settings: WindowSettings, batch_size: int = 1,
         m.latency_avg_ms, m.latency_p50_ms = summary.avg_ms, summary.p50_ms
         m.latency_p90_ms, m.latency_p95_ms = summary.p90_ms, summary.p95_ms
         m.latency_p99_ms = summary.p99_ms
-    m.errors = sum(w.errors for w in run.windows)
-    m.first_error = next((w.first_error for w in run.windows if w.first_error), None)
+    m.errors = sum(w.errors for w in last)  # the same span as the requests
+    m.first_error = next((w.first_error for w in [*last, *run.windows] if w.first_error), None)
     servers = [w.server for w in last if w.server is not None]
     if servers and len(servers) == len(last):
         server = ServerStats()
