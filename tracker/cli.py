@@ -216,11 +216,10 @@ def _deploy_options(fn: Any) -> Any:
     for option in reversed([
         click.option("--url", help="gRPC endpoint of the serving Triton, host:port "
                      "[TRACKER_TRITON_URL; default localhost:8001]."),
-        click.option("--repository", type=click.Path(path_type=Path),
-                     help="The serving Triton's model repository (a local folder) "
-                     "[TRACKER_TRITON_REPOSITORY]."),
-        click.option("--serving", type=click.Choice(["auto", "native", "python"]),
-                     help="How an ONNX model is served [TRACKER_TRITON_SERVING; default auto]."),
+        click.option("--repository", help="The serving Triton's model repository (a local "
+                     "folder) [TRACKER_TRITON_REPOSITORY]."),
+        click.option("--serving", help="How an ONNX model is served: auto, native or python "
+                     "[TRACKER_TRITON_SERVING; default auto]."),
         click.option("--tracking-uri", help="MLflow tracking/registry URI "
                      "[MLFLOW_TRACKING_URI; default sqlite:///mlflow.db]."),
     ]):
@@ -228,12 +227,13 @@ def _deploy_options(fn: Any) -> Any:
     return fn
 
 
-def _deploy_settings(url: str | None, repository: Path | None, serving: str | None) -> Any:
+def _deploy_settings(url: str | None, repository: str | None, serving: str | None) -> Any:
+    """Target settings; an empty option (an MLproject parameter's default) is not given."""
     from tracker.deploy.settings import resolve_settings
 
     return resolve_settings("triton", {k: v for k, v in
                                        (("url", url), ("repository", repository),
-                                        ("serving", serving)) if v is not None})
+                                        ("serving", serving)) if v})
 
 
 @contextlib.contextmanager
@@ -273,7 +273,7 @@ def _tracking_uri(uri: str | None) -> Iterator[str]:
 @_deploy_options
 def promote_command(spec_path: Path | None, study_name: str | None, storage: str | None,
                     registered_model: str | None, deployment_name: str | None, stage: str,
-                    alias: str, no_deploy: bool, url: str | None, repository: Path | None,
+                    alias: str, no_deploy: bool, url: str | None, repository: str | None,
                     serving: str | None, tracking_uri: str | None) -> None:
     """Register the study's best feasible trial, move it to STAGE with ALIAS, deploy it.
 
@@ -332,7 +332,7 @@ def promote_command(spec_path: Path | None, study_name: str | None, storage: str
 @click.option("--once", is_flag=True, help="Poll once and exit.")
 @_deploy_options
 def watch_command(interval: float, models: tuple[str, ...], stage: str, alias: str, once: bool,
-                  url: str | None, repository: Path | None, serving: str | None,
+                  url: str | None, repository: str | None, serving: str | None,
                   tracking_uri: str | None) -> None:
     """Deploy each version that enters STAGE or receives ALIAS in the registry (one log line
     per action). Restart-safe: what was handled is kept in the registry's tags."""
