@@ -185,25 +185,49 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
 @click.option("--strategy", type=click.Choice(["", "restart", "reload"]))
 @click.option("--url", help="Remote server gRPC host:port.")
 @click.option("--image", help="Docker image.")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False,
+                                                           path_type=Path),
+              help="A config.pbtxt to serve (its fields win over the derived defaults; "
+              "default: the spec's model.config, else the model's default config).")
+@click.option("--concurrency", "concurrency", default="", metavar="1,4,16",
+              help="Concurrency levels to sweep instead of the spec's load.concurrency "
+              "(request rates when the spec sets load.request_rate).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("perf.csv"), show_default=True,
+              help="Where to write the sweep in perf_analyzer's CSV columns.")
+@click.option("--perf-analyzer", "use_perf_analyzer", is_flag=True,
+              help="Measure with the perf_analyzer binary on PATH instead of the built-in "
+              "load generator.")
 def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
                     mode: str | None, strategy: str | None, url: str | None,
-                    image: str | None) -> None:
-    """Measure one configuration of SPEC's model (its default, with --set fields applied)
-    over the spec's load sweep, logged as one MLflow run; print the sweep."""
-    from tracker.profile import profile, table
+                    image: str | None, config_path: Path | None, concurrency: str,
+                    csv_path: Path, use_perf_analyzer: bool) -> None:
+    """Measure one configuration of SPEC's model (its default, --config, with --set fields
+    applied) over the load sweep, logged as one MLflow run; print the sweep, write the CSV.
+    The server is stopped at the end, also on errors and Ctrl-C."""
+    from tracker.measure.csvio import write_csv
+    from tracker.measure.report import table
+    from tracker.profile import profile
     from tracker.runner import Interrupted
     from tracker.triton.model_config import parse_assignment
 
     texts = [*assignments, *set_all.split()]
     values = dict(parse_assignment(text) for text in texts)
     try:
+        levels = [float(part) for part in concurrency.split(",") if part.strip()] or None
+    except ValueError:
+        raise click.BadParameter(f"must be numbers separated by commas, like 1,4,16, but got "
+                                 f"{concurrency!r}", param_hint="--concurrency") from None
+    try:
         result = profile(spec_path, values, server_overrides={
             "mode": _blank(mode), "strategy": _blank(strategy), "url": _blank(url),
-            "image": _blank(image)})
+            "image": _blank(image)}, config_path=config_path, levels=levels,
+            backend="perf_analyzer" if use_perf_analyzer else "builtin")
     except Interrupted as stop:
         click.echo(str(stop), err=True)
         sys.exit(stop.exit_code)
     click.echo(table(result.measurements))
+    click.echo(f"wrote {write_csv(result.measurements, csv_path)}")
     best = result.choice
     click.echo(f"best level: concurrency {best.concurrency}, "
                f"{best.metrics.get('perf_throughput', 0):,.1f} infer/s, "

@@ -14,7 +14,7 @@ import os
 import shutil
 import signal
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +22,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Param
 
 from tracker.errors import TrackerError
-from tracker.measure import csvio
+from tracker.measure import csvio, report
 from tracker.measure.monitors import default_monitors
 from tracker.measure.sweep import sweep
 from tracker.measure.types import Measurement
@@ -53,27 +53,29 @@ class ProfileResult:
 
 
 def table(measurements: list[Measurement]) -> str:
-    """The sweep as a small table, one line per level."""
-    lines = [f"{'level':<16}{'infer/s':>12}{'p50 ms':>10}{'p99 ms':>10}  stable"]
-    for m in measurements:
-        lines.append(f"{m.level:<16}{m.throughput:>12,.1f}"
-                     f"{(m.latency_p50_ms or 0):>10.2f}{(m.latency_p99_ms or 0):>10.2f}  "
-                     f"{'yes' if m.stable else 'no'}" + ("" if m.valid else
-                                                         f"  invalid: {m.invalid_reason}"))
-    return "\n".join(lines)
+    """The sweep as a small table, one line per level (measure/report.py)."""
+    return report.table(measurements)
 
 
 def profile(spec_path: str | Path, values: Mapping[str, object], *,
-            server_overrides: Mapping[str, object] | None = None) -> ProfileResult:
+            server_overrides: Mapping[str, object] | None = None,
+            config_path: Path | None = None, levels: Sequence[float] | None = None,
+            backend: str = "builtin") -> ProfileResult:
     """Measure the spec's model with ``values`` applied (field path -> value). Ctrl-C or
-    SIGTERM: the server stops, the run ends KILLED and :class:`Interrupted` is raised."""
+    SIGTERM: the server stops, the run ends KILLED and :class:`Interrupted` is raised.
+    ``config_path``: a config.pbtxt used instead of ``model.config`` as the base config;
+    ``levels``: concurrencies (or rates) instead of the spec's; ``backend``: "builtin" or
+    "perf_analyzer"."""
     with signals():
-        return _profile(spec_path, values, server_overrides)
+        return _profile(spec_path, values, server_overrides, config_path, levels, backend)
 
 
 def _profile(spec_path: str | Path, values: Mapping[str, object],
-             server_overrides: Mapping[str, object] | None) -> ProfileResult:
+             server_overrides: Mapping[str, object] | None, config_path: Path | None = None,
+             levels: Sequence[float] | None = None, backend: str = "builtin") -> ProfileResult:
     spec = apply_overrides(load_spec(spec_path), TuneOptions(server=dict(server_overrides or {})))
+    if config_path is not None:
+        spec.model.config = Path(config_path).resolve()
     ensure_model(spec)
     info = mc.model_info(spec.model)
     config_values, load_values = mc.split_params(values)
@@ -98,11 +100,12 @@ def _profile(spec_path: str | Path, values: Mapping[str, object],
                                              spec.server.ort_inter_op_threads))
         try:
             server.apply_trial(repo)
-            levels = ([float(load_values["concurrency"])]  # type: ignore[arg-type]
-                      if "concurrency" in load_values else None)
+            if levels is None and "concurrency" in load_values:
+                levels = [float(load_values["concurrency"])]  # type: ignore[arg-type]
             result = sweep(server.endpoints, repo.model_name, repo.served_config, spec.load,
                            spec.constraints, default_monitors(server.endpoints.metrics,
-                                                              pids=server.pids), levels=levels)
+                                                              pids=server.pids), levels=levels,
+                           backend=backend)
             choice = pick_best_level(result.measurements, spec.constraints, spec.objectives)
         finally:
             log = server.log_text()
