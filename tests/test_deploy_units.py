@@ -179,3 +179,24 @@ def test_promote_picks_the_best_feasible_trial_and_needs_its_logged_model(
         promote_mod.promote(study, objectives={"perf_throughput": "maximize"}, constraints={},
                             registered_model="r", deployment_name="../r")
     assert flavor.MODEL_ARTIFACT_PATH == "model"
+
+
+def test_the_mlproject_promote_entry_point_parses(monkeypatch: pytest.MonkeyPatch,
+                                                   mlflow_uri: str) -> None:
+    """`mlflow run . -e promote` runs this command line (empty parameters quoted as '')."""
+    import shlex
+
+    from click.testing import CliRunner
+    from mlflow.projects._project_spec import load_project
+
+    from tracker.cli import cli
+
+    root = Path(__file__).resolve().parent.parent
+    entry = load_project(str(root)).get_entry_point("promote")
+    command = entry.compute_command({"spec": str(root / "projects/quickstart/study.yaml")}, "/tmp")
+    argv = shlex.split(command)
+    assert argv[:2] == ["tracker", "promote"]
+    monkeypatch.delenv("TRACKER_TRITON_REPOSITORY", raising=False)
+    result = CliRunner().invoke(cli, argv[1:])
+    assert result.exit_code == 1, result.output  # not a usage error (2): every option parsed
+    assert "needs the model repository" in result.output
