@@ -248,3 +248,30 @@ def test_target_create_update_get_predict_delete(
     with pytest.raises(MlflowException, match="one path component"):
         target.create_deployment("../escape", f"models:/{NAME}/1")
     assert not (tmp_path / "escape").exists()
+
+
+def test_tracker_serve_runs_an_explicit_mode_triton_until_sigterm(tmp_path: Path) -> None:
+    import signal
+
+    from tracker.triton.client import Endpoints, TritonClient
+    from tracker.triton.server.base import free_ports
+
+    http, grpc, metrics = free_ports(3)
+    repo = tmp_path / "serving"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracker.cli", "serve", str(repo), "--grpc-port", str(grpc),
+         "--http-port", str(http), "--metrics-port", str(metrics), "--log-dir",
+         str(tmp_path / "logs")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert f"grpc 127.0.0.1:{grpc}" in first and "explicit model control" in first, first
+        assert f"TRACKER_TRITON_LOG={tmp_path / 'logs'}" in proc.stdout.readline()
+        with TritonClient(Endpoints.from_urls(f"127.0.0.1:{grpc}")) as client:
+            assert client.is_ready() and client.repository_index() == []
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    assert code == 0

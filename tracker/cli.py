@@ -380,7 +380,10 @@ def watch_command(interval: float, models: tuple[str, ...], stage: str, alias: s
 @click.option("--grpc-port", default=8001, show_default=True, type=int)
 @click.option("--http-port", default=8000, show_default=True, type=int)
 @click.option("--metrics-port", default=8002, show_default=True, type=int)
-def serve_command(repository: Path, grpc_port: int, http_port: int, metrics_port: int) -> None:
+@click.option("--log-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Where the server log goes (default: a temporary folder).")
+def serve_command(repository: Path, grpc_port: int, http_port: int, metrics_port: int,
+                  log_dir: Path | None) -> None:
     """Run the nvidia-pytriton wheel's Triton in explicit model control mode over REPOSITORY
     (created when missing) on 127.0.0.1 until Ctrl-C: a serving Triton for `tracker promote`,
     `tracker watch` and `mlflow deployments -t triton`."""
@@ -393,11 +396,14 @@ def serve_command(repository: Path, grpc_port: int, http_port: int, metrics_port
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    with LocalTritonServer(grpc_port=grpc_port, http_port=http_port,
-                           metrics_port=metrics_port) as server:
+    server = LocalTritonServer(grpc_port=grpc_port, http_port=http_port,
+                               metrics_port=metrics_port, log_dir=log_dir)
+    with server:
         server.start(repository, explicit=True)
         click.echo(f"Triton serving {repository} (explicit model control): grpc "
-                   f"{server.endpoints.grpc}, http {server.endpoints.http}; Ctrl-C stops")
+                   f"{server.endpoints.grpc}, http {server.endpoints.http}; Ctrl-C stops\n"
+                   f"its log (for the deploy commands' error messages): "
+                   f"export TRACKER_TRITON_LOG={server.log_path}")
         while not stop.wait(1.0) and server.running:
             pass
 
