@@ -109,3 +109,54 @@ def mlflow_server() -> Iterator[Any]:
     left = pg_support.still_running(pids)
     if left:
         pytest.fail(f"mlflow server processes survived stop: {left}", pytrace=False)
+
+
+# ---- Triton servers: the quickstart model; the Docker daemon and a local test image ----
+
+@pytest.fixture(scope="session")
+def quickstart_info(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The quickstart model (projects/quickstart), built by its make_model.py into a temp
+    dir, as a tracker.triton.model_config.ModelInfo named "quickstart"."""
+    import importlib.util
+
+    import onnx
+
+    from tracker.triton import model_config
+
+    spec = importlib.util.spec_from_file_location(
+        "quickstart_make_model", REPO / "projects" / "quickstart" / "make_model.py")
+    if spec is None or spec.loader is None:
+        raise RuntimeError("projects/quickstart/make_model.py cannot be imported")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = tmp_path_factory.mktemp("quickstart") / "model.onnx"
+    onnx.save(module.build(), str(path))
+    return model_config.from_onnx(path, "quickstart")
+
+
+@pytest.fixture(scope="session")
+def docker_image() -> Iterator[str]:
+    """The tag of a local Triton image built from the wheel's server (cached by content hash).
+    Starts dockerd when none runs (and stops it at the end); skips, saying why, where the
+    daemon cannot start. Removes every container the tests left (and fails if there were)."""
+    import docker_support
+
+    try:
+        daemon = docker_support.start_daemon()
+    except docker_support.DockerUnavailable as exc:
+        pytest.skip(f"Docker daemon unavailable: {exc}")
+    try:
+        import docker
+
+        client = docker.from_env(timeout=120)
+        tag = docker_support.ensure_image(client)
+        docker_support.remove_old_images(client, tag)
+        yield tag
+        left = docker_support.managed_containers(client)
+        for container in left:
+            container.remove(force=True)
+        client.close()
+    finally:
+        daemon.stop()
+    if left:
+        pytest.fail(f"tests left containers: {[c.name for c in left]}", pytrace=False)

@@ -212,14 +212,19 @@ class TritonClient:
             raise ModelLoadError(_triton_message(exc)) from exc
 
     def unload_model(self, name: str, wait_s: float = 30.0) -> None:
-        """Unload ``name`` and wait (up to ``wait_s``) until it is no longer ready."""
+        """Unload ``name`` and wait (up to ``wait_s``) until Triton has finished unloading it
+        (its instances gone: the server is not READY while a model is UNLOADING)."""
         try:
             self.grpc.unload_model(name, client_timeout=self.timeout_s)
         except Exception as exc:
             raise ServerError(f"unloading model {name!r} failed: {_triton_message(exc)}") from exc
         deadline = time.monotonic() + wait_s
-        while self.model_ready(name) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            states = {m.get("state") for m in self.repository_index() if m.get("name") == name}
+            if not states & {"READY", "LOADING", "UNLOADING"}:
+                return
             time.sleep(0.02)
+        raise ServerError(f"model {name!r} still unloading after {wait_s:g} s")
 
     def repository_index(self) -> list[dict[str, str]]:
         """The server's model repository index: dicts with name, version, state, reason."""

@@ -28,9 +28,13 @@ Thread safety: one thread drives a server at a time (calls are serialized by a l
 from __future__ import annotations
 
 import atexit
+import os
+import shutil
 import socket
+import tempfile
 import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -90,6 +94,7 @@ class TritonServer(ABC):
         self._loaded: dict[str, ModelConfig | None] = {}
         #: whether the ports were picked here (a port race is then retried with new ones)
         self._auto_ports = True
+        self._stage_root: Path | None = None
 
     # -- what implementations provide ------------------------------------------------------
     @abstractmethod
@@ -210,15 +215,27 @@ class TritonServer(ABC):
                 else:
                     self.start(repo.path)
                 return
+            root = self._stage(repo)
             if not self._running:
-                self.start(repo.path, explicit=True)
+                self.start(root, explicit=True)
             elif not self._explicit:
                 raise ServerError("the reload strategy needs a server started in explicit "
                                   "model-control mode, but this one was started without it")
-            # free the previous trial's instances first (GPU memory), then load this one
-            for name in list(self._loaded):
+            # loading over the previous trial's config swaps it: Triton serves the old
+            # instances until the new ones are ready, then unloads the old in the background
+            for name in [n for n in self._loaded if n != repo.model_name]:
                 self.unload(name)
             self.load(repo.model_name, repo.served_config)
+
+    def _stage(self, repo: TrialRepository) -> Path:
+        """Reload strategy: copy the trial's model folder (hard links) into a repository this
+        server owns, so that trial folders may come and go while the server keeps running;
+        return that repository's root."""
+        if self._stage_root is None:
+            self._stage_root = Path(tempfile.mkdtemp(prefix="tracker-served-"))
+            weakref.finalize(self, shutil.rmtree, str(self._stage_root), True)
+        sync_model_dir(repo.path / repo.model_name, self._stage_root / repo.model_name)
+        return self._stage_root
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
@@ -257,7 +274,42 @@ class TritonServer(ABC):
         taken = _port_taken(log)
         if taken:
             raise ServerStartError(f"server did not start: {taken}", self.log_tail())
+        problem = _first_problem(log)
+        if problem:
+            reason = f"{reason}: {problem}"
         raise ServerStartError(f"server did not start: {reason}", self.log_tail())
+
+
+def sync_model_dir(src: Path, dst: Path) -> None:
+    """Make ``dst`` a copy of model folder ``src`` (files hard-linked where possible); the
+    old ``dst`` is swapped out in one rename."""
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    fresh = dst.with_name(dst.name + ".new")
+    shutil.rmtree(fresh, ignore_errors=True)
+    shutil.copytree(src, fresh, copy_function=link)
+    if dst.exists():
+        old = dst.with_name(dst.name + ".old")
+        shutil.rmtree(old, ignore_errors=True)
+        dst.rename(old)
+        fresh.rename(dst)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        fresh.rename(dst)
+
+
+def _first_problem(log: str) -> str:
+    """The first line of ``log`` that says what went wrong (a Triton error line or a
+    command-line complaint), without the log prefix."""
+    for line in log.splitlines():
+        low = line.lower()
+        if "unrecognized option" in low or low.startswith("error:") or "invalid argument" in low:
+            return line.split("] ", 1)[-1].strip()
+    return _log_errors(log, None)
 
 
 def _log_errors(log: str, model: str | None) -> str:

@@ -105,7 +105,7 @@ class LocalTritonServer(TritonServer):
     def __init__(self, *, binary: str | Path | None = None, strategy: Strategy = "restart",
                  http_port: int | None = None, grpc_port: int | None = None,
                  metrics_port: int | None = None, gpus: list[int] | str | None = None,
-                 startup_timeout_s: float = 120.0, exit_timeout_s: int = 5,
+                 startup_timeout_s: float = 120.0, exit_timeout_s: int = 1,
                  backend_dir: Path | None = None, extra_args: tuple[str, ...] = (),
                  log_dir: Path | None = None) -> None:
         super().__init__(strategy=strategy, startup_timeout_s=startup_timeout_s)

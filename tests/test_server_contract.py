@@ -1,0 +1,172 @@
+"""One contract, three launchers: local process, Docker container, remote server.
+
+Each test runs against every mode with the quickstart model (projects/quickstart): start,
+READY, one inference checked against onnxruntime, another config, a config Triton refuses
+(the error carries Triton's own message), stop, nothing left running.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import psutil
+import pytest
+
+from tracker.errors import ModelLoadError
+from tracker.triton import model_config as mc
+from tracker.triton.client import TritonClient
+from tracker.triton.repository import TrialRepository, write_repository
+from tracker.triton.server.base import TritonServer, live_servers
+from tracker.triton.server.docker import DockerTritonServer
+from tracker.triton.server.local import LocalTritonServer
+from tracker.triton.server.remote import RemoteTritonServer
+
+REPO = Path(__file__).resolve().parent.parent
+NAME = "quickstart"
+
+pytestmark = pytest.mark.triton
+
+
+def trial(info: mc.ModelInfo, root: Path, values: dict[str, Any]) -> TrialRepository:
+    cfg = mc.apply(info, values, supports_batching=info.supports_batching)
+    return write_repository(root, info, cfg, serving="python", ort_threads=(1, 1))
+
+
+class Mode:
+    """Makes the server under test, and says what "nothing left" means for it."""
+
+    def __init__(self, name: str, make: Callable[[], TritonServer],
+                 gone: Callable[[TritonServer], None]) -> None:
+        self.name, self.make, self.gone = name, make, gone
+
+
+def _local_gone(server: TritonServer, pids: list[int]) -> None:
+    alive = [p for p in pids if psutil.pid_exists(p)
+             and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"processes left after stop: {alive}"
+
+
+@pytest.fixture(params=["local", "docker", "remote"])
+def mode(request: pytest.FixtureRequest, tmp_path: Path, quickstart_info: mc.ModelInfo,
+         _no_leftover_servers: None) -> Iterator[Mode]:
+    # (_no_leftover_servers is requested so that it is torn down after the remote's owner)
+    if request.param == "local":
+        yield Mode("local", LocalTritonServer, lambda s: None)
+    elif request.param == "docker":
+        image = request.getfixturevalue("docker_image")
+        yield Mode("docker", lambda: DockerTritonServer(image=image), lambda s: None)
+    else:
+        # someone else's server: a wheel server in explicit mode over a repository that
+        # already holds the model (the shim files); the test only drives it remotely
+        base = trial(quickstart_info, tmp_path / "remote-repo", {})
+        owner = LocalTritonServer()
+        owner.start(base.path, explicit=True)
+        ep = owner.endpoints
+        yield Mode("remote", lambda: RemoteTritonServer(ep.grpc, http_url=ep.http,
+                                                        metrics_url=ep.metrics),
+                   lambda s: None)
+        with TritonClient(ep) as client:  # the remote server keeps running, models unloaded
+            assert client.is_ready()
+            assert not [m for m in client.repository_index() if m.get("state") == "READY"]
+        owner.stop()
+
+
+def _reference(info: mc.ModelInfo, x: np.ndarray) -> np.ndarray:
+    return ort.InferenceSession(str(info.model_file)).run(None, {"INPUT0": x})[0]
+
+
+def test_start_ready_infer_new_config_stop(mode: Mode, quickstart_info: mc.ModelInfo,
+                                           tmp_path: Path) -> None:
+    server = mode.make()
+    strategy_reload = isinstance(server, RemoteTritonServer)
+    first = trial(quickstart_info, tmp_path / "t1",
+                  {"instance_group.count": 1, "max_batch_size": 4})
+    server.apply_trial(first)
+    assert server.running and server in live_servers()
+    pids = server.pids()
+    with server.client() as client:
+        assert client.is_ready()
+        x = np.random.default_rng(1).random((1, 64)).astype(np.float32)
+        got = client.infer_once(NAME, first.served_config, {"INPUT0": x})["OUTPUT0"]
+        np.testing.assert_allclose(got, _reference(quickstart_info, x), rtol=1e-5, atol=1e-6)
+        assert client.model_config(NAME).max_batch_size == 4
+
+    second = trial(quickstart_info, tmp_path / "t2",
+                   {"instance_group.count": 2, "max_batch_size": 8,
+                    "dynamic_batching.max_queue_delay_microseconds": 100})
+    server.apply_trial(second)
+    with server.client() as client:
+        loaded = client.model_config(NAME)
+        assert (loaded.max_batch_size, loaded.instance_group[0].count) == (8, 2)
+        assert loaded.dynamic_batching.max_queue_delay_microseconds == 100
+        assert client.infer_once(NAME, second.served_config)["OUTPUT0"].shape == (1, 16)
+    if strategy_reload:
+        assert server.strategy == "reload"
+    pids += server.pids()
+    name = server.container_name() if isinstance(server, DockerTritonServer) else None
+    server.stop()
+    assert not server.running and server not in live_servers()
+    server.stop()  # idempotent
+    _local_gone(server, pids)
+    if isinstance(server, DockerTritonServer) and name:
+        assert server.wait_removed(name, timeout_s=5), f"container {name} still exists"
+    mode.gone(server)
+
+
+def test_refused_config_carries_tritons_message(mode: Mode, quickstart_info: mc.ModelInfo,
+                                                tmp_path: Path) -> None:
+    server = mode.make()
+    good = trial(quickstart_info, tmp_path / "good", {})
+    bad_cfg = mc.apply(quickstart_info, {}, supports_batching=True)
+    group = bad_cfg.instance_group.add()
+    group.kind = group.KIND_GPU
+    group.count = 1
+    group.gpus.append(99)  # no machine has GPU 99: Triton refuses at load time
+    bad = write_repository(tmp_path / "bad", quickstart_info, bad_cfg, serving="python")
+    with server:
+        if isinstance(server, RemoteTritonServer):
+            server.apply_trial(good)
+        with pytest.raises(ModelLoadError) as caught:
+            server.apply_trial(bad)
+        message = str(caught.value)
+        assert "instance group" in message and ("GPU" in message or "gpu" in message), message
+        assert not server.running or isinstance(server, RemoteTritonServer) or \
+            server.strategy == "reload"
+        if not isinstance(server, RemoteTritonServer):
+            server.apply_trial(good)  # the launcher recovers for the next trial
+        with server.client() as client:
+            assert client.infer_once(NAME, good.served_config)["OUTPUT0"].shape == (1, 16)
+    assert not server.running
+
+
+@pytest.mark.parametrize("kind", ["local", "docker"])
+def test_reload_strategy_keeps_one_server(kind: str, request: pytest.FixtureRequest,
+                                          quickstart_info: mc.ModelInfo, tmp_path: Path) -> None:
+    """Start once in explicit mode, then each trial's config is a load with an override; the
+    trial folders may be deleted between trials (the runner does) without harm."""
+    if kind == "docker":
+        server: TritonServer = DockerTritonServer(image=request.getfixturevalue("docker_image"),
+                                                  strategy="reload")
+    else:
+        server = LocalTritonServer(strategy="reload")
+    identity = None
+    with server:
+        for i, count in enumerate([1, 2, 1]):
+            repo = trial(quickstart_info, tmp_path / f"trial-{i}",
+                         {"instance_group.count": count, "max_batch_size": 2 + i})
+            server.apply_trial(repo)
+            now = (server.container_name() if isinstance(server, DockerTritonServer)
+                   else server.pids()[0])
+            identity = identity or now
+            assert now == identity, "the same server serves every trial"
+            with server.client() as client:
+                loaded = client.model_config(NAME)
+                assert (loaded.max_batch_size, loaded.instance_group[0].count) == (2 + i, count)
+                assert client.infer_once(NAME, repo.served_config)["OUTPUT0"].shape == (1, 16)
+            shutil.rmtree(repo.path)
+    assert not server.running

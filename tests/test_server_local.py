@@ -1,0 +1,201 @@
+"""LocalTritonServer beyond the shared contract: ports, start failures, the reload strategy,
+and no orphans after SIGKILL / SIGINT / SIGTERM of the process that owns the server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tracker.errors import ServerStartError
+from tracker.triton.server import processes
+from tracker.triton.server.local import LocalTritonServer, wheel_server
+
+pytestmark = pytest.mark.triton
+
+MODEL_PY = textwrap.dedent("""
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            out = []
+            for r in requests:
+                x = np.from_dlpack(pb_utils.get_input_tensor_by_name(r, "X"))
+                y = np.ascontiguousarray(x + 1)
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor.from_dlpack("Y", y)]))
+            return out
+""")
+CONFIG = """name: "add"
+backend: "python"
+max_batch_size: 8
+input [{ name: "X" data_type: TYPE_FP32 dims: [4] }]
+output [{ name: "Y" data_type: TYPE_FP32 dims: [4] }]
+instance_group [{ kind: KIND_CPU count: %d }]
+"""
+
+
+def add_repo(root: Path, count: int = 1) -> Path:
+    (root / "add" / "1").mkdir(parents=True, exist_ok=True)
+    (root / "add" / "1" / "model.py").write_text(MODEL_PY)
+    (root / "add" / "config.pbtxt").write_text(CONFIG % count)
+    return root
+
+
+def _alive(pids: list[int]) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while _alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _alive(pids)
+
+
+def test_wheel_server_is_prepared_for_this_python() -> None:
+    wheel = wheel_server()
+    stub = wheel.backend_dir / "python" / "triton_python_backend_stub"
+    assert os.access(stub.resolve(), os.X_OK)
+    assert (wheel.backend_dir / "python" / "libtriton_python.so").exists()
+    assert LocalTritonServer().has_backend("python")
+    assert not LocalTritonServer().has_backend("onnxruntime")
+
+
+def test_stop_kills_the_whole_group_and_shared_memory(tmp_path: Path) -> None:
+    server = LocalTritonServer(gpus=[3])
+    with server:
+        server.start(add_repo(tmp_path, count=2))
+        pids = server.pids()
+        assert len(pids) == 3, "tritonserver + one Python stub per instance"
+        assert {os.getpgid(p) for p in pids} == {pids[0]}, "one process group"
+        env = psutil.Process(pids[0]).environ()
+        assert env["CUDA_VISIBLE_DEVICES"] == "3"
+        assert env[processes.OWNER_ENV] == str(os.getpid())
+        prefix = server._shm_prefix
+        assert list(Path("/dev/shm").glob(prefix + "*")), "the stubs use named shm regions"
+        for conn in psutil.Process(pids[0]).net_connections("tcp"):
+            if conn.status == psutil.CONN_LISTEN:
+                assert conn.laddr.ip in ("127.0.0.1", "::ffff:127.0.0.1"), conn
+    assert not _alive(pids)
+    assert not list(Path("/dev/shm").glob(prefix + "*"))
+    assert "Started GRPCInferenceService" in server.log_text()  # the log outlives the server
+
+
+def test_fixed_port_that_is_taken_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        server = LocalTritonServer(grpc_port=port)
+        with pytest.raises(ServerStartError, match=f"server.grpc_port {port} is taken"):
+            server.start(add_repo(tmp_path))
+    assert not server.running
+
+
+def test_start_failure_says_why_with_the_log_tail(tmp_path: Path) -> None:
+    server = LocalTritonServer(extra_args=("--no-such-flag",))
+    with pytest.raises(ServerStartError) as caught:
+        server.start(add_repo(tmp_path))
+    err = caught.value
+    assert "tritonserver exited with status" in err.reason
+    assert "unrecognized option '--no-such-flag'" in err.reason
+    assert err.log_tail.strip(), "the tail of the server log comes with the error"
+    assert not server.running and not server.pids()
+
+
+# ---- the owner dies -------------------------------------------------------------------------
+
+OWNER = textwrap.dedent("""
+    import json, signal, sys, time
+    from pathlib import Path
+    from tracker.triton.server.local import LocalTritonServer
+    if sys.argv[2] == "term":  # what the CLI does: SIGTERM unwinds like Ctrl-C
+        signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    server = LocalTritonServer()
+    with server:
+        server.start(Path(sys.argv[1]))
+        print(json.dumps({"pids": server.pids(), "prefix": server._shm_prefix}), flush=True)
+        while True:
+            time.sleep(0.1)
+""")
+
+
+def _owner(repo: Path, how: str) -> tuple[subprocess.Popen[str], list[int], str]:
+    proc = subprocess.Popen([sys.executable, "-c", OWNER, str(repo), how],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line:
+        proc.stdout.close()
+        pytest.fail(f"the owner process failed (status {proc.wait()})")
+    info = json.loads(line)
+    return proc, info["pids"], info["prefix"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_sigint_and_sigterm_leave_nothing(tmp_path: Path, sig: signal.Signals) -> None:
+    proc, pids, prefix = _owner(add_repo(tmp_path), "term")
+    proc.send_signal(sig)
+    proc.wait(timeout=30)
+    proc.stdout.close()  # type: ignore[union-attr]
+    assert not _alive(pids), "server or stub survived its owner's clean exit"
+    assert not list(Path("/dev/shm").glob(prefix + "*"))
+    assert not [p for p in processes.state_dir().glob("*.json")
+                if json.loads(p.read_text())["owner_pid"] == proc.pid]
+
+
+def test_sigkill_of_the_owner_leaves_nothing_the_next_start_does_not_clean(
+        tmp_path: Path) -> None:
+    proc, pids, prefix = _owner(add_repo(tmp_path), "plain")
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()  # type: ignore[union-attr]
+    # PDEATHSIG kills tritonserver at once; its stubs notice and exit on their own
+    assert not _wait_gone(pids[:1], 5), "tritonserver outlived its owner's SIGKILL"
+    # shm regions and the record may be left; the next start reaps them first (another
+    # session's server start on this machine may have done so already)
+    processes.reap_leftovers()
+    assert not _wait_gone(pids, 10), "a stub outlived its server and the reaper"
+    assert not list(Path("/dev/shm").glob(prefix + "*"))
+    assert not [p for p in processes.state_dir().glob("*.json")
+                if json.loads(p.read_text())["owner_pid"] == proc.pid]
+
+
+def test_reaper_kills_what_a_dead_owner_left(tmp_path: Path) -> None:
+    """Belt and braces for when PDEATHSIG could not act (e.g. the server was started by a
+    thread of a process that lives on): a record whose owner is dead gets its process group
+    killed and its shared memory removed; a live owner's server is left alone."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    shm = Path("/dev/shm") / "tracker_testreap_x"
+    shm.write_bytes(b"")
+    record = processes.state_dir() / "testreap.json"
+    record.write_text(json.dumps({
+        "owner_pid": dead.pid, "owner_start": 0.0, "server_pid": victim.pid,
+        "pgid": victim.pid, "server_start": psutil.Process(victim.pid).create_time(),
+        "shm_prefix": "tracker_testreap_"}))
+    mine = LocalTritonServer()
+    with mine:
+        mine.start(add_repo(tmp_path))  # a start reaps first
+        assert victim.wait(timeout=5) == -signal.SIGKILL
+        assert not shm.exists() and not record.exists()
+        assert processes.reap_leftovers() == []  # our own live server is not a leftover
+        assert mine.pids()

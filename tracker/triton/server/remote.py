@@ -1,0 +1,110 @@
+"""A Triton server someone else runs (Kubernetes, a shared box).
+
+It must run with ``--model-control-mode=explicit``, and its model repository must already hold
+the model's files (for the onnxruntime shim: ``<version>/model.py`` and the ONNX file, e.g. a
+repository written by :func:`tracker.triton.repository.write_repository`). Each trial's config
+reaches it as a load with a config override; nothing is ever restarted. ``stop()`` unloads the
+models this process loaded and leaves the server running.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tracker.errors import ModelLoadError, ServerError, ServerStartError
+from tracker.triton.client import Endpoints, TritonClient
+from tracker.triton.server.base import _LIVE, _LIVE_LOCK, TritonServer
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from tracker.spec import ServerSection
+    from tracker.triton.repository import TrialRepository
+
+
+class RemoteTritonServer(TritonServer):
+    """Drives a running server through its model control API (strategy is always reload)."""
+
+    def __init__(self, url: str, *, http_url: str | None = None, metrics_url: str | None = None,
+                 startup_timeout_s: float = 30.0, backends: frozenset[str] | None = None) -> None:
+        super().__init__(strategy="reload", startup_timeout_s=startup_timeout_s)
+        self._remote = Endpoints.from_urls(url, http_url, metrics_url)
+        self._backends = backends
+        self._auto_ports = False
+
+    @classmethod
+    def from_spec(cls, server: ServerSection) -> RemoteTritonServer:
+        if not server.url:
+            raise ServerError("server.url is required when server.mode is 'remote' (gRPC "
+                              "host:port)")
+        backends = None
+        if server.backend == "python":
+            backends = frozenset({"python"})
+        elif server.backend == "onnxruntime":
+            backends = frozenset({"python", "onnxruntime"})
+        return cls(server.url, http_url=server.http_url, metrics_url=server.metrics_url,
+                   startup_timeout_s=server.startup_timeout_s, backends=backends)
+
+    def start(self, repository: Path | None = None, *, explicit: bool = True) -> None:
+        """Attach: wait until the server answers READY. ``repository`` is the server's own
+        business and is ignored."""
+        with self._lock:
+            if self._running:
+                raise ServerError("already attached to the remote server")
+            self._endpoints = self._remote
+            self._explicit = True
+            self._loaded = {}
+            self._running = True
+            with _LIVE_LOCK:
+                _LIVE.add(self)
+            try:
+                self._wait_ready()
+            except BaseException:
+                self.stop()
+                raise
+
+    def load(self, name: str, config: ModelConfig | None = None) -> None:
+        try:
+            super().load(name, config)
+        except ModelLoadError as err:
+            if "not allowed" in err.reason and "explicit" in err.reason:
+                raise ModelLoadError(f"{err.reason} (the remote server must run with "
+                                     "--model-control-mode=explicit)") from err
+            raise
+
+    def _stage(self, repo: TrialRepository) -> Path:
+        return repo.path  # the files are on the remote server already; nothing to copy
+
+    def _launch(self, repository: Path, explicit: bool) -> Endpoints:
+        return self._remote
+
+    def _exit_reason(self) -> str | None:
+        return None  # someone else's server: it is "gone" only as far as READY never comes
+
+    def _raise_start_error(self, reason: str) -> None:
+        raise ServerStartError(f"remote server {self._remote.grpc} not READY: {reason}")
+
+    def _terminate(self, timeout_s: float) -> None:
+        for name in list(self._loaded):
+            try:
+                self.unload(name)
+            except ServerError:
+                continue
+
+    def log_text(self) -> str:
+        return ""  # the log lives with whoever runs the server
+
+    def has_backend(self, name: str) -> bool:
+        """As configured (server.backend), else: whether a model the server has loaded uses
+        backend ``name``."""
+        if self._backends is not None:
+            return name in self._backends
+        with TritonClient(self._remote) as client:
+            used = set()
+            for model in client.repository_index():
+                if model.get("state") == "READY":
+                    cfg = client.model_config(model["name"])
+                    used.add(cfg.backend or ("onnxruntime" if "onnx" in cfg.platform else
+                                             cfg.platform))
+        return name in used
