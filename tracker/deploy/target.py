@@ -108,9 +108,11 @@ def target_help() -> str:
     return help_text()
 
 
-def run_local(target: str, name: str, model_uri: str, flavor: str | None = None,
+def run_local(name: str, model_uri: str, flavor: str | None = None,
               config: dict[str, Any] | None = None) -> None:
-    """Start a local Triton (the nvidia-pytriton wheel's) in explicit mode over a temporary
+    """(MLflow calls it without the target, whatever its base module's stub says.)
+
+    Start a local Triton (the nvidia-pytriton wheel's) in explicit mode over a temporary
     repository (or ``-C repository=PATH``), deploy the model and serve until Ctrl-C."""
     from tracker.triton.server.local import LocalTritonServer
 
