@@ -4,41 +4,59 @@ A knob in the study spec is named by its dotted path in Triton's ``ModelConfig``
 ``max_batch_size``, ``instance_group.count``, ``dynamic_batching.max_queue_delay_microseconds``.
 Repeated message fields (``instance_group``) are walked into their element type. Map fields are
 not walked, except ``parameters.KEY`` (one key of the ``parameters`` map, whose string value
-takes any scalar: how backends read options such as ``intra_op_thread_count``), as
-tracker/triton/field_paths.py sets it. A path is a knob only when it ends on a scalar or enum
-field.
+takes any scalar: how backends read options such as ``intra_op_thread_count``). A path is a
+knob only when it ends on a scalar or enum field.
 
-This module knows nothing of the spec or of Triton servers; it only reads the protobuf schema.
+This is the one place that walks the schema: `resolve` (a path to its field descriptor, or a
+ConfigError naming why not and the closest path), `config_field_paths` (the candidates for that
+suggestion), `closest` and `enum_name` (``GPU`` for ``KIND_GPU``). The spec checks knobs with
+it, and tracker/triton/field_paths.py reads and sets values in a ModelConfig with it. It knows
+nothing of the spec or of Triton servers; it only reads the protobuf schema.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal
+from typing import Literal
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from tritonclient.grpc import model_config_pb2
 
+from tracker.errors import ConfigError
+
 Kind = Literal["int", "float", "bool", "str", "enum", "param"]
 PARAMETERS = "parameters"
 
-_INT_TYPES = {
-    FieldDescriptor.TYPE_INT32, FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_UINT32,
-    FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_SINT32, FieldDescriptor.TYPE_SINT64,
-    FieldDescriptor.TYPE_FIXED32, FieldDescriptor.TYPE_FIXED64, FieldDescriptor.TYPE_SFIXED32,
-    FieldDescriptor.TYPE_SFIXED64,
+#: Integer field types and the values each can hold.
+INT_RANGES: dict[int, tuple[int, int]] = {
+    FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_SINT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_SFIXED32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_INT64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_SINT64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_SFIXED64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_UINT32: (0, 2**32 - 1),
+    FieldDescriptor.TYPE_FIXED32: (0, 2**32 - 1),
+    FieldDescriptor.TYPE_UINT64: (0, 2**64 - 1),
+    FieldDescriptor.TYPE_FIXED64: (0, 2**64 - 1),
 }
-_UNSIGNED_TYPES = {
-    FieldDescriptor.TYPE_UINT32, FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED32,
-    FieldDescriptor.TYPE_FIXED64,
-}
-_FLOAT_TYPES = {FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE}
+FLOAT_TYPES = frozenset({FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE})
 
-# How deep `config_field_paths` enumerates (for suggestions); lookups walk any depth.
-_MAX_DEPTH = 4
+# How many fields deep `config_field_paths` enumerates (for suggestions); lookups walk any depth.
+_MAX_DEPTH = 5
+
+
+def enum_name(names: Iterable[str], value: str) -> str | None:
+    """The enum value name that ``value`` stands for, case-insensitively: the full name or its
+    last part(s) after an underscore (``GPU`` for ``KIND_GPU``); None when none fits."""
+    wanted = value.upper()
+    for name in names:
+        if name == wanted or name.endswith("_" + wanted):
+            return name
+    return None
 
 
 @dataclass(frozen=True)
@@ -63,8 +81,7 @@ class ConfigField:
         if self.kind == "bool":
             return isinstance(value, bool)
         if self.kind == "enum":
-            return isinstance(value, str) and any(
-                n == value.upper() or n.endswith("_" + value.upper()) for n in self.enum_names)
+            return isinstance(value, str) and enum_name(self.enum_names, value) is not None
         return isinstance(value, str)
 
     def describe(self) -> str:
@@ -75,12 +92,14 @@ class ConfigField:
                 "str": "a string", "param": "a string, a number or true/false"}[self.kind]
 
 
-def _is_map(field: FieldDescriptor) -> bool:
+def is_map(field: FieldDescriptor) -> bool:
+    """Whether ``field`` is a protobuf map (``map<K, V>``)."""
     msg = field.message_type
     return msg is not None and bool(msg.GetOptions().map_entry)
 
 
-def _is_repeated(field: FieldDescriptor) -> bool:
+def is_repeated(field: FieldDescriptor) -> bool:
+    """Whether ``field`` is repeated (a list)."""
     # protobuf >= 5.28 has `is_repeated` and deprecates `label`; older ones only have `label`.
     flag = getattr(field, "is_repeated", None)
     if isinstance(flag, bool):
@@ -88,72 +107,26 @@ def _is_repeated(field: FieldDescriptor) -> bool:
     return bool(field.label == FieldDescriptor.LABEL_REPEATED)
 
 
-def _leaf(path: str, field: FieldDescriptor) -> ConfigField:
-    repeated = _is_repeated(field)
-    kind: Kind
-    names: tuple[str, ...] = ()
-    minimum = 0 if field.type in _UNSIGNED_TYPES else None
-    if field.type in _INT_TYPES:
-        kind = "int"
-    elif field.type in _FLOAT_TYPES:
-        kind = "float"
-    elif field.type == FieldDescriptor.TYPE_BOOL:
-        kind = "bool"
-    elif field.type == FieldDescriptor.TYPE_ENUM:
-        kind = "enum"
-        names = tuple(v.name for v in field.enum_type.values)
-    else:
-        kind = "str"
-    return ConfigField(path=path, kind=kind, repeated=repeated, enum_names=names,
-                       minimum=minimum)
-
-
 def _root() -> Descriptor:
     desc: Descriptor = model_config_pb2.ModelConfig.DESCRIPTOR
     return desc
 
 
-@cache
-def config_field(path: str) -> ConfigField | None:
-    """The leaf field at ``path`` (dotted), or None when no scalar/enum field has that path."""
-    desc: Any = _root()
-    parts = path.split(".")
-    if parts[0] == PARAMETERS:
-        ok = len(parts) == 2 and bool(parts[1])
-        return ConfigField(path=path, kind="param", repeated=False) if ok else None
-    for i, part in enumerate(parts):
-        field = desc.fields_by_name.get(part) if desc is not None else None
-        if field is None:
-            return None
-        last = i == len(parts) - 1
-        if field.type == FieldDescriptor.TYPE_MESSAGE:
-            if last or _is_map(field):
-                return None
-            desc = field.message_type
-        elif last:
-            return _leaf(path, field)
-        else:
-            return None
-    return None
+def _walk(desc: Descriptor, prefix: str, depth: int, seen: frozenset[str]) -> Iterator[str]:
+    for field in desc.fields:
+        path = prefix + field.name
+        if field.type != FieldDescriptor.TYPE_MESSAGE:
+            yield path
+        elif not is_map(field) and depth < _MAX_DEPTH:
+            sub = field.message_type
+            if sub.full_name not in seen:
+                yield from _walk(sub, path + ".", depth + 1, seen | {sub.full_name})
 
 
 @cache
 def config_field_paths() -> tuple[str, ...]:
-    """Every leaf path up to a few levels deep, sorted (the candidates for suggestions)."""
-    out: list[str] = []
-
-    def walk(desc: Descriptor, prefix: str, depth: int, seen: frozenset[str]) -> None:
-        for field in desc.fields:
-            path = prefix + field.name
-            if field.type != FieldDescriptor.TYPE_MESSAGE:
-                out.append(path)
-            elif not _is_map(field) and depth < _MAX_DEPTH:
-                sub = field.message_type
-                if sub.full_name not in seen:
-                    walk(sub, path + ".", depth + 1, seen | {sub.full_name})
-
-    walk(_root(), "", 1, frozenset({_root().full_name}))
-    return tuple(sorted(out))
+    """Every leaf path up to a few fields deep, sorted (the candidates for suggestions)."""
+    return tuple(sorted(_walk(_root(), "", 1, frozenset({_root().full_name}))))
 
 
 def closest(word: str, candidates: Iterable[str]) -> str | None:
@@ -171,3 +144,70 @@ def closest(word: str, candidates: Iterable[str]) -> str | None:
         if tails:
             return f"{head}.{tails[0]}"
     return None
+
+
+def _unknown(path: str, why: str) -> ConfigError:
+    close = closest(path, config_field_paths())
+    hint = f"; did you mean `{close}`?" if close else ""
+    return ConfigError(f"`{path}` is not a config.pbtxt field path ({why}){hint}")
+
+
+def resolve(path: str) -> FieldDescriptor | None:
+    """The descriptor of the scalar (or enum, or repeated scalar) field at ``path``; None for
+    ``parameters.KEY``. Raises ConfigError for a path that does not name such a field, saying
+    why and suggesting the closest path."""
+    parts = path.split(".")
+    if not all(parts):
+        raise _unknown(path, "empty segment")
+    if parts[0] == PARAMETERS:
+        if len(parts) != 2:
+            raise ConfigError(f"`{path}`: a parameters path is `parameters.KEY`, one key, "
+                              "e.g. `parameters.intra_op_thread_count`")
+        return None
+    desc = _root()
+    for part in parts[:-1]:
+        field = desc.fields_by_name.get(part)
+        if field is None:
+            raise _unknown(path, f"`{desc.name}` has no field `{part}`")
+        if field.type != FieldDescriptor.TYPE_MESSAGE:
+            raise _unknown(path, f"`{part}` is a value and has no fields")
+        if is_map(field):
+            raise _unknown(path, f"`{part}` is a map")
+        desc = field.message_type
+    leaf = desc.fields_by_name.get(parts[-1])
+    if leaf is None:
+        raise _unknown(path, f"`{desc.name}` has no field `{parts[-1]}`")
+    if leaf.type == FieldDescriptor.TYPE_MESSAGE:
+        raise _unknown(path, f"`{parts[-1]}` is a message, not a value")
+    return leaf
+
+
+def _leaf(path: str, field: FieldDescriptor) -> ConfigField:
+    kind: Kind
+    names: tuple[str, ...] = ()
+    if field.type in INT_RANGES:
+        kind = "int"
+    elif field.type in FLOAT_TYPES:
+        kind = "float"
+    elif field.type == FieldDescriptor.TYPE_BOOL:
+        kind = "bool"
+    elif field.type == FieldDescriptor.TYPE_ENUM:
+        kind = "enum"
+        names = tuple(v.name for v in field.enum_type.values)
+    else:
+        kind = "str"
+    low = INT_RANGES.get(field.type, (None, None))[0]
+    return ConfigField(path=path, kind=kind, repeated=is_repeated(field), enum_names=names,
+                       minimum=0 if low == 0 else None)
+
+
+@cache
+def config_field(path: str) -> ConfigField | None:
+    """The leaf field at ``path`` (dotted), or None when no scalar/enum field has that path."""
+    try:
+        field = resolve(path)
+    except ConfigError:
+        return None
+    if field is None:
+        return ConfigField(path=path, kind="param", repeated=False)
+    return _leaf(path, field)
