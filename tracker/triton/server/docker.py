@@ -46,11 +46,18 @@ def docker_client() -> docker.DockerClient:
     import docker
     from docker.errors import DockerException
 
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if host.startswith("unix://") and not Path(host[len("unix://"):]).exists():
+        raise ServerStartError(f"the Docker daemon at {host} cannot be reached (no such "
+                               "socket); start it (e.g. `dockerd`), set DOCKER_HOST, or use "
+                               "server.mode local")
+    client = None
     try:
         client = docker.from_env(timeout=60)
         client.ping()
     except DockerException as exc:
-        host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+        if client is not None:
+            client.close()
         raise ServerStartError(f"the Docker daemon at {host} cannot be reached ({exc}); start "
                                "it (e.g. `dockerd`), set DOCKER_HOST, or use server.mode "
                                "local") from exc
@@ -234,6 +241,14 @@ class DockerTritonServer(TritonServer):
         except DockerException as exc:
             if "No such container" not in str(exc):
                 raise ServerError(f"removing container {container.name} failed: {exc}") from exc
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close the connection to the daemon (reopened when needed)."""
+        if self._docker is not None:
+            self._docker.close()
+            self._docker = None
 
     def log_text(self) -> str:
         if self._container is not None:
