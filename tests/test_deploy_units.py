@@ -200,3 +200,39 @@ def test_the_mlproject_promote_entry_point_parses(monkeypatch: pytest.MonkeyPatc
     result = CliRunner().invoke(cli, argv[1:])
     assert result.exit_code == 1, result.output  # not a usage error (2): every option parsed
     assert "needs the model repository" in result.output
+
+
+def test_promote_without_a_spec_registers_stages_and_aliases(
+        tmp_path: Path, mlflow_uri: str) -> None:
+    """`tracker promote --study S --no-deploy`: the study alone says what to register."""
+    from click.testing import CliRunner
+
+    from tracker.cli import cli
+    from tracker.tracking import registry
+
+    client = mlflow.MlflowClient(mlflow_uri)
+    exp = client.create_experiment("e")
+    model = tmp_path / "s"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text('name: "s" backend: "onnxruntime" max_batch_size: 4')
+    (model / "1" / "model.onnx").write_bytes(b"x")
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 'optuna.db'}",
+                                direction="maximize")
+    runs = []
+    for value in (10.0, 30.0, 20.0):
+        run = client.create_run(exp).info.run_id
+        flavor.log_triton_model(model, run)
+        runs.append(run)
+        _trial(study, value, mlflow_run_id=run, metrics={"perf_throughput": value})
+    result = CliRunner().invoke(cli, ["promote", "--study", "s", "--no-deploy"])
+    assert result.exit_code == 0, result.output
+    assert "s version 1 (trial 1) is in Production with alias 'production'" in result.output
+    mv = registry.get_version(client, "s", 1)
+    assert mv.current_stage == "Production" and mv.run_id == runs[1]
+    assert mv.tags["tracker.constraint"].startswith("the study's constraints")
+    assert mv.tags["perf_throughput"] == "30.0"
+    assert mv.description.startswith("In 6 measurements across 3 configurations, trial-1 gives")
+    alias = registry.version_for_alias(client, "s", "production")
+    assert alias is not None and str(alias.version) == "1"
+    missing = CliRunner().invoke(cli, ["promote", "--study", "nope", "--no-deploy"])
+    assert missing.exit_code == 1 and "no study named 'nope'" in missing.output

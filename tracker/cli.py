@@ -311,7 +311,7 @@ def promote_command(spec_path: Path | None, study_name: str | None, storage: str
 
     settings = None if no_deploy else _deploy_settings(url, repository, serving)
     objectives: dict[str, str] = {}
-    constraints: dict[str, Any] = {}
+    constraints: dict[str, Any] | None = None
     if spec_path is not None:
         from tracker.spec import load_spec
 

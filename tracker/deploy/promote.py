@@ -115,11 +115,14 @@ class Promotion:
 
 
 def promote(study: optuna.Study, *, objectives: Mapping[str, str],
-            constraints: Mapping[str, BoundLike], registered_model: str, deployment_name: str,
+            constraints: Mapping[str, BoundLike] | None, registered_model: str,
+            deployment_name: str,
             stage: str = registry.PRODUCTION, alias: str = registry.PRODUCTION_ALIAS,
             settings: TargetSettings | None = None,
             log: Callable[[str], None] = print) -> Promotion:
-    """Register, stage, alias and (with ``settings``) deploy the study's best feasible trial."""
+    """Register, stage, alias and (with ``settings``) deploy the study's best feasible trial.
+    ``constraints``: the spec's (None when unknown: the tag then says only that it met the
+    study's constraints)."""
     stage = registry.validate_stage(stage)
     registry.validate_alias(alias)
     registry.validate_registered_name(registered_model)
@@ -127,9 +130,9 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
     rows = trial_rows(study)
     best = best_row(rows, objectives)
     if best is None:
+        known = "" if constraints is None else f"; constraints: {constraint_text({}, constraints)}"
         raise DeployError(f"study {study.study_name!r} has no feasible complete trial to "
-                          f"promote ({len(rows)} trials; constraints: "
-                          f"{constraint_text({}, constraints)})")
+                          f"promote ({len(rows)} trials{known})")
     if not best.run_id:
         raise DeployError(f"trial {best.number} of study {study.study_name!r} has no MLflow run "
                           f"(user attribute {ATTR_RUN_ID!r} is missing)")
@@ -137,7 +140,9 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
     source, model_id = model_source(client, best.run_id)
     tags = {registry.TAG_STUDY: study.study_name, registry.TAG_TRIAL: str(best.number),
             registry.TAG_RUN_ID: best.run_id,
-            registry.TAG_CONSTRAINT: constraint_text(best.metrics, constraints),
+            registry.TAG_CONSTRAINT: ("the study's constraints (give the spec to name them)"
+                                      if constraints is None
+                                      else constraint_text(best.metrics, constraints)),
             **{m: repr(best.metrics[m]) for m in HEADLINE_TAGS if m in best.metrics}}
     description = summary(rows, objectives)
     mv = registry.register_version(client, registered_model, registry.VersionRequest(
