@@ -236,3 +236,20 @@ def test_promote_without_a_spec_registers_stages_and_aliases(
     assert alias is not None and str(alias.version) == "1"
     missing = CliRunner().invoke(cli, ["promote", "--study", "nope", "--no-deploy"])
     assert missing.exit_code == 1 and "no study named 'nope'" in missing.output
+
+
+def test_the_triton_target_is_an_installed_mlflow_deployments_plugin(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import importlib.metadata
+
+    from mlflow.deployments import get_deploy_client
+    from mlflow.deployments.interface import _target_help
+
+    found = {ep.name: ep.value for ep in
+             importlib.metadata.entry_points(group="mlflow.deployments")}
+    assert found.get("triton") == "tracker.deploy.target"
+    monkeypatch.setenv("TRACKER_TRITON_REPOSITORY", str(tmp_path))
+    # MLflow's own checks: target_help, run_local and exactly one BaseDeploymentClient
+    client = get_deploy_client("triton:/127.0.0.1:1")
+    assert type(client).__name__ == "TritonDeploymentClient"
+    assert "TRACKER_TRITON_REPOSITORY" in _target_help("triton")
