@@ -138,8 +138,10 @@ def run_trial(ctx: Context, trial: optuna.Trial) -> Outcome:
     run_id = runs.start_trial_run(ctx.parent, trial.number, params, tags=tags)
     trial.set_user_attr(Attr.RUN_ID, run_id)
     dup = find_duplicate(ctx.study, params, number=trial.number)
-    if dup is None and not baseline:
+    if dup is None and not baseline:  # another worker may be measuring the same config now
         dup = wait_for_duplicate(ctx.study, trial.number, params)
+        if dup is not None and Attr.EXACT_PARAMS in dup.user_attrs:
+            dup = None  # a baseline the space only approximates is not this config
     try:
         if dup is not None and not baseline:
             return _reuse(ctx, trial, run_id, params, dup)
