@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tune_support import write_spec
 
 from tracker.cli import cli
 from tracker.errors import SpecError
 from tracker.progress import Progress
 from tracker.runner import TuneOptions, apply_overrides, expand_env
 from tracker.spec import load_spec
-from tune_support import write_spec
 
 
 @pytest.fixture()
