@@ -179,6 +179,31 @@ def test_duplicate_waits_for_the_earlier_trial(tmp_path: Path) -> None:
     assert wait_for_duplicate(study, third.number, {"x": 2}) is None
 
 
+def test_duplicate_waits_for_an_earlier_trial_still_being_suggested(tmp_path: Path) -> None:
+    """The race seen with two workers: the later trial checks before the earlier one has its
+    params; without waiting both would measure the same configuration."""
+    storage = make_storage(f"sqlite:///{tmp_path / 'o.db'}", heartbeat_interval=1)
+    study = optuna.create_study(storage=storage, study_name="race")
+    study.enqueue_trial({"x": 2})
+    study.enqueue_trial({"x": 2})
+    first = ask_within_budget(study, storage, 10)
+    second = ask_within_budget(study, storage, 10)
+    assert first is not None and second is not None
+    second.suggest_int("x", 0, 3)
+    found: list[object] = []
+    waiter = threading.Thread(target=lambda: found.append(
+        wait_for_duplicate(study, second.number, second.params, poll_s=0.05)))
+    waiter.start()
+    time.sleep(0.3)
+    assert waiter.is_alive(), "must wait while the earlier trial has no params yet"
+    first.suggest_int("x", 0, 3)  # now it is a duplicate, and the earlier one measures
+    time.sleep(0.2)
+    assert waiter.is_alive()
+    study.tell(first, 1.0)
+    waiter.join(5)
+    assert [t.number for t in found] == [first.number]  # type: ignore[attr-defined]
+
+
 @pytest.mark.postgres
 def test_storage_lock_excludes_other_connections(pg_url: str) -> None:
     storage = make_storage(pg_url)

@@ -31,6 +31,7 @@ from tracker.errors import StudyError
 from tracker.search.storage import storage_lock
 
 _log = optuna.logging.get_logger("tracker")
+SUGGEST_WAIT_S = 30.0  # longest wait for an earlier trial that is still being suggested
 
 
 @dataclass(frozen=True)
@@ -138,20 +139,30 @@ def wait_for_duplicate(study: optuna.Study, trial_number: int, params: Mapping[s
 
     If an earlier trial (lower number) with the same parameters is RUNNING in another worker,
     wait for it: COMPLETE -> returned; failed (also by heartbeat: stale trials are checked while
-    waiting) -> None, this trial measures. Keep :func:`heartbeat` running while waiting.
+    waiting) -> None, this trial measures. An earlier RUNNING trial that has fewer parameters
+    than ``params`` is still being suggested and may turn out the same: wait until it has them
+    all (at most ``SUGGEST_WAIT_S``), or two workers could each miss the other and both measure.
+    Keep :func:`heartbeat` running while waiting.
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    suggesting_since: dict[int, float] = {}
     while True:
-        running_first = False
+        wait = False
         for other in study.get_trials(deepcopy=False,
                                       states=(TrialState.COMPLETE, TrialState.RUNNING)):
-            if other.number == trial_number or not _same(params, other.params):
+            if other.number == trial_number:
+                continue
+            earlier_running = other.state == TrialState.RUNNING and other.number < trial_number
+            if earlier_running and len(other.params) < len(params):
+                since = suggesting_since.setdefault(other.number, time.monotonic())
+                wait = wait or time.monotonic() - since < SUGGEST_WAIT_S
+                continue
+            if not _same(params, other.params):
                 continue
             if other.state == TrialState.COMPLETE:
                 return other
-            if other.number < trial_number:
-                running_first = True
-        if not running_first:
+            wait = wait or earlier_running
+        if not wait:
             return None
         if deadline is not None and time.monotonic() > deadline:
             return None
