@@ -225,7 +225,8 @@ def _stop_reason(study: optuna.Study, spec: StudySpec, started: float,
     if failed >= search.n_trials:
         return f"{failed} trials failed (as many as n_trials): see the failed runs' notes"
     if space_size is not None:
-        tried = {tuple(sorted(t.params.items())) for t in st.finished(study)}
+        tried = {tuple(sorted(t.params.items())) for t in st.finished(study)
+                 if st.Attr.EXACT_PARAMS not in t.user_attrs}  # an approximated baseline
         if len(tried) >= space_size:
             return f"all {space_size} configurations of the search space tried"
     return ""

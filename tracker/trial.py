@@ -79,7 +79,7 @@ class Outcome:
 
     number: int
     state: str                       # COMPLETE or FAIL
-    params: dict[str, Any]
+    params: dict[str, Any]           # what the progress line shows
     metrics: dict[str, float]
     feasible: bool | None
     note: str = ""
@@ -135,6 +135,9 @@ def run_trial(ctx: Context, trial: optuna.Trial) -> Outcome:
     params = {name: suggest(trial, name, dist) for name, dist in ctx.distributions.items()}
     baseline = bool(trial.user_attrs.get(Attr.BASELINE))
     tags = {**ctx.worker_tags, "tracker.baseline": str(baseline).lower()}
+    exact = trial.user_attrs.get(Attr.EXACT_PARAMS) if baseline else None
+    if exact:  # the default config leaves these unset; its params only approximate it
+        tags["tracker.default_unset"] = ", ".join(sorted(exact))
     run_id = runs.start_trial_run(ctx.parent, trial.number, params, tags=tags)
     trial.set_user_attr(Attr.RUN_ID, run_id)
     dup = find_duplicate(ctx.study, params, number=trial.number)
@@ -145,7 +148,12 @@ def run_trial(ctx: Context, trial: optuna.Trial) -> Outcome:
     try:
         if dup is not None and not baseline:
             return _reuse(ctx, trial, run_id, params, dup)
-        return _measure(ctx, trial, run_id, params, baseline)
+        outcome = _measure(ctx, trial, run_id, params, baseline)
+        if baseline:
+            outcome.params = {k: ("unset" if exact and k in exact else v)
+                              for k, v in params.items()}
+            outcome.note = "the default config"
+        return outcome
     except TrialFailed as failed:
         return _fail(ctx, trial, run_id, params, failed)
 
