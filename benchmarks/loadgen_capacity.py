@@ -1,10 +1,12 @@
 """Is the built-in load generator trustworthy and never the bottleneck? One local Triton
 serving the quickstart model (its default config), in one run:
 
-    .venv/bin/python benchmarks/loadgen_capacity.py [--rounds 5] [--seconds 3] [--concurrency 16]
+    .venv/bin/python benchmarks/loadgen_capacity.py [--rounds 5] [--concurrency 16] [--nice -10]
 
 The reference client is minimal: tritonclient's asyncio client, one pre-built InferInput,
-CONCURRENCY coroutines awaiting ``client.infer`` in a loop, completions counted over SECONDS.
+CONCURRENCY coroutines awaiting ``client.infer`` in a loop; each run lasts as long as the
+built-in measurement before it and counts completions over the same final span (its last 3
+windows), so both clients are compared after the same time under load.
 The built-in client is one level of ``tracker.measure.sweep`` at CONCURRENCY (1 s windows,
 stability 10%, its usual warm-up), which also gives the server's count over the same windows.
 They alternate on the same server: ref, built-in, ref, built-in, ..., ref; each built-in
@@ -35,8 +37,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "projects" / "quickstart" / "study.yaml"
 
 
-async def reference(url: str, model: str, concurrency: int, seconds: float) -> float:
-    """Infer/s of the minimal tritonclient asyncio loop (after a short warm-up)."""
+async def reference(url: str, model: str, concurrency: int, seconds: float,
+                    tail_s: float = 3.0) -> float:
+    """Infer/s of the minimal tritonclient asyncio loop over the last ``tail_s`` of a run of
+    ``seconds`` (after a short warm-up): the same span a built-in measurement reports."""
     import tritonclient.grpc.aio as grpcclient
     from tritonclient.grpc import InferInput
 
@@ -44,33 +48,31 @@ async def reference(url: str, model: str, concurrency: int, seconds: float) -> f
     inp = InferInput("INPUT0", [1, 64], "FP32")
     inp.set_data_from_numpy(np.random.default_rng(0).random((1, 64), dtype=np.float32))
     count = 0
-    counting = False
     stop = False
 
     async def worker() -> None:
         nonlocal count
         while not stop:
             await client.infer(model, [inp])
-            if counting:
-                count += 1
+            count += 1
 
     tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
-    await asyncio.sleep(0.3)  # warm-up
-    counting = True
-    start = time.perf_counter()
-    await asyncio.sleep(seconds)
-    counting = False
-    elapsed = time.perf_counter() - start
+    await asyncio.sleep(0.3 + max(seconds - tail_s, 0.0))  # warm-up, then the untimed part
+    start, first = time.perf_counter(), count
+    await asyncio.sleep(tail_s)
+    done, elapsed = count - first, time.perf_counter() - start
     stop = True
     await asyncio.gather(*tasks)
     await client.close()
-    return count / elapsed
+    return done / elapsed
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--seconds", type=float, default=10.0,
+                        help="Length of the first reference run (later ones match the "
+                        "built-in measurement they follow).")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--nice", type=int, default=0,
                         help="Priority change for this process and the server it starts.")
@@ -109,8 +111,10 @@ def main() -> None:
                 (m,) = sweep(ep, repo.model_name, repo.served_config, load).measurements
                 if not m.valid or m.server_requests is None:
                     sys.exit(f"round {r + 1}: measurement invalid: {m.invalid_reason}")
+                # as long as the measurement ran (all its windows), timed over its last 3 s
                 refs.append(asyncio.run(reference(ep.grpc, repo.model_name, args.concurrency,
-                                                  args.seconds)))
+                                                  max(args.seconds, float(m.windows)),
+                                                  tail_s=m.duration_s)))
                 ref = (refs[-2] + refs[-1]) / 2
                 builtins.append(m.throughput)
                 ratios.append(m.throughput / ref)
