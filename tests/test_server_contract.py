@@ -38,42 +38,71 @@ def trial(info: mc.ModelInfo, root: Path, values: dict[str, Any]) -> TrialReposi
 
 
 class Mode:
-    """Makes the server under test, and says what "nothing left" means for it."""
+    """Makes the server under test and stops every server it made at teardown (so that a
+    failing test leaves nothing running either)."""
 
-    def __init__(self, name: str, make: Callable[[], TritonServer],
-                 gone: Callable[[TritonServer], None]) -> None:
-        self.name, self.make, self.gone = name, make, gone
+    def __init__(self, name: str, make: Callable[[], TritonServer]) -> None:
+        self.name, self._make = name, make
+        self.made: list[TritonServer] = []
+
+    def make(self) -> TritonServer:
+        server = self._make()
+        self.made.append(server)
+        return server
+
+    def stop_all(self) -> None:
+        for server in self.made:
+            server.stop(timeout_s=0)
 
 
-def _local_gone(server: TritonServer, pids: list[int]) -> None:
-    alive = [p for p in pids if psutil.pid_exists(p)
-             and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+def _procs(pids: list[int]) -> list[psutil.Process]:
+    out = []
+    for pid in pids:
+        try:
+            out.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def _assert_gone(procs: list[psutil.Process]) -> None:
+    alive = []
+    for proc in procs:  # is_running() also guards against a reused pid
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc.pid)
+        except psutil.NoSuchProcess:
+            continue
     assert not alive, f"processes left after stop: {alive}"
 
 
-@pytest.fixture(params=["local", "docker", "remote"])
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker), "remote"])
 def mode(request: pytest.FixtureRequest, tmp_path: Path, quickstart_info: mc.ModelInfo,
          _no_leftover_servers: None) -> Iterator[Mode]:
     # (_no_leftover_servers is requested so that it is torn down after the remote's owner)
     if request.param == "local":
-        yield Mode("local", LocalTritonServer, lambda s: None)
+        mode = Mode("local", LocalTritonServer)
+        yield mode
+        mode.stop_all()
     elif request.param == "docker":
         image = request.getfixturevalue("docker_image")
-        yield Mode("docker", lambda: DockerTritonServer(image=image), lambda s: None)
+        mode = Mode("docker", lambda: DockerTritonServer(image=image))
+        yield mode
+        mode.stop_all()
     else:
         # someone else's server: a wheel server in explicit mode over a repository that
         # already holds the model (the shim files); the test only drives it remotely
         base = trial(quickstart_info, tmp_path / "remote-repo", {})
-        owner = LocalTritonServer()
-        owner.start(base.path, explicit=True)
-        ep = owner.endpoints
-        yield Mode("remote", lambda: RemoteTritonServer(ep.grpc, http_url=ep.http,
-                                                        metrics_url=ep.metrics),
-                   lambda s: None)
-        with TritonClient(ep) as client:  # the remote server keeps running, models unloaded
-            assert client.is_ready()
-            assert not [m for m in client.repository_index() if m.get("state") == "READY"]
-        owner.stop()
+        with LocalTritonServer() as owner:
+            owner.start(base.path, explicit=True)
+            ep = owner.endpoints
+            mode = Mode("remote", lambda: RemoteTritonServer(ep.grpc, http_url=ep.http,
+                                                             metrics_url=ep.metrics))
+            yield mode
+            mode.stop_all()
+            with TritonClient(ep) as client:  # still running, and our models are unloaded
+                assert client.is_ready()
+                assert not [m for m in client.repository_index() if m.get("state") == "READY"]
 
 
 def _reference(info: mc.ModelInfo, x: np.ndarray) -> np.ndarray:
@@ -88,7 +117,7 @@ def test_start_ready_infer_new_config_stop(mode: Mode, quickstart_info: mc.Model
                   {"instance_group.count": 1, "max_batch_size": 4})
     server.apply_trial(first)
     assert server.running and server in live_servers()
-    pids = server.pids()
+    procs = _procs(server.pids())
     with server.client() as client:
         assert client.is_ready()
         x = np.random.default_rng(1).random((1, 64)).astype(np.float32)
@@ -107,15 +136,14 @@ def test_start_ready_infer_new_config_stop(mode: Mode, quickstart_info: mc.Model
         assert client.infer_once(NAME, second.served_config)["OUTPUT0"].shape == (1, 16)
     if strategy_reload:
         assert server.strategy == "reload"
-    pids += server.pids()
+    procs += _procs(server.pids())
     name = server.container_name() if isinstance(server, DockerTritonServer) else None
     server.stop()
     assert not server.running and server not in live_servers()
     server.stop()  # idempotent
-    _local_gone(server, pids)
+    _assert_gone(procs)
     if isinstance(server, DockerTritonServer) and name:
         assert server.wait_removed(name, timeout_s=5), f"container {name} still exists"
-    mode.gone(server)
 
 
 def test_refused_config_carries_tritons_message(mode: Mode, quickstart_info: mc.ModelInfo,
@@ -144,7 +172,7 @@ def test_refused_config_carries_tritons_message(mode: Mode, quickstart_info: mc.
     assert not server.running
 
 
-@pytest.mark.parametrize("kind", ["local", "docker"])
+@pytest.mark.parametrize("kind", ["local", pytest.param("docker", marks=pytest.mark.docker)])
 def test_reload_strategy_keeps_one_server(kind: str, request: pytest.FixtureRequest,
                                           quickstart_info: mc.ModelInfo, tmp_path: Path) -> None:
     """Start once in explicit mode, then each trial's config is a load with an override; the

@@ -96,6 +96,7 @@ def test_taken_port_is_a_clear_error(docker_image: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.docker
+@pytest.mark.triton
 def test_containers_of_a_dead_tuner_are_removed_at_the_next_start(docker_image: str,
                                                                    tmp_path: Path) -> None:
     """A tuner killed with SIGKILL leaves its container running; the next start removes it."""

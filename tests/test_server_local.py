@@ -109,6 +109,15 @@ def test_fixed_port_that_is_taken_is_a_clear_error(tmp_path: Path) -> None:
     assert not server.running
 
 
+def test_repository_path_with_spaces_is_refused_up_front(tmp_path: Path) -> None:
+    """Triton's Python backend splits its stub's command line on spaces: the stub aborts and
+    the server would hang until the startup timeout."""
+    server = LocalTritonServer()
+    with pytest.raises(ServerStartError, match="without spaces"):
+        server.start(add_repo(tmp_path / "my models"))
+    assert not server.running
+
+
 def test_start_failure_says_why_with_the_log_tail(tmp_path: Path) -> None:
     server = LocalTritonServer(extra_args=("--no-such-flag",))
     with pytest.raises(ServerStartError) as caught:

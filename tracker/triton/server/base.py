@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from tracker.triton.repository import TrialRepository
 
 Strategy = Literal["restart", "reload"]
+#: a C++ abort in the server or a backend stub: READY will never come, fail now
+FATAL = "terminate called after throwing"
 
 _LIVE: set[TritonServer] = set()
 _LIVE_LOCK = threading.Lock()
@@ -148,6 +150,12 @@ class TritonServer(ABC):
             if not repository.is_dir():
                 raise ServerStartError(f"model repository must be a directory, but got "
                                        f"{str(repository)!r}")
+            if any(c.isspace() for c in str(repository)) and any(
+                    repository.glob("*/[0-9]*/model.py")):
+                raise ServerStartError(
+                    "a model repository served by the Python backend must have a path without "
+                    "spaces (Triton starts the backend's stub through a shell command line, "
+                    f"which splits it), but got {str(repository)!r}")
             self._repository, self._explicit = repository, explicit
             self._loaded = {}
             for attempt in range(3):
@@ -255,6 +263,8 @@ class TritonServer(ABC):
         interval = 0.01
         while True:
             reason = self._exit_reason()
+            if reason is None and FATAL in self.log_text():
+                reason = "a process of the server crashed"
             if reason is not None:
                 self._raise_start_error(reason)
             if client.is_ready():
@@ -274,7 +284,8 @@ class TritonServer(ABC):
         taken = _port_taken(log)
         if taken:
             raise ServerStartError(f"server did not start: {taken}", self.log_tail())
-        problem = _first_problem(log)
+        problem = _first_problem(log) or next(
+            (line.strip() for line in log.splitlines() if FATAL in line), "")
         if problem:
             reason = f"{reason}: {problem}"
         raise ServerStartError(f"server did not start: {reason}", self.log_tail())
