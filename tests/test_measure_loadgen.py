@@ -167,9 +167,11 @@ def test_errors_are_counted_and_make_the_level_invalid(server: LocalTritonServer
     assert ok.valid and ok.errors > 0 and ok.errors == pytest.approx(ok.requests / 4, rel=0.3)
 
 
-@pytest.mark.parametrize("arrival", ["constant", "poisson"])
-def test_open_loop_holds_the_request_rate(server: LocalTritonServer, arrival: str) -> None:
-    load = LoadSection(request_rate=[200], arrival=arrival, **FAST | {"window_ms": 500})
+@pytest.mark.parametrize(("arrival", "processes"), [("constant", 1), ("poisson", 2)])
+def test_open_loop_holds_the_request_rate(server: LocalTritonServer, arrival: str,
+                                          processes: int) -> None:
+    load = LoadSection(request_rate=[200], arrival=arrival, processes=processes,
+                       **FAST | {"window_ms": 500})
     (m,) = sweep(server.endpoints, "mm", cfg(server, "mm"), load).measurements
     assert m.valid and m.request_rate == 200 and m.concurrency is None
     assert m.throughput == pytest.approx(200, rel=0.15 if arrival == "constant" else 0.3)
