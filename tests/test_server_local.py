@@ -98,6 +98,24 @@ def test_stop_kills_the_whole_group_and_shared_memory(tmp_path: Path) -> None:
     assert "Started GRPCInferenceService" in server.log_text()  # the log outlives the server
 
 
+def test_a_tritonserver_found_on_path_runs_as_it_is(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """server.binary may name a command on PATH (the spec resolves a bare name against its
+    folder; the launcher then looks the name up on PATH)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "tritonserver").symlink_to(wheel_server().binary)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    (tmp_path / "empty").mkdir()
+    with LocalTritonServer(binary=tmp_path / "spec-dir" / "tritonserver") as server:
+        server.start(tmp_path / "empty")
+        assert psutil.Process(server.pids()[0]).exe() == str(wheel_server().binary)
+        with server.client() as client:
+            assert client.is_ready()
+    with pytest.raises(ServerStartError, match="not an executable file nor a command"):
+        LocalTritonServer(binary=tmp_path / "no-such-server").start(tmp_path / "empty")
+
+
 def test_fixed_port_that_is_taken_is_a_clear_error(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

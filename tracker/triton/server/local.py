@@ -142,7 +142,10 @@ class LocalTritonServer(TritonServer):
                 [*(str(d) for d in wheel.lib_dirs), *filter(None, [env.get("LD_LIBRARY_PATH")])])
             env["PATH"] = os.pathsep.join([str(wheel.bin_dir), env.get("PATH", "")])
             return wheel.binary, self._backend_dir_arg or wheel.backend_dir, env
-        found = shutil.which(str(self._binary_arg))
+        arg = Path(self._binary_arg)
+        # a bare name in the spec arrives resolved against the spec's folder: look it up on
+        # PATH when no such file exists
+        found = shutil.which(str(arg)) or (None if arg.exists() else shutil.which(arg.name))
         if found is None:
             raise ServerStartError(f"server.binary {str(self._binary_arg)!r} is not an "
                                    "executable file nor a command on PATH")
