@@ -109,7 +109,7 @@ def _ldd(paths: list[Path], env: dict[str, str]) -> set[Path]:
 
 
 def _files(root: Path) -> list[Path]:
-    out = []
+    out: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS]
         out.extend(Path(dirpath) / f for f in filenames

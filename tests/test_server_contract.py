@@ -106,7 +106,8 @@ def mode(request: pytest.FixtureRequest, tmp_path: Path, quickstart_info: mc.Mod
 
 
 def _reference(info: mc.ModelInfo, x: np.ndarray) -> np.ndarray:
-    return ort.InferenceSession(str(info.model_file)).run(None, {"INPUT0": x})[0]
+    out: np.ndarray = ort.InferenceSession(str(info.model_file)).run(None, {"INPUT0": x})[0]
+    return out
 
 
 def test_start_ready_infer_new_config_stop(mode: Mode, quickstart_info: mc.ModelInfo,
