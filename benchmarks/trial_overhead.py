@@ -76,7 +76,7 @@ def run(modes: dict[str, Callable[[], TritonServer]], info: mc.ModelInfo, workdi
                 elapsed = time.perf_counter() - t0
                 if i:
                     times[label].append(elapsed)
-                print(f"  {label:15s} trial {i}{' (warm-up)' if not i else '':10s} "
+                print(f"  {label:15s} trial {i:2d}{' (warm-up)' if not i else '':10s} "
                       f"{elapsed:6.3f} s", flush=True)
     finally:
         for server in servers.values():
