@@ -22,7 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 IMAGE_REPO = "tracker-triton-test"
 BUILDER_VERSION = "4"
@@ -40,8 +40,11 @@ class DockerUnavailable(Exception):
 @dataclass
 class Daemon:
     proc: subprocess.Popen[bytes] | None  # None: it was already running (not ours to stop)
+    log: IO[bytes] | None = None
 
     def stop(self) -> None:
+        if self.log is not None:
+            self.log.close()
         if self.proc is None:
             return
         self.proc.terminate()
@@ -53,13 +56,20 @@ class Daemon:
 
 
 def _ping() -> bool:
-    try:
-        import docker
+    if not SOCKET.exists():  # (a client made for a missing socket leaks it)
+        return False
+    import docker
 
-        docker.from_env(timeout=5).ping()
-        return True
+    try:
+        client = docker.from_env(timeout=5)
     except Exception:
         return False
+    try:
+        return bool(client.ping())
+    except Exception:
+        return False
+    finally:
+        client.close()
 
 
 def start_daemon(timeout_s: float = 30.0) -> Daemon:
@@ -72,19 +82,22 @@ def start_daemon(timeout_s: float = 30.0) -> Daemon:
                                 "docker.io as root)")
     if os.geteuid() != 0:
         raise DockerUnavailable("dockerd needs root here and this user is not root")
-    log = open(Path(tempfile.gettempdir()) / "tracker-dockerd.log", "ab")  # noqa: SIM115
+    log = open(Path(tempfile.gettempdir()) / "tracker-dockerd.log", "ab")  # noqa: SIM115 (Daemon closes it)
     proc = subprocess.Popen([dockerd, "--storage-driver=vfs", "--iptables=false",
                              "--bridge=none"], stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            log.close()
             raise DockerUnavailable(f"dockerd exited with status {proc.returncode} (see "
                                     f"{log.name})")
-        if SOCKET.exists() and _ping():
-            return Daemon(proc)
+        if _ping():
+            return Daemon(proc, log)
         time.sleep(0.2)
     proc.kill()
+    proc.wait()
+    log.close()
     raise DockerUnavailable(f"dockerd did not answer within {timeout_s:g} s")
 
 
