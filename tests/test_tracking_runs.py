@@ -64,8 +64,13 @@ def test_mlflow_run_id_is_the_parent(mlflow_uri: str, monkeypatch: pytest.Monkey
     exp = client.create_experiment("project")
     outer = client.create_run(exp).info.run_id
     monkeypatch.setenv("MLFLOW_RUN_ID", outer)
-    study = _study(mlflow_uri)
+    study = _study(mlflow_uri, run_name="s")
     assert study.run_id == outer and study.experiment_id == exp
+    assert client.get_run(outer).info.run_name == "s"  # MLflow's made-up name is replaced
+    named = client.create_run(exp, run_name="my run").info.run_id
+    monkeypatch.setenv("MLFLOW_RUN_ID", named)
+    _study(mlflow_uri, run_name="s")
+    assert client.get_run(named).info.run_name == "my run"  # a name the user gave stays
     child = runs.start_trial_run(study, 0, {})
     assert client.get_run(child).info.experiment_id == exp
 

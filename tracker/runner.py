@@ -272,13 +272,16 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
     sampler = st.make_sampler(spec.search.sampler, seed=spec.search.seed,
                               n_objectives=len(spec.objectives), distributions=dists)
     study = st.open_study(storage, spec.study_name, objectives=spec.objectives, sampler=sampler)
-    params: dict[str, object] = {
-        "spec": str(spec.source or ""), "model": spec.model.name, "sampler": spec.search.sampler,
-        "n_trials": spec.search.n_trials, "objectives": dict(spec.objectives),
+    # "study." keeps them apart from MLproject parameters (logged as given, '' included) and
+    # from the best trial's field-path params
+    params: dict[str, object] = {f"study.{k}": v for k, v in {
+        "spec": str(spec.source or ""), "model": spec.model.name, "name": spec.study_name,
+        "sampler": spec.search.sampler, "n_trials": spec.search.n_trials,
+        "objectives": dict(spec.objectives),
         "constraints": {k: v.model_dump(exclude_none=True) for k, v in spec.constraints.items()},
         "storage": redact_url(storage_url), "server_mode": spec.server.mode,
         "server_strategy": spec.server.strategy, "space_size": grid_size or "continuous",
-        "concurrency": spec.load.concurrency_levels()}
+        "concurrency": spec.load.concurrency_levels()}.items()}
     parent, _created = _open_parent(study, storage, spec, uri, storage_url, worker.tags(), params)
     st.enqueue_baseline(study, base.params, base.exact)
     server = make_server(spec.server)

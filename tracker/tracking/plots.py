@@ -78,10 +78,12 @@ def history(rows: Sequence[TrialRow], objectives: Mapping[str, str], out: Path) 
 
     fig = Figure(figsize=(7, 4))
     ax = fig.add_subplot()
-    ax.scatter([r.number for r in feas], [r.values[0] for r in feas if r.values],
-               label="feasible", color="tab:blue")
-    ax.scatter([r.number for r in infeas], [r.values[0] for r in infeas if r.values],
-               label="violates constraints", color="tab:orange", marker="x")
+    if feas:
+        ax.scatter([r.number for r in feas], [r.values[0] for r in feas if r.values],
+                   label="feasible", color="tab:blue")
+    if infeas:
+        ax.scatter([r.number for r in infeas], [r.values[0] for r in infeas if r.values],
+                   label="violates constraints", color="tab:orange", marker="x")
     if bx:
         ax.step(bx, by, where="post", color="tab:green", label="best so far")
     if base is not None and base.values:
@@ -143,8 +145,9 @@ def tradeoff(rows: Sequence[TrialRow], constraints: Mapping[str, object],
     for feasible, color, marker, label in ((True, "tab:blue", "o", "feasible"),
                                            (False, "tab:orange", "x", "violates constraints")):
         sel = [p for p in pts if bool(p[2].feasible) == feasible]
-        ax.scatter([p[0] for p in sel], [p[1] for p in sel], color=color, marker=marker,
-                   label=label)
+        if sel:
+            ax.scatter([p[0] for p in sel], [p[1] for p in sel], color=color, marker=marker,
+                       label=label)
     for lat, thr, r in pts:
         ax.annotate(str(r.number) + ("*" if r.baseline else ""), (lat, thr), fontsize=7,
                     xytext=(3, 3), textcoords="offset points")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,6 +38,8 @@ ROLE, STUDY, STORAGE, TRIAL, STATE = (
 FEASIBLE, SUPERSEDED_BY = "tracker.feasible", "tracker.superseded_by"
 BEST_RUN = "tracker.best_run_id"
 SWEEP_PREFIX = "sweep/"
+# the names MLflow makes up for unnamed runs ("welcoming-bug-166"): replaced by the study's
+_AUTO_NAME = re.compile(r"^(?:[a-z]+-[a-z]+-\d+|-)$")
 P = ParamSpec("P")
 R = TypeVar("R")
 _MAX_VALUE = 6000  # MLflow's limit on a param/tag value length is larger; keep rows readable
@@ -126,7 +129,7 @@ def open_study_run(*, tracking_uri: str, experiment: str, study_name: str, stora
     if run_id:
         run = _call("find the run from MLFLOW_RUN_ID", client.get_run, run_id)
         experiment_id = str(run.info.experiment_id)
-        if run_name and not run.data.tags.get(RUN_NAME_TAG):
+        if run_name and _AUTO_NAME.match(run.data.tags.get(RUN_NAME_TAG, "") or "-"):
             _call("name the run", client.update_run, run_id, name=run_name)
     else:
         experiment_id = _experiment_id(client, experiment)
