@@ -283,22 +283,29 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
         "server_strategy": spec.server.strategy, "space_size": grid_size or "continuous",
         "concurrency": spec.load.concurrency_levels()}.items()}
     parent, _created = _open_parent(study, storage, spec, uri, storage_url, worker.tags(), params)
-    st.enqueue_baseline(study, base.params, base.exact)
-    server = make_server(spec.server)
-    serving = _serving(spec, server)
-    work = Path(".tracker") / "work"
-    work.mkdir(parents=True, exist_ok=True)
-    progress = Progress(spec.search.n_trials, budget(study).complete, bar=options.bar)
-    progress.line(f"study {spec.study_name}: {spec.search.n_trials} trials, sampler "
-                  f"{spec.search.sampler}, {grid_size or 'continuous'} configurations, "
-                  f"storage {redact_url(storage_url)}, MLflow run {parent.run_id}")
-    ctx = Context(spec, info, dists, study, parent, server, serving,
-                  Path(tempfile.mkdtemp(prefix=f"{spec.study_name}-", dir=work)).resolve(),
-                  progress, worker_tags=worker.tags(), log_models=options.log_models)
+    server: Any = None
+    progress: Progress | None = None
+    ctx: Context | None = None
     status, stop = "FAILED", ""
     try:
         with signals():
             try:
+                st.enqueue_baseline(study, base.params, base.exact)
+                server = make_server(spec.server)
+                serving = _serving(spec, server)
+                work = Path(".tracker") / "work"
+                work.mkdir(parents=True, exist_ok=True)
+                progress = Progress(spec.search.n_trials, budget(study).complete,
+                                    bar=options.bar)
+                progress.line(f"study {spec.study_name}: {spec.search.n_trials} trials, sampler "
+                              f"{spec.search.sampler}, {grid_size or 'continuous'} "
+                              f"configurations, storage {redact_url(storage_url)}, MLflow run "
+                              f"{parent.run_id}")
+                ctx = Context(spec, info, dists, study, parent, server, serving,
+                              Path(tempfile.mkdtemp(prefix=f"{spec.study_name}-",
+                                                    dir=work)).resolve(),
+                              progress, worker_tags=worker.tags(),
+                              log_models=options.log_models)
                 stop = _loop(ctx, storage, worker.id, started, grid_size)
                 status = "FINISHED"
             except KeyboardInterrupt as exc:
@@ -307,13 +314,22 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
                 raise Interrupted(signum, stop) from exc
     finally:
         with shielded():
-            with contextlib.suppress(Exception):
-                server.stop()
-            progress.close()
-            shutil.rmtree(ctx.workdir, ignore_errors=True)
-            result = finish_study(ctx, status=status, owner=_last_worker(study),
-                                  stop_reason=stop,
-                                  wall_s=time.monotonic() - started)
+            if server is not None:
+                with contextlib.suppress(Exception):
+                    server.stop()
+            if progress is not None:
+                progress.close()
+            if ctx is None:  # setup failed: the parent run must not stay RUNNING
+                with contextlib.suppress(Exception):
+                    if _last_worker(study):
+                        runs.finish_run(parent.client, parent.run_id, status)
+            else:
+                shutil.rmtree(ctx.workdir, ignore_errors=True)
+                result = finish_study(ctx, status=status, owner=_last_worker(study),
+                                      stop_reason=stop,
+                                      wall_s=time.monotonic() - started)
+    if progress is None:  # unreachable: the loop ran, so setup did
+        raise RuntimeError("internal: study finished without progress output")
     progress.line(result.summary)
     progress.line(f"stopped: {stop}; MLflow parent run {parent.run_id} "
                   f"(experiment {parent.experiment_id}, {redact_url(uri)})")
