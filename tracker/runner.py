@@ -352,8 +352,8 @@ def _loop(ctx: Context, storage: optuna.storages.RDBStorage, worker_id: str, sta
         trial = ask_within_budget(study, storage, spec.search.n_trials, should_stop=should_stop)
         if trial is None:
             return reason or f"{spec.search.n_trials} complete trials"
-        trial.set_user_attr("worker", worker_id)
         try:
+            trial.set_user_attr("worker", worker_id)
             with heartbeat(storage, trial):
                 outcome = run_trial(ctx, trial)
         except BaseException as exc:
