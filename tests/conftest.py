@@ -3,6 +3,7 @@ tritonserver process behind (checked after every test, cleaned up and reported).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,10 +42,8 @@ def _no_leftover_servers(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     left = [p for p in _tritonservers() if p.pid not in before]
     for proc in left:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
-        except psutil.NoSuchProcess:
-            pass
     if left:
         pytest.fail(f"test left {len(left)} tritonserver process(es) running: "
                     f"{[p.pid for p in left]}", pytrace=False)

@@ -25,7 +25,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                         "tracker.cli", "tracker.triton.server"),
     "tracker.search": ("tracker.measure.loadgen", "tracker.tracking", "tracker.deploy",
                        "tracker.runner", "tracker.cli", "tracker.triton.server"),
-    "tracker.tracking": ("tracker.triton.server", "tracker.triton.client", "tracker.measure.loadgen",
+    "tracker.tracking": ("tracker.triton.server", "tracker.triton.client",
+                         "tracker.measure.loadgen",
                          "tracker.search", "tracker.deploy", "tracker.runner", "tracker.cli"),
     "tracker.deploy": ("tracker.search", "tracker.measure", "tracker.runner", "tracker.cli"),
 }

@@ -58,6 +58,7 @@ def test_mlflow_run_one_parent_with_a_child_per_trial(tmp_path: Path, model: Pat
         text = Path(config).read_text()
         if kid.data.tags.get("tracker.baseline") == "false":
             assert f"count: {count}" in text
+        assert kid.data.tags["tracker.stable"] in {"true", "false"}
         sweep = client.get_metric_history(kid.info.run_id, "sweep/perf_throughput")
         assert sorted(m.step for m in sweep) == [1, 4]
     top = {a.path for a in client.list_artifacts(parent.info.run_id)}

@@ -252,6 +252,8 @@ def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, A
     ctx.study.tell(trial, choice.values)
     runs.set_tags(client, run_id, {runs.FEASIBLE: str(choice.feasible).lower(),
                                    "tracker.concurrency": choice.concurrency,
+                                   # false: no level of this trial met the stability rule
+                                   "tracker.stable": str(choice.stable).lower(),
                                    "tracker.sweep_stop": result.stop_reason})
     runs.finish_run(client, run_id, "FINISHED", state="COMPLETE")
     return Outcome(trial.number, "COMPLETE", params, choice.metrics, choice.feasible)

@@ -128,6 +128,7 @@ class LevelChoice:
     metrics: dict[str, float]
     values: list[float]             # objective values, spec order
     violations: dict[str, float] = field(default_factory=dict)
+    stable: bool = True             # the level's windows agreed (perf_analyzer's rule)
 
     @property
     def feasible(self) -> bool:
@@ -138,7 +139,9 @@ def pick_best_level(measurements: Sequence[_Level], constraints: Mapping[str, ob
                     objectives: Mapping[str, str]) -> LevelChoice:
     """The level that meets every constraint and is best on the first objective.
 
-    Ties go to the lower concurrency (the same result with less load). When no level is
+    Among feasible levels, stable ones are preferred (an unstable level wins only when no
+    feasible level is stable). Ties go to the lower concurrency (the same result with less
+    load). When no level is
     feasible, the level with the smallest total violation (ties: best first objective).
     Invalid levels (``valid`` False) and levels whose objective metrics are missing are
     skipped; MeasurementError when none is left.
@@ -156,14 +159,18 @@ def pick_best_level(measurements: Sequence[_Level], constraints: Mapping[str, ob
         except MeasurementError:
             continue
         choices.append(LevelChoice(i, int(level.concurrency or 0), metrics, values,
-                                   named_violations(metrics, constraints)))
+                                   named_violations(metrics, constraints),
+                                   stable=getattr(level, "stable", True) is not False))
     if not choices:
         raise MeasurementError(
             f"no concurrency level measured the objective `{first}` "
             f"({len(measurements)} level(s) measured)")
     sign = -1.0 if direction == MAXIMIZE else 1.0
     feasible = [c for c in choices if c.feasible]
+    # a level whose windows never agreed is a weaker result: judge by stable levels when any
+    # feasible one is stable (the same rule as SweepResult.best)
+    stable = [c for c in feasible if c.stable]
     if feasible:
-        return min(feasible, key=lambda c: (sign * c.values[0], c.concurrency))
+        return min(stable or feasible, key=lambda c: (sign * c.values[0], c.concurrency))
     return min(choices, key=lambda c: (total_violation(c.violations), sign * c.values[0],
                                        c.concurrency))
