@@ -18,7 +18,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 
 from tracker.errors import DeployError, ServerError
-from tracker.triton.client import TritonClient, example_inputs
+from tracker.triton.client import DTYPES, TritonClient, example_inputs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,15 +26,6 @@ if TYPE_CHECKING:
 
 Array = np.ndarray[Any, Any]
 
-_TYPES: dict[str, tuple[str, Any]] = {
-    "TYPE_BOOL": ("BOOL", np.bool_), "TYPE_UINT8": ("UINT8", np.uint8),
-    "TYPE_UINT16": ("UINT16", np.uint16), "TYPE_UINT32": ("UINT32", np.uint32),
-    "TYPE_UINT64": ("UINT64", np.uint64), "TYPE_INT8": ("INT8", np.int8),
-    "TYPE_INT16": ("INT16", np.int16), "TYPE_INT32": ("INT32", np.int32),
-    "TYPE_INT64": ("INT64", np.int64), "TYPE_FP16": ("FP16", np.float16),
-    "TYPE_FP32": ("FP32", np.float32), "TYPE_FP64": ("FP64", np.float64),
-    "TYPE_STRING": ("BYTES", np.object_),
-}
 
 
 def _fit(name: str, array: Array, dims: list[int], batching: bool, np_type: Any) -> Array:
@@ -84,11 +75,11 @@ def to_arrays(config: ModelConfig, data: pd.DataFrame | Mapping[str, Any]) -> di
     out: dict[str, Array] = {}
     for inp in config.input:
         type_name = model_config_pb2.DataType.Name(inp.data_type)
-        if type_name not in _TYPES:
+        if type_name not in DTYPES:
             raise DeployError(f"input {inp.name!r} has data type {type_name}, which is not "
                               "supported")
         out[inp.name] = _fit(inp.name, raw[inp.name], list(inp.dims), config.max_batch_size > 0,
-                             _TYPES[type_name][1])
+                             DTYPES[type_name][1])
     return out
 
 
@@ -104,7 +95,7 @@ def infer_version(client: TritonClient, name: str, config: ModelConfig, *,
 
     if arrays is None:
         arrays = {k: v for k, (_, v) in example_inputs(config).items()}
-    types = {i.name: _TYPES[model_config_pb2.DataType.Name(i.data_type)][0]
+    types = {i.name: DTYPES[model_config_pb2.DataType.Name(i.data_type)][0]
              for i in config.input}
     request = []
     for inp_name, array in arrays.items():

@@ -29,20 +29,9 @@ import numpy as np
 import numpy.typing as npt
 
 from tracker.errors import MeasurementError
+from tracker.triton.client import DTYPES
 
 STRING_LENGTH = 128
-
-# config data type -> (wire datatype, numpy dtype)
-DTYPES: dict[str, tuple[str, Any]] = {
-    "TYPE_BOOL": ("BOOL", np.bool_), "TYPE_UINT8": ("UINT8", np.uint8),
-    "TYPE_UINT16": ("UINT16", np.uint16), "TYPE_UINT32": ("UINT32", np.uint32),
-    "TYPE_UINT64": ("UINT64", np.uint64), "TYPE_INT8": ("INT8", np.int8),
-    "TYPE_INT16": ("INT16", np.int16), "TYPE_INT32": ("INT32", np.int32),
-    "TYPE_INT64": ("INT64", np.int64), "TYPE_FP16": ("FP16", np.float16),
-    "TYPE_FP32": ("FP32", np.float32), "TYPE_FP64": ("FP64", np.float64),
-    "TYPE_BF16": ("BF16", np.uint16),  # numpy has no bfloat16: its 2-byte pattern
-    "TYPE_STRING": ("BYTES", np.object_),
-}
 
 
 @dataclass(frozen=True)

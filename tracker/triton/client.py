@@ -96,13 +96,15 @@ class ModelStats:
     compute_output_ns: int
 
 
-_NP_TYPES: dict[str, tuple[str, Any]] = {
+# config data type -> (Triton wire datatype, numpy dtype); the one table the package uses
+DTYPES: dict[str, tuple[str, Any]] = {
     "TYPE_BOOL": ("BOOL", np.bool_), "TYPE_UINT8": ("UINT8", np.uint8),
     "TYPE_UINT16": ("UINT16", np.uint16), "TYPE_UINT32": ("UINT32", np.uint32),
     "TYPE_UINT64": ("UINT64", np.uint64), "TYPE_INT8": ("INT8", np.int8),
     "TYPE_INT16": ("INT16", np.int16), "TYPE_INT32": ("INT32", np.int32),
     "TYPE_INT64": ("INT64", np.int64), "TYPE_FP16": ("FP16", np.float16),
     "TYPE_FP32": ("FP32", np.float32), "TYPE_FP64": ("FP64", np.float64),
+    "TYPE_BF16": ("BF16", np.uint16),  # numpy has no bfloat16: its 2-byte pattern
     "TYPE_STRING": ("BYTES", np.object_),
 }
 
@@ -117,10 +119,10 @@ def example_inputs(config: ModelConfig, batch_size: int = 1,
     out: dict[str, tuple[str, np.ndarray[Any, Any]]] = {}
     for inp in config.input:
         type_name = mc.DataType.Name(inp.data_type)
-        if type_name not in _NP_TYPES:
+        if type_name not in DTYPES:
             raise ServerError(f"input {inp.name!r} has data type {type_name}, which example "
                               "inputs cannot be made for")
-        triton_type, np_type = _NP_TYPES[type_name]
+        triton_type, np_type = DTYPES[type_name]
         shape = [d if d > 0 else 1 for d in inp.dims]
         if config.max_batch_size > 0:
             shape = [batch_size, *shape]
