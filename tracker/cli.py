@@ -231,7 +231,8 @@ def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
     best = result.choice
     click.echo(f"best level: concurrency {best.concurrency}, "
                f"{best.metrics.get('perf_throughput', 0):,.1f} infer/s, "
-               f"{'meets' if best.feasible else 'violates'} the constraints; "
+               f"{'meets' if best.feasible else 'violates'} the constraints"
+               f"{'' if best.stable else ' (UNSTABLE: its windows never agreed)'}; "
                f"MLflow run {result.run_id}")
 
 
