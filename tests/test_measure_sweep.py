@@ -51,12 +51,12 @@ def test_invalid_level_stops_with_its_reason() -> None:
     assert why == "concurrency 2 invalid: 12 of 100 requests failed"
 
 
-def test_best_meets_constraints_and_prefers_stable() -> None:
+def test_best_meets_constraints_and_keeps_the_unstable_flag() -> None:
     cons = {"perf_latency_p99": {"max": 10}, "perf_throughput": {"min": 50}}
     done = [m(1, 40, p99=2), m(2, 150, p99=4), m(4, 400, p99=9, stable=False),
             m(8, 500, p99=20), m(16, 900, valid=False)]
     best = pick_best(done, cons)
-    assert best is not None and best.concurrency == 2
+    assert best is not None and best.concurrency == 4 and not best.stable
     only_unstable = [m(1, 40), m(4, 400, p99=9, stable=False)]
     best = pick_best(only_unstable, {"perf_throughput": {"min": 50}})
     assert best is not None and best.concurrency == 4 and not best.stable

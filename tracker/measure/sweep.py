@@ -6,8 +6,8 @@ rates. After each level the sweep stops when
 - a latency constraint (``perf_latency_*: {max: ...}``) is broken: more load only adds latency,
 - the last 3 levels gained under 5% throughput over the level before them (throughput has
   saturated; Model Analyzer's rule).
-``best`` is the valid level with the highest throughput that meets every constraint, stable
-levels first (an unstable one is taken only when no stable one qualifies, and stays flagged).
+``best`` is the valid level with the highest throughput that meets every constraint, stable or
+not (an unstable one stays flagged): the same rule the tuner judges a trial by.
 """
 
 from __future__ import annotations
@@ -74,12 +74,11 @@ def stop_reason(done: Sequence[Measurement], constraints: Mapping[str, Any] | No
 
 def pick_best(done: Sequence[Measurement],
               constraints: Mapping[str, Any] | None) -> Measurement | None:
-    """Highest throughput among valid levels meeting the constraints, stable ones first."""
+    """Highest throughput among valid levels meeting the constraints. Stability does not
+    choose: a stable low level would underrate a config whose busier levels are noisier."""
     ok = [m for m in done if m.valid and m.throughput > 0
           and not violations(m, constraints)]
-    stable = [m for m in ok if m.stable]
-    pool = stable or ok
-    return max(pool, key=lambda m: m.throughput) if pool else None
+    return max(ok, key=lambda m: m.throughput) if ok else None
 
 
 def load_levels(load: Any, override: Sequence[float] | None = None) -> list[Level]:
