@@ -1,17 +1,19 @@
-"""Numbers from samples: latency percentiles (perf_analyzer's rule) and the server-side split
-from Triton's statistics API (cumulative counters; a window's figures are the difference of two
-snapshots)."""
+"""Numbers from samples: latency percentiles (perf_analyzer's rule). The server-side split
+from Triton's statistics API lives in tracker.triton.statistics (re-exported here)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from tracker.errors import MeasurementError
+from tracker.triton.statistics import ServerStats, stats_from_json, stats_from_proto
+
+__all__ = ["PERCENTILES", "LatencySummary", "ServerStats", "percentile_index", "percentiles",
+           "stats_from_json", "stats_from_proto", "summarize_latencies"]
 
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 
@@ -57,105 +59,3 @@ def summarize_latencies(latencies_ns: npt.ArrayLike) -> LatencySummary | None:
     return LatencySummary(count=int(arr.size), avg_ms=float(arr.mean()) * ms,
                           p50_ms=pct[50] * ms, p90_ms=pct[90] * ms,
                           p95_ms=pct[95] * ms, p99_ms=pct[99] * ms)
-
-
-@dataclass(frozen=True)
-class ServerStats:
-    """Cumulative counters of one model (all its versions summed) from the statistics API,
-    or the difference of two such snapshots. Durations in ns; counts are per request."""
-
-    inference_count: int = 0
-    execution_count: int = 0
-    success_count: int = 0
-    success_ns: int = 0
-    fail_count: int = 0
-    queue_count: int = 0
-    queue_ns: int = 0
-    compute_input_count: int = 0
-    compute_input_ns: int = 0
-    compute_infer_count: int = 0
-    compute_infer_ns: int = 0
-    compute_output_count: int = 0
-    compute_output_ns: int = 0
-
-    def __sub__(self, earlier: ServerStats) -> ServerStats:
-        return ServerStats(**{f.name: getattr(self, f.name) - getattr(earlier, f.name)
-                              for f in fields(self)})
-
-    def __add__(self, other: ServerStats) -> ServerStats:
-        return ServerStats(**{f.name: getattr(self, f.name) + getattr(other, f.name)
-                              for f in fields(self)})
-
-    @staticmethod
-    def _avg_ms(ns: int, count: int) -> float | None:
-        return ns / count * 1e-6 if count > 0 else None
-
-    @property
-    def queue_ms(self) -> float | None:
-        return self._avg_ms(self.queue_ns, self.queue_count)
-
-    @property
-    def compute_input_ms(self) -> float | None:
-        return self._avg_ms(self.compute_input_ns, self.compute_input_count)
-
-    @property
-    def compute_infer_ms(self) -> float | None:
-        return self._avg_ms(self.compute_infer_ns, self.compute_infer_count)
-
-    @property
-    def compute_output_ms(self) -> float | None:
-        return self._avg_ms(self.compute_output_ns, self.compute_output_count)
-
-
-_DURATIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
-
-
-def _int(value: Any) -> int:
-    return int(value) if value not in (None, "") else 0
-
-
-def stats_from_json(doc: Mapping[str, Any], model_name: str) -> ServerStats:
-    """A snapshot from the statistics API's JSON form (HTTP ``/v2/models/NAME/stats``, or the
-    gRPC response turned into a dict), summed over the model's versions."""
-    entries = [m for m in doc.get("model_stats", []) if m.get("name") == model_name]
-    if not entries:
-        raise MeasurementError(
-            f"the server reported no statistics for model {model_name!r}; is it loaded?")
-    total = ServerStats()
-    for entry in entries:
-        inf = entry.get("inference_stats", {}) or {}
-        values: dict[str, int] = {
-            "inference_count": _int(entry.get("inference_count")),
-            "execution_count": _int(entry.get("execution_count")),
-        }
-        for key in _DURATIONS:
-            part = inf.get(key, {}) or {}
-            values[f"{key}_count"] = _int(part.get("count"))
-            if key != "fail":
-                values[f"{key}_ns"] = _int(part.get("ns"))
-        total = total + ServerStats(**values)
-    return total
-
-
-def stats_from_proto(response: Any, model_name: str) -> ServerStats:
-    """A snapshot from a gRPC ``ModelStatisticsResponse``, summed over the model's versions."""
-    total = ServerStats()
-    found = False
-    for entry in response.model_stats:
-        if entry.name != model_name:
-            continue
-        found = True
-        inf = entry.inference_stats
-        total = total + ServerStats(
-            inference_count=entry.inference_count, execution_count=entry.execution_count,
-            success_count=inf.success.count, success_ns=inf.success.ns,
-            fail_count=inf.fail.count,
-            queue_count=inf.queue.count, queue_ns=inf.queue.ns,
-            compute_input_count=inf.compute_input.count, compute_input_ns=inf.compute_input.ns,
-            compute_infer_count=inf.compute_infer.count, compute_infer_ns=inf.compute_infer.ns,
-            compute_output_count=inf.compute_output.count,
-            compute_output_ns=inf.compute_output.ns)
-    if not found:
-        raise MeasurementError(
-            f"the server reported no statistics for model {model_name!r}; is it loaded?")
-    return total

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tracker.errors import ModelLoadError, ServerError
+from tracker.triton.statistics import ServerStats, stats_from_proto
 
 if TYPE_CHECKING:
     from tritonclient.grpc import InferenceServerClient
@@ -79,21 +80,6 @@ def _host_port(url: str, what: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit():
         raise ServerError(f"server {what} must look like host:port, but got {url!r}")
     return host, int(port)
-
-
-@dataclass(frozen=True)
-class ModelStats:
-    """Cumulative per-model counters from Triton's statistics API (durations in ns)."""
-
-    inference_count: int
-    execution_count: int
-    success_count: int
-    fail_count: int
-    success_ns: int
-    queue_ns: int
-    compute_input_ns: int
-    compute_infer_ns: int
-    compute_output_ns: int
 
 
 # config data type -> (Triton wire datatype, numpy dtype); the one table the package uses
@@ -247,26 +233,14 @@ class TritonClient:
                               f"{_triton_message(exc)}") from exc
 
     # -- numbers -------------------------------------------------------------------------
-    def statistics(self, name: str) -> ModelStats:
+    def statistics(self, name: str) -> ServerStats:
         """Cumulative statistics of ``name`` (all versions summed)."""
         try:
             resp = self.grpc.get_inference_statistics(name, client_timeout=self.timeout_s)
         except Exception as exc:
             raise ServerError(f"statistics of model {name!r} failed: "
                               f"{_triton_message(exc)}") from exc
-        fields = dict.fromkeys(ModelStats.__dataclass_fields__, 0)
-        for st in resp.model_stats:
-            stats = st.inference_stats
-            fields["inference_count"] += st.inference_count
-            fields["execution_count"] += st.execution_count
-            fields["success_count"] += stats.success.count
-            fields["fail_count"] += stats.fail.count
-            fields["success_ns"] += stats.success.ns
-            fields["queue_ns"] += stats.queue.ns
-            fields["compute_input_ns"] += stats.compute_input.ns
-            fields["compute_infer_ns"] += stats.compute_infer.ns
-            fields["compute_output_ns"] += stats.compute_output.ns
-        return ModelStats(**fields)
+        return stats_from_proto(resp, name)
 
     def metrics_text(self) -> str:
         """The Prometheus text from the metrics endpoint."""
