@@ -299,8 +299,7 @@ def test_parse_spec_rejects_non_mappings() -> None:
         parse_spec(None)
 
 
-@pytest.mark.parametrize(("case", "fragment"), [MALFORMED[0], MALFORMED[2], MALFORMED[-5],
-                                                MALFORMED[-1]])
+@pytest.mark.parametrize(("case", "fragment"), MALFORMED, ids=[m[1][:60] for m in MALFORMED])
 def test_cli_check_reports_bad_spec_without_traceback(tmp_path: Path, case: str,
                                                        fragment: str) -> None:
     path = write(tmp_path, _text(case))
