@@ -104,3 +104,18 @@ def test_request_rate_levels_write_a_request_rate_column() -> None:
     m = _measured(1, 50.0)
     m.concurrency, m.request_rate = None, 50.0
     assert dumps([m]).startswith("Request Rate,Inferences/Second,")
+
+
+def test_unmeasured_client_times_are_empty_cells_not_zeros(tmp_path: Path) -> None:
+    """The built-in client does not time serialization apart: no made-up zeros in the file,
+    and the whole average latency is response wait."""
+    m = Measurement(concurrency=4, throughput=100.0, latency_avg_ms=2.0, latency_p50_ms=1.9,
+                    latency_p90_ms=2.5, latency_p95_ms=2.8, latency_p99_ms=3.0,
+                    server_queue_ms=0.5, server_compute_infer_ms=1.0, stable=True)
+    frame = pd.read_csv(write_csv([m], tmp_path / "perf.csv"))
+    row = frame.iloc[0]
+    for column in ("Client Send", "Client Recv", "request/response"):
+        assert pd.isna(row[column]), (column, row[column])
+    assert row["response wait"] == 2000 and row["Network+Server Send/Recv"] == 500
+    back = read_csv(tmp_path / "perf.csv")[0]
+    assert back.client_send_ms is None and back.client_recv_ms is None

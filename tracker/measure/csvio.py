@@ -4,8 +4,9 @@ The columns and units are perf_analyzer's own (its report writer): the first col
 ``Concurrency`` or ``Request Rate``, then ``Inferences/Second`` and the latency split in whole
 microseconds, the percentiles, and (verbose CSV) ``Avg latency``, ``request/response`` and
 ``response wait``. Differences from perf_analyzer's file, on purpose: rows stay in the order
-they were measured (perf_analyzer sorts by throughput), and a server figure that was not
-measured is an empty cell (perf_analyzer writes 0).
+they were measured (perf_analyzer sorts by throughput), and a figure that was not measured
+is an empty cell (perf_analyzer writes 0): the built-in client does not time request
+serialization apart, so its ``Client Send``, ``Client Recv`` and ``request/response`` are empty.
 """
 
 from __future__ import annotations
@@ -60,14 +61,16 @@ def header(measurements: Iterable[Measurement]) -> list[str]:
 def _row(m: Measurement, first: str) -> list[str]:
     level = m.concurrency if first == CONCURRENCY else m.request_rate
     avg = m.latency_avg_ms
-    wait = None if avg is None else max(avg - m.client_send_ms - m.client_recv_ms, 0.0)
+    wait = None if avg is None else max(avg - m.client_ms, 0.0)
+    client = (None if m.client_send_ms is None and m.client_recv_ms is None
+              else m.client_ms)
     return [
         "" if level is None else f"{level:g}", f"{m.throughput:.4f}",
         _us(m.client_send_ms), _us(m.network_ms), _us(m.server_queue_ms),
         _us(m.server_compute_input_ms), _us(m.server_compute_infer_ms),
         _us(m.server_compute_output_ms), _us(m.client_recv_ms),
         _us(m.latency_p50_ms), _us(m.latency_p90_ms), _us(m.latency_p95_ms),
-        _us(m.latency_p99_ms), _us(avg), _us(m.client_send_ms + m.client_recv_ms), _us(wait),
+        _us(m.latency_p99_ms), _us(avg), _us(client), _us(wait),
     ]
 
 
@@ -143,8 +146,6 @@ def loads(text: str, *, source: str = "perf_analyzer", where: str = "CSV") -> li
             value = _float(row, column, at)
             if value is not None:
                 setattr(m, attr, value / 1000.0)
-            elif attr in ("client_send_ms", "client_recv_ms"):
-                setattr(m, attr, 0.0)
         for column, (metric, scale, how) in GPU_COLUMNS.items():
             cell = (row.get(column) or "").strip()
             value = _gpu_cell(cell, scale, how) if cell else None

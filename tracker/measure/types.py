@@ -58,8 +58,10 @@ class Measurement:
     server_compute_input_ms: float | None = None
     server_compute_infer_ms: float | None = None
     server_compute_output_ms: float | None = None
-    client_send_ms: float = 0.0
-    client_recv_ms: float = 0.0
+    # client-side serialization / deserialization: only perf_analyzer's CSV reports them
+    # (the built-in client sends pre-serialized requests and does not time them apart)
+    client_send_ms: float | None = None
+    client_recv_ms: float | None = None
     requests: int = 0
     server_requests: int | None = None
     errors: int = 0
@@ -92,8 +94,13 @@ class Measurement:
         server = [self.server_queue_ms, self.server_compute_input_ms,
                   self.server_compute_infer_ms, self.server_compute_output_ms]
         accounted = sum(v for v in server if v is not None)
-        wait = self.latency_avg_ms - self.client_send_ms - self.client_recv_ms
+        wait = self.latency_avg_ms - self.client_ms
         return max(wait - accounted, 0.0)
+
+    @property
+    def client_ms(self) -> float:
+        """Client send + receive time where measured (0 where not: nothing to subtract)."""
+        return (self.client_send_ms or 0.0) + (self.client_recv_ms or 0.0)
 
     def metrics(self) -> dict[str, float]:
         """Metric name -> value with DESIGN.md's names; figures not measured are absent."""
