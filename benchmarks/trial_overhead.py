@@ -20,7 +20,6 @@ be shared. The last line is one JSON object.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -30,11 +29,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import onnx
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+from tracker.spec import ensure_model, load_spec  # noqa: E402
 from tracker.triton import model_config as mc  # noqa: E402
 from tracker.triton.repository import write_repository  # noqa: E402
 from tracker.triton.server.base import TritonServer  # noqa: E402
@@ -45,16 +43,11 @@ CONFIGS = [{"instance_group.count": 1 + i % 2, "max_batch_size": 4 + 4 * (i % 3)
            for i in range(32)]
 
 
-def quickstart(workdir: Path) -> mc.ModelInfo:
-    spec = importlib.util.spec_from_file_location(
-        "quickstart_make_model", ROOT / "projects" / "quickstart" / "make_model.py")
-    if spec is None or spec.loader is None:
-        raise SystemExit("projects/quickstart/make_model.py cannot be imported")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    path = workdir / "model.onnx"
-    onnx.save(module.build(), str(path))
-    return mc.from_onnx(path, "quickstart")
+def quickstart() -> mc.ModelInfo:
+    """The quickstart model, built as a study builds it (its spec's model.build)."""
+    spec = load_spec(ROOT / "projects" / "quickstart" / "study.yaml")
+    ensure_model(spec)
+    return mc.model_info(spec.model)
 
 
 def run(modes: dict[str, Callable[[], TritonServer]], info: mc.ModelInfo, workdir: Path,
@@ -113,7 +106,7 @@ def main() -> None:
           "shim; medians of the timed trials")
     with tempfile.TemporaryDirectory(prefix="trial-overhead-") as tmp:
         workdir = Path(tmp)
-        info = quickstart(workdir)
+        info = quickstart()
         local = run({"local restart": LocalTritonServer,
                      "local reload": lambda: LocalTritonServer(strategy="reload")},
                     info, workdir, args.trials)

@@ -113,24 +113,15 @@ def mlflow_server() -> Iterator[Any]:
 # ---- Triton servers: the quickstart model; the Docker daemon and a local test image ----
 
 @pytest.fixture(scope="session")
-def quickstart_info(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The quickstart model (projects/quickstart), built by its make_model.py into a temp
-    dir, as a tracker.triton.model_config.ModelInfo named "quickstart"."""
-    import importlib.util
-
-    import onnx
-
+def quickstart_info() -> Any:
+    """The quickstart model (projects/quickstart) as a ModelInfo named "quickstart", built the
+    way a study builds it (its spec's model.build, on first use)."""
+    from tracker.spec import ensure_model, load_spec
     from tracker.triton import model_config
 
-    spec = importlib.util.spec_from_file_location(
-        "quickstart_make_model", REPO / "projects" / "quickstart" / "make_model.py")
-    if spec is None or spec.loader is None:
-        raise RuntimeError("projects/quickstart/make_model.py cannot be imported")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    path = tmp_path_factory.mktemp("quickstart") / "model.onnx"
-    onnx.save(module.build(), str(path))
-    return model_config.from_onnx(path, "quickstart")
+    spec = load_spec(REPO / "projects" / "quickstart" / "study.yaml")
+    ensure_model(spec)
+    return model_config.model_info(spec.model)
 
 
 @pytest.fixture(scope="session")
