@@ -29,6 +29,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tracker.errors import StudyError
 from tracker.search.storage import storage_lock
+from tracker.search.study import same_params
 
 _log = optuna.logging.get_logger("tracker")
 SUGGEST_WAIT_S = 30.0  # longest wait for an earlier trial that is still being suggested
@@ -128,10 +129,6 @@ def heartbeat(storage: RDBStorage, trial: optuna.Trial) -> Iterator[None]:
         thread.join()
 
 
-def _same(params: Mapping[str, object], other: Mapping[str, object]) -> bool:
-    return dict(params) == dict(other)
-
-
 def wait_for_duplicate(study: optuna.Study, trial_number: int, params: Mapping[str, object], *,
                        poll_s: float = 1.0, timeout_s: float | None = None) -> FrozenTrial | None:
     """The COMPLETE trial whose parameters equal ``params`` (reuse its values instead of
@@ -157,7 +154,7 @@ def wait_for_duplicate(study: optuna.Study, trial_number: int, params: Mapping[s
                 since = suggesting_since.setdefault(other.number, time.monotonic())
                 wait = wait or time.monotonic() - since < SUGGEST_WAIT_S
                 continue
-            if not _same(params, other.params):
+            if not same_params(params, other.params):
                 continue
             if other.state == TrialState.COMPLETE:
                 return other
