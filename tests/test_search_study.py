@@ -18,6 +18,7 @@ from tracker.search.study import (
     default_storage,
     enqueue_baseline,
     find_duplicate,
+    grid_of,
     make_sampler,
     open_study,
     trials_without_improvement,
@@ -151,3 +152,15 @@ def test_nsga2_front_respects_constraints(storage: Storage) -> None:
         study.tell(trial, [thr, p99])
     front = sorted(t.values[0] for t in best_trials(study))
     assert front == [100.0, 200.0]
+
+
+def test_grid_of_an_int_log_range_is_what_tracker_check_counts() -> None:
+    """A log integer range is a grid of doublings for the sampler too, not every integer:
+    `tracker check` must announce the number of configurations a grid study runs."""
+    from tracker.search.space import distributions, grid, space_size
+    from tracker.spec import Range
+
+    space = {"max_batch_size": Range(low=1, high=64, log=True)}
+    dists = distributions(space)
+    assert grid_of(dists) == grid(space) == {"max_batch_size": [1, 2, 4, 8, 16, 32, 64]}
+    assert space_size(space) == 7

@@ -62,6 +62,16 @@ def resolve_space(space: Space, info: ModelInfo) -> Space:
     return dict(space) if space else default_space(info)
 
 
+def doublings(low: int, high: int) -> list[int]:
+    """The values an integer log range takes in a grid: ``low``, ``2*low``, ... up to ``high``."""
+    out = []
+    level = max(low, 1)
+    while level <= high:
+        out.append(level)
+        level *= 2
+    return out
+
+
 def values(knob: Range | list[Scalar]) -> list[Scalar] | None:
     """Every value one knob takes, or None for a continuous float range."""
     if isinstance(knob, list):
@@ -69,12 +79,7 @@ def values(knob: Range | list[Scalar]) -> list[Scalar] | None:
     if knob.is_int:
         low, high = int(knob.low), int(knob.high)
         if knob.log:
-            out: list[Scalar] = []
-            level = low
-            while level <= high:
-                out.append(level)
-                level *= 2
-            return out
+            return list(doublings(low, high))
         return list(range(low, high + 1, int(knob.step or 1)))
     if knob.step is None:
         return None

@@ -29,6 +29,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tracker.errors import StudyError
 from tracker.search.objective import MAXIMIZE, better
+from tracker.search.space import doublings
 
 # TPE setup, chosen with benchmarks/search_efficiency.py (docs/tuning.md): few random start-up
 # trials (the default config is measured first anyway) and more EI candidates suit budgets of
@@ -90,8 +91,8 @@ def grid_of(distributions: Mapping[str, BaseDistribution]) -> dict[str, list[Any
         elif isinstance(dist, FloatDistribution) and dist.step is not None and not dist.log:
             n = round((dist.high - dist.low) / dist.step)
             grid[name] = [round(dist.low + i * dist.step, 12) for i in range(n + 1)]
-        elif isinstance(dist, IntDistribution):
-            grid[name] = [v for v in range(dist.low, dist.high + 1)]
+        elif isinstance(dist, IntDistribution):  # log: the same doublings `tracker check` counts
+            grid[name] = list(doublings(dist.low, dist.high))
         else:
             raise StudyError(f"the grid sampler needs a finite space, but `{name}` is "
                              f"continuous ({dist}); give it a step or list its values")
