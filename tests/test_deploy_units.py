@@ -17,9 +17,9 @@ from tracker.deploy.inference import to_arrays
 from tracker.deploy.publish import Publisher
 from tracker.deploy.settings import resolve_settings
 from tracker.errors import DeployError
-from tracker.search.study import Attr
 from tracker.spec import Bound
 from tracker.tracking import flavor
+from tracker.trial_attrs import Attr
 from tracker.triton import model_config as mc
 from tracker.triton.client import Endpoints, TritonClient
 
@@ -118,15 +118,14 @@ def test_model_names_cannot_leave_the_repository(tmp_path: Path) -> None:
         Publisher(repo, client, serving="gpu")
 
 
-def test_trial_attribute_names_match_the_tuning_loop() -> None:
-    assert promote_mod.ATTR_RUN_ID == Attr.RUN_ID
-    assert promote_mod.ATTR_METRICS == Attr.METRICS
-    assert promote_mod.ATTR_FEASIBLE == Attr.FEASIBLE
-    assert promote_mod.ATTR_BASELINE == Attr.BASELINE
-    assert promote_mod.ATTR_DUPLICATE_OF == Attr.DUPLICATE_OF
-    assert promote_mod.ATTR_CONCURRENCY == Attr.CONCURRENCY
-    assert promote_mod.ATTR_MEASUREMENTS == Attr.MEASUREMENTS
-    assert promote_mod.ATTR_FAIL_REASON == Attr.FAIL_REASON
+def test_promote_reads_trials_as_the_tuning_loop_reports_them() -> None:
+    """promote and the study report share one reader of the trial attributes, so the names
+    the tuning loop writes cannot drift from what promote reads."""
+    from tracker import conclude
+    from tracker.tracking import report
+
+    assert promote_mod.trial_rows is report.trial_rows is conclude.trial_rows
+    assert promote_mod.Attr is Attr
 
 
 def test_constraint_text_says_the_bound_and_the_measured_value() -> None:

@@ -12,6 +12,7 @@ PKG = Path(__file__).resolve().parent.parent / "tracker"
 # layer -> the tracker packages/modules it must never import
 FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tracker.errors": ("tracker.",),
+    "tracker.trial_attrs": ("tracker.",),
     "tracker.spec": ("tracker.triton", "tracker.measure", "tracker.search", "tracker.tracking",
                      "tracker.deploy", "tracker.runner", "tracker.cli"),
     # spec.py's helpers sit in its layer

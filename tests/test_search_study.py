@@ -12,7 +12,6 @@ from optuna.trial import TrialState
 from tracker.errors import StudyError
 from tracker.search.baseline import fit_baseline
 from tracker.search.study import (
-    Attr,
     baseline_trial,
     best_trials,
     default_storage,
@@ -23,6 +22,7 @@ from tracker.search.study import (
     open_study,
     trials_without_improvement,
 )
+from tracker.trial_attrs import Attr
 from tracker.triton.model_config import parse
 
 Storage = optuna.storages.RDBStorage

@@ -13,14 +13,18 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import optuna
 from mlflow.entities import Param
 from mlflow.exceptions import MlflowException
-from optuna.trial import TrialState
 
-from tracker.search.study import Attr
 from tracker.tracking import runs
-from tracker.tracking.report import TrialRow, best_row, improvement_pct, summary, write_report
+from tracker.tracking.report import (
+    TrialRow,
+    best_row,
+    improvement_pct,
+    summary,
+    trial_rows,
+    write_report,
+)
 from tracker.trial import Context, configs
 from tracker.triton import model_config as mc
 from tracker.triton.repository import production_config
@@ -31,28 +35,6 @@ class Conclusion:
     summary: str
     best_trial: int | None
     best_run_id: str | None
-
-
-def trial_rows(study: optuna.Study) -> list[TrialRow]:
-    """Every trial that ran (not the queued ones) as report rows."""
-    rows = []
-    for t in study.get_trials(deepcopy=False):
-        if t.state == TrialState.WAITING:
-            continue
-        attrs = t.user_attrs
-        feasible = attrs.get(Attr.FEASIBLE)
-        rows.append(TrialRow(
-            number=t.number, state=t.state.name, params=dict(t.params),
-            values=list(t.values) if t.values is not None else None,
-            metrics=dict(attrs.get(Attr.METRICS, {})),
-            feasible=None if feasible is None else bool(feasible),
-            baseline=bool(attrs.get(Attr.BASELINE)), duplicate_of=attrs.get(Attr.DUPLICATE_OF),
-            concurrency=attrs.get(Attr.CONCURRENCY),
-            measurements=int(attrs.get(Attr.MEASUREMENTS, 0) or 0),
-            run_id=attrs.get(Attr.RUN_ID),
-            fail_reason=("interrupted" if attrs.get(Attr.INTERRUPTED)
-                         else attrs.get(Attr.FAIL_REASON))))
-    return rows
 
 
 def finish_study(ctx: Context, *, status: str, owner: bool, stop_reason: str,

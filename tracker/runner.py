@@ -47,6 +47,7 @@ from tracker.tracking.scaleout import (
     mark_worker_run,
 )
 from tracker.trial import Context, abandon_trial, run_trial
+from tracker.trial_attrs import Attr
 from tracker.triton.model_config import model_info
 from tracker.triton.server.base import make_server, stop_all
 
@@ -226,7 +227,7 @@ def _stop_reason(study: optuna.Study, spec: StudySpec, started: float,
         return f"{failed} trials failed (as many as n_trials): see the failed runs' notes"
     if space_size is not None:
         tried = {tuple(sorted(t.params.items())) for t in st.finished(study)
-                 if st.Attr.EXACT_PARAMS not in t.user_attrs}  # an approximated baseline
+                 if Attr.EXACT_PARAMS not in t.user_attrs}  # an approximated baseline
         if len(tried) >= space_size:
             return f"all {space_size} configurations of the search space tried"
     return ""
@@ -237,7 +238,7 @@ def _best_text(study: optuna.Study, spec: StudySpec) -> str:
     if not best:
         return "none feasible yet"
     metric = next(iter(spec.objectives))
-    value = best[0].user_attrs.get(st.Attr.METRICS, {}).get(metric)
+    value = best[0].user_attrs.get(Attr.METRICS, {}).get(metric)
     shown = f"{value:,.1f}" if isinstance(value, float) else "?"
     return f"trial {best[0].number} ({metric} {shown})" + (
         f" +{len(best) - 1} on the front" if len(best) > 1 else "")
@@ -263,7 +264,7 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
     worker = worker_identity(spec.server.gpus)
 
     def on_stale(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        fail_dead_trial_run(mlflow.MlflowClient(uri), trial.user_attrs.get(st.Attr.RUN_ID),
+        fail_dead_trial_run(mlflow.MlflowClient(uri), trial.user_attrs.get(Attr.RUN_ID),
                             trial_number=trial.number, worker=trial.user_attrs.get("worker"))
 
     beats = {k: v for k, v in (("heartbeat_interval", options.heartbeat_interval),

@@ -32,10 +32,11 @@ from tracker.measure import csvio
 from tracker.measure.monitors import default_monitors
 from tracker.measure.sweep import sweep
 from tracker.search.objective import constraint_keys, pick_best_level
-from tracker.search.study import Attr, find_duplicate
+from tracker.search.study import find_duplicate
 from tracker.search.workers import wait_for_duplicate
 from tracker.tracking import runs
 from tracker.tracking.redact import redact_text
+from tracker.trial_attrs import Attr
 from tracker.triton import model_config as mc
 from tracker.triton.repository import (
     SHIM_HEADER,

@@ -22,54 +22,20 @@ from typing import Any, Protocol
 import mlflow
 import optuna
 from mlflow.exceptions import MlflowException
-from optuna.trial import FrozenTrial
 
 from tracker.deploy import service, watch
 from tracker.deploy.settings import TargetSettings
 from tracker.errors import DeployError
 from tracker.tracking import flavor, registry
-from tracker.tracking.report import TrialRow, best_row, fmt, summary
+from tracker.tracking.report import best_row, fmt, summary, trial_rows
+from tracker.trial_attrs import Attr
 
-# Trial user attributes the tuning loop writes (tracker.search.study.Attr; deploy/ may not
-# import search/, tests/test_deploy_promote.py checks these stay equal).
-ATTR_RUN_ID = "mlflow_run_id"
-ATTR_METRICS = "metrics"
-ATTR_FEASIBLE = "feasible"
-ATTR_BASELINE = "baseline"
-ATTR_DUPLICATE_OF = "duplicate_of"
-ATTR_CONCURRENCY = "concurrency"
-ATTR_MEASUREMENTS = "measurements"
-ATTR_FAIL_REASON = "fail_reason"
 HEADLINE_TAGS = ("perf_throughput", "perf_latency_p99")
 
 
 class BoundLike(Protocol):
     max: float | None
     min: float | None
-
-
-def trial_rows(study: optuna.Study) -> list[TrialRow]:
-    """The study's trials as the report sees them."""
-    rows = []
-    for t in study.get_trials(deepcopy=False):
-        attrs = t.user_attrs
-        dup = attrs.get(ATTR_DUPLICATE_OF)
-        rows.append(TrialRow(
-            number=t.number, state=t.state.name, params=dict(t.params),
-            values=list(t.values) if t.values is not None else None,
-            metrics={k: float(v) for k, v in (attrs.get(ATTR_METRICS) or {}).items()},
-            feasible=attrs.get(ATTR_FEASIBLE, _feasible(t)),
-            baseline=bool(attrs.get(ATTR_BASELINE, False)),
-            duplicate_of=dup if isinstance(dup, int) else None,
-            concurrency=attrs.get(ATTR_CONCURRENCY),
-            measurements=int(attrs.get(ATTR_MEASUREMENTS, 0) or 0),
-            run_id=attrs.get(ATTR_RUN_ID), fail_reason=attrs.get(ATTR_FAIL_REASON)))
-    return rows
-
-
-def _feasible(t: FrozenTrial) -> bool | None:
-    constraints = t.system_attrs.get("constraints")
-    return None if constraints is None else all(v <= 0 for v in constraints)
 
 
 def constraint_text(metrics: Mapping[str, float], constraints: Mapping[str, BoundLike]) -> str:
@@ -135,7 +101,7 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
                           f"promote ({len(rows)} trials{known})")
     if not best.run_id:
         raise DeployError(f"trial {best.number} of study {study.study_name!r} has no MLflow run "
-                          f"(user attribute {ATTR_RUN_ID!r} is missing)")
+                          f"(user attribute {Attr.RUN_ID!r} is missing)")
     client = mlflow.MlflowClient()
     source, model_id = model_source(client, best.run_id)
     tags = {registry.TAG_STUDY: study.study_name, registry.TAG_TRIAL: str(best.number),

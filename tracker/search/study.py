@@ -30,6 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tracker.errors import StudyError
 from tracker.search.objective import MAXIMIZE, better
 from tracker.search.space import doublings
+from tracker.trial_attrs import Attr
 
 # TPE setup, chosen with benchmarks/search_efficiency.py (docs/tuning.md): few random start-up
 # trials (the default config is measured first anyway) and more EI candidates suit budgets of
@@ -38,22 +39,6 @@ from tracker.search.space import doublings
 TPE_STARTUP_TRIALS = 3
 TPE_EI_CANDIDATES = 64
 GRID_LIMIT = 100_000
-
-
-class Attr:
-    """Trial user-attribute names (the study's own record of each trial)."""
-
-    BASELINE = "baseline"            # True on the default configuration's trial
-    CONSTRAINTS = "constraints"      # violations, spec order, <= 0 feasible
-    FEASIBLE = "feasible"            # all constraints hold at the chosen concurrency
-    CONCURRENCY = "concurrency"      # the chosen concurrency level
-    METRICS = "metrics"              # headline metrics at the chosen level
-    MEASUREMENTS = "measurements"    # number of levels measured (0 for a duplicate)
-    DUPLICATE_OF = "duplicate_of"    # number of the trial whose result was reused
-    FAIL_REASON = "fail_reason"      # why a trial with a result failed
-    INTERRUPTED = "interrupted"      # True when Ctrl-C / SIGTERM stopped the trial
-    RUN_ID = "mlflow_run_id"         # the trial's MLflow child run
-    EXACT_PARAMS = "exact_params"    # baseline values that the space cannot express
 
 
 # ---- storage -------------------------------------------------------------------------------
