@@ -26,13 +26,17 @@ MODEL_PY = textwrap.dedent("""
     import numpy as np
     import triton_python_backend_utils as pb_utils
 
+    # the stubs' numpy glue is built for numpy 1 (see tracker/triton/shim/model.py)
+    GLUE = int(np.__version__.split(".")[0]) < 2
+
     class TritonPythonModel:
         def execute(self, requests):
             out = []
             for r in requests:
-                x = np.from_dlpack(pb_utils.get_input_tensor_by_name(r, "X"))
+                x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
                 y = np.ascontiguousarray(x + 1)
-                out.append(pb_utils.InferenceResponse([pb_utils.Tensor.from_dlpack("Y", y)]))
+                t = pb_utils.Tensor("Y", y) if GLUE else pb_utils.Tensor.from_dlpack("Y", y)
+                out.append(pb_utils.InferenceResponse([t]))
             return out
 """)
 CONFIG = """name: "add"

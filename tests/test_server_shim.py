@@ -152,3 +152,14 @@ def test_served_config_round_trips_as_a_load_override(quickstart_info: mc.ModelI
     back = json_format.Parse(text, mc.ModelConfig())
     assert back == repo.served_config
     assert json.loads(text)["backend"] == "python"
+
+
+def test_tensor_path_follows_the_stubs_numpy_abi() -> None:
+    """The stubs on PyPI are built for numpy 1: with numpy 1 the shim must use their numpy glue
+    (a DLPack output kills nvidia-pytriton 0.7.0's stub), with numpy 2 DLPack (the glue hands
+    the server zero-sized arrays). Both paths are exercised for real by the triton tests of
+    the locked set (numpy 2) and of the plain install (numpy 1, scripts/plain-install.sh)."""
+    glue = _shim().numpy_glue_works
+    assert glue("1.26.4") and glue("1.24.0")
+    assert not glue("2.0.0") and not glue("2.4.6")
+    assert glue() == (int(np.__version__.split(".")[0]) < 2)

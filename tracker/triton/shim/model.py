@@ -14,8 +14,13 @@ threads, so the production config carries the same ones):
 
 KIND_GPU instances run onnxruntime's CUDA provider on the instance's device; when that
 provider is missing the model refuses to load with a message saying so (rather than silently
-measuring the CPU). Tensors cross the stub boundary through DLPack, which also works where
-the stub's numpy glue does not (older stubs with numpy 2 get zero-sized arrays).
+measuring the CPU). Tensors cross the stub boundary through the stub's numpy glue when it
+works with the installed numpy, else through DLPack: each wheel supports one of the two.
+- nvidia-pytriton 0.7.0 (numpy < 2): the glue works; returning a DLPack output kills the
+  stub process on the first request ("Stub process ... is not healthy").
+- nvidia-pytriton 0.5.7 with numpy 2: the glue, built for numpy 1, hands over zero-sized
+  arrays; DLPack works.
+:func:`numpy_glue_works` picks the path from the numpy major version the stub runs with.
 
 This file must stand alone: it runs in the stub's interpreter, not in the tracker package.
 """
@@ -75,7 +80,16 @@ def make_session(args: dict[str, Any]) -> Any:
     return ort.InferenceSession(path, sess_options=options, providers=providers)
 
 
-def _to_numpy(tensor: Any) -> np.ndarray[Any, Any]:
+def numpy_glue_works(numpy_version: str = np.__version__) -> bool:
+    """Whether the stub's numpy glue can carry tensors: every stub on PyPI (nvidia-pytriton up
+    to 0.7.0) is built against numpy 1's ABI. A round trip inside the stub cannot tell: the
+    glue fails only when the tensor crosses to the server (zero-sized arrays)."""
+    return int(numpy_version.split(".")[0]) < 2
+
+
+def _to_numpy(tensor: Any, glue: bool) -> np.ndarray[Any, Any]:
+    if glue:
+        return np.asarray(tensor.as_numpy())
     try:
         return np.from_dlpack(tensor)
     except (TypeError, BufferError, AttributeError, RuntimeError):  # e.g. BYTES tensors
@@ -103,9 +117,9 @@ def _quiet_capsule_noise(unraisable: Any) -> None:
     _default_unraisablehook(unraisable)
 
 
-def _to_tensor(name: str, array: np.ndarray[Any, Any]) -> Any:
+def _to_tensor(name: str, array: np.ndarray[Any, Any], glue: bool) -> Any:
     array = np.ascontiguousarray(array)
-    if array.dtype == np.object_:
+    if glue or array.dtype == np.object_:
         return pb_utils.Tensor(name, array)
     return pb_utils.Tensor.from_dlpack(name, array)
 
@@ -119,13 +133,16 @@ class TritonPythonModel:
         self.inputs = [i["name"] for i in config.get("input", [])]
         self.outputs = [o["name"] for o in config.get("output", [])]
         self.session = make_session(args)
-        sys.unraisablehook = _quiet_capsule_noise
+        self.glue = numpy_glue_works()
+        if not self.glue:
+            sys.unraisablehook = _quiet_capsule_noise
 
     def _run(self, feeds: dict[str, np.ndarray[Any, Any]]) -> list[np.ndarray[Any, Any]]:
         return list(self.session.run(self.outputs, feeds))
 
     def execute(self, requests: list[Any]) -> list[Any]:
-        feeds = [{n: _to_numpy(pb_utils.get_input_tensor_by_name(r, n)) for n in self.inputs}
+        feeds = [{n: _to_numpy(pb_utils.get_input_tensor_by_name(r, n), self.glue)
+                  for n in self.inputs}
                  for r in requests]
         try:
             results = self._batched(feeds) if self.batching and len(feeds) > 1 else [
@@ -134,7 +151,8 @@ class TritonPythonModel:
             error = pb_utils.TritonError(f"onnxruntime failed: {exc}")
             return [pb_utils.InferenceResponse(output_tensors=[], error=error) for _ in requests]
         return [pb_utils.InferenceResponse(
-            output_tensors=[_to_tensor(n, a) for n, a in zip(self.outputs, outs, strict=True)])
+            output_tensors=[_to_tensor(n, a, self.glue)
+                            for n, a in zip(self.outputs, outs, strict=True)])
             for outs in results]
 
     def _batched(self, feeds: list[dict[str, np.ndarray[Any, Any]]]
