@@ -30,7 +30,46 @@ class _Group(click.Group):
             ctx.exit(1)
 
 
-@click.group(cls=_Group)
+class _Choice(click.Choice):  # type: ignore[type-arg]
+    """A choice that also takes "" (an MLproject parameter left empty means "the spec's
+    value"), without showing the empty string in the help text."""
+
+    def __init__(self, choices: Sequence[str]) -> None:
+        super().__init__(["", *choices])
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "[" + "|".join(str(c) for c in self.choices if c) + "]"
+
+    def get_invalid_choice_message(self, value: Any, ctx: click.Context | None) -> str:
+        shown = ", ".join(repr(c) for c in self.choices if c)
+        return f"{value!r} is not one of {shown} (or empty for the spec's value)"
+
+
+_VERSION_OF = ("triton-tracker", "nvidia-pytriton", "numpy", "onnxruntime", "mlflow", "optuna",
+               "tritonclient")
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``tracker --version``: this package and the versions that decide how it measures."""
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for name in _VERSION_OF:
+        try:
+            found.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            found.append(f"{name} not installed")
+    py = ".".join(str(v) for v in sys.version_info[:3])
+    click.echo(f"tracker {found[0].split()[-1]} ({', '.join(found[1:])}; Python {py})")
+    ctx.exit()
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_print_version, help="Show the version (and the packages that decide "
+              "how Triton is run and measured) and exit.")
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of short error messages.")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
@@ -133,13 +172,13 @@ def _gpu_list(text: str | None) -> list[int] | str | None:
 @click.option("--storage", help="Optuna storage URL, e.g. postgresql://user@host/db "
               "(default: search.storage, else optuna.db beside the MLflow sqlite database). "
               "${VAR} is read from the environment.")
-@click.option("--sampler", type=click.Choice(["", "tpe", "random", "grid", "nsga2"]))
+@click.option("--sampler", type=_Choice(["tpe", "random", "grid", "nsga2"]))
 @click.option("--seed", type=_Optional(int))
 @click.option("--patience", type=_Optional(int),
               help="Stop after this many trials without improvement.")
-@click.option("--mode", type=click.Choice(["", "local", "docker", "remote"]),
+@click.option("--mode", type=_Choice(["local", "docker", "remote"]),
               help="Server launch mode (overrides server.mode).")
-@click.option("--strategy", type=click.Choice(["", "restart", "reload"]),
+@click.option("--strategy", type=_Choice(["restart", "reload"]),
               help="How a trial config reaches the server (overrides server.strategy).")
 @click.option("--url", help="Remote server gRPC host:port (server.url, mode remote).")
 @click.option("--image", help="Docker image (server.image, mode docker).")
@@ -181,8 +220,8 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
               help="Set a config field (or concurrency) by its path; repeatable.")
 @click.option("--set-all", "set_all", default="", metavar="'PATH=VALUE ...'",
               help="Several PATH=VALUE separated by spaces (the MLproject's `set`).")
-@click.option("--mode", type=click.Choice(["", "local", "docker", "remote"]))
-@click.option("--strategy", type=click.Choice(["", "restart", "reload"]))
+@click.option("--mode", type=_Choice(["local", "docker", "remote"]))
+@click.option("--strategy", type=_Choice(["restart", "reload"]))
 @click.option("--url", help="Remote server gRPC host:port.")
 @click.option("--image", help="Docker image.")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False,
