@@ -119,6 +119,18 @@ def better(a: float, b: float, direction: str) -> bool:
     return a > b if direction == MAXIMIZE else a < b
 
 
+def _why_invalid(measurements: Sequence[_Level]) -> str:
+    """What made the levels unusable, e.g. ``: concurrency 1: 100.0% of requests failed ...;
+    first error: ...`` (one line per distinct reason, so the user sees the cause)."""
+    reasons: dict[str, list[str]] = {}
+    for level in measurements:
+        reason = getattr(level, "invalid_reason", None) or (
+            None if getattr(level, "valid", True) is not False else "invalid")
+        if reason:
+            reasons.setdefault(str(reason), []).append(str(getattr(level, "level", "?")))
+    return "".join(f"\n  {', '.join(names)}: {reason}" for reason, names in reasons.items())
+
+
 @dataclass(frozen=True)
 class LevelChoice:
     """The concurrency level a trial is judged by."""
@@ -163,7 +175,7 @@ def pick_best_level(measurements: Sequence[_Level], constraints: Mapping[str, ob
     if not choices:
         raise MeasurementError(
             f"no concurrency level measured the objective `{first}` "
-            f"({len(measurements)} level(s) measured)")
+            f"({len(measurements)} level(s) measured)" + _why_invalid(measurements))
     sign = -1.0 if direction == MAXIMIZE else 1.0
     feasible = [c for c in choices if c.feasible]
     # Stability does not choose the level: preferring a stable low level over an unstable high
