@@ -1,5 +1,7 @@
 # Sourced by the other scripts: make (once) and activate the project's virtual environment.
-# Needs only Python >= 3.10 with pip and venv; installs the package with its dev extras.
+# Needs only Python >= 3.10 with pip and venv; installs the package with its dev extras, pinned
+# by requirements.lock (regenerate it with scripts/lock.sh), so every fresh machine gets the
+# same set. A plain `pip install -e .` without the lock works too (README, "Installing").
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"
@@ -7,10 +9,10 @@ if [ ! -x "$ROOT/.venv/bin/python" ]; then
     echo "setting up $ROOT/.venv (first run only)..." >&2
     "$PY" -m venv "$ROOT/.venv"
 fi
-stamp="$ROOT/.venv/.installed-$(sha1sum "$ROOT/pyproject.toml" | cut -c1-12)"
+stamp="$ROOT/.venv/.installed-$(cat "$ROOT/pyproject.toml" "$ROOT/requirements.lock" | sha1sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
     "$ROOT/.venv/bin/python" -m pip install -q --upgrade pip >&2
-    "$ROOT/.venv/bin/python" -m pip install -q -e "$ROOT[dev]" >&2
+    "$ROOT/.venv/bin/python" -m pip install -q -c "$ROOT/requirements.lock" -e "$ROOT[dev]" >&2
     rm -f "$ROOT"/.venv/.installed-*
     touch "$stamp"
 fi
