@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: sets up the venv, installs the system services the
-# tests use (Docker engine, PostgreSQL) where this user may, then runs pytest.
-# Extra arguments go to pytest, e.g. `bash scripts/test.sh -m "not docker"`.
+# The whole test suite on a fresh machine: sets up the venv (pinned by requirements.lock),
+# installs the system services the tests use (Docker engine, PostgreSQL, Chromium) where this
+# user may, runs pytest, then the plain-install leg (scripts/plain-install.sh: a fresh venv,
+# bundled pip, no lock, the real-Triton tests on what that resolves).
+# Extra arguments go to pytest and skip the plain leg, e.g. `bash scripts/test.sh -m "not docker"`.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 bash "$ROOT/scripts/system-deps.sh" || echo "note: system services not installed; docker/postgres tests will skip" >&2
 cd "$ROOT"
-exec python -m pytest "$@"
+if [ $# -gt 0 ]; then
+    exec python -m pytest "$@"
+fi
+python -m pytest
+echo "== plain install leg (scripts/plain-install.sh)" >&2
+bash "$ROOT/scripts/plain-install.sh"

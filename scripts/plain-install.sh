@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The plain install, as a new user does it: a fresh venv with its bundled pip (not upgraded),
+# `pip install -e .` without the lock, then the tests that run a real Triton on that set. The
+# bundled pip resolves a different set than the lock (e.g. nvidia-pytriton 0.7.0 + numpy 1
+# instead of 0.5.7 + numpy 2): a resolution that breaks measurement fails here.
+# Called by scripts/test.sh (so by CI); extra arguments go to pytest.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PYTHON:-python3}"
+VENV="$ROOT/.venv-plain"
+rm -rf "$VENV"
+"$PY" -m venv "$VENV"
+echo "plain install: $("$VENV/bin/python" -m pip --version | cut -d' ' -f1-2) (bundled), no lock..." >&2
+"$VENV/bin/python" -m pip install -q -e "$ROOT" 2>&1 | grep -v "^WARNING: Location" >&2 || true
+"$VENV/bin/python" -m pip check >&2
+"$VENV/bin/python" -m pip install -q pytest 2>&1 | grep -v "^WARNING: Location" >&2 || true
+"$VENV/bin/tracker" --version
+cd "$ROOT"
+# Docker tests build their image from the locked venv; PostgreSQL tests do not depend on it.
+exec "$VENV/bin/python" -m pytest -q -m "triton and not docker and not postgres" \
+    -p no:cacheprovider "$@"
