@@ -31,6 +31,7 @@ import optuna
 
 from tracker.conclude import finish_study
 from tracker.errors import TrackerError
+from tracker.pipeline import resolve_serving
 from tracker.progress import Progress
 from tracker.search import study as st
 from tracker.search.baseline import fit_baseline
@@ -293,7 +294,7 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
             try:
                 st.enqueue_baseline(study, base.params, base.exact)
                 server = make_server(spec.server)
-                serving = _serving(spec, server)
+                serving = resolve_serving(spec, server)
                 work = Path(".tracker") / "work"
                 work.mkdir(parents=True, exist_ok=True)
                 progress = Progress(spec.search.n_trials, budget(study).complete,
@@ -383,11 +384,3 @@ def _size(dists: dict[str, Any]) -> int | None:
         size *= len(values)
     return size
 
-
-def _serving(spec: StudySpec, server: Any) -> Any:
-    wanted = spec.server.backend
-    if wanted == "python":
-        return "python"
-    if wanted == "onnxruntime":
-        return "native"
-    return "native" if server.has_backend("onnxruntime") else "python"

@@ -28,23 +28,22 @@ from optuna.distributions import (
 from optuna.trial import FrozenTrial, TrialState
 
 from tracker.errors import StudyError, TrackerError
-from tracker.measure import csvio
-from tracker.measure.monitors import default_monitors
-from tracker.measure.sweep import sweep
-from tracker.search.objective import constraint_keys, pick_best_level
+from tracker.feasibility import constraint_keys
+from tracker.pipeline import (
+    ConfigFailed,
+    clip_log,
+    levels_for,
+    measure_configuration,
+    ort_threads,
+    served_text,
+)
 from tracker.search.study import find_duplicate
 from tracker.search.workers import wait_for_duplicate
 from tracker.tracking import runs
 from tracker.tracking.redact import redact_text
 from tracker.trial_attrs import Attr
 from tracker.triton import model_config as mc
-from tracker.triton.repository import (
-    SHIM_HEADER,
-    Serving,
-    production_config,
-    shim_config,
-    write_repository,
-)
+from tracker.triton.repository import Serving
 
 if TYPE_CHECKING:
     from tracker.progress import Progress
@@ -71,7 +70,7 @@ class Context:
 
     @property
     def ort_threads(self) -> tuple[int | None, int | None]:
-        return (self.spec.server.ort_intra_op_threads, self.spec.server.ort_inter_op_threads)
+        return ort_threads(self.spec)
 
 
 @dataclass
@@ -95,18 +94,6 @@ class TrialFailed(Exception):
         self.log = log
 
 
-LOG_HEAD, LOG_TAIL = 200_000, 300_000
-
-
-def clip_log(text: str) -> str:
-    """The server log for an artifact: secrets masked, at most ~0.5 MB (head and tail)."""
-    if len(text) > LOG_HEAD + LOG_TAIL:
-        cut = len(text) - LOG_HEAD - LOG_TAIL
-        text = (text[:LOG_HEAD] + f"\n... [{cut} characters of the log left out] ...\n"
-                + text[-LOG_TAIL:])
-    return redact_text(text)
-
-
 def suggest(trial: optuna.Trial, name: str, dist: BaseDistribution) -> Any:
     if isinstance(dist, CategoricalDistribution):
         return trial.suggest_categorical(name, dist.choices)
@@ -125,10 +112,7 @@ def configs(ctx: Context, params: dict[str, Any], baseline: bool) -> tuple[Model
     else:
         values, _load = mc.split_params(params)
         cfg = mc.apply(ctx.info, values)
-    prod = production_config(cfg, ort_threads=ctx.ort_threads)
-    if ctx.serving == "native":
-        return cfg, mc.dumps(prod)
-    return cfg, SHIM_HEADER + mc.dumps(shim_config(prod))
+    return cfg, served_text(ctx.spec, cfg, ctx.serving)
 
 
 def run_trial(ctx: Context, trial: optuna.Trial) -> Outcome:
@@ -191,57 +175,32 @@ def _reuse(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, Any
 
 def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, Any],
              baseline: bool) -> Outcome:
-    spec, server, client = ctx.spec, ctx.server, ctx.parent.client
+    spec, client = ctx.spec, ctx.parent.client
     try:
-        cfg, served_text = configs(ctx, params, baseline)
+        cfg, _served = configs(ctx, params, baseline)
     except TrackerError as err:
         raise TrialFailed(f"configuration refused before starting Triton: {err}") from err
     for old in ctx.workdir.glob("trial-*"):  # the server has moved on from earlier trials
         shutil.rmtree(old, ignore_errors=True)
     repo_root = ctx.workdir / f"trial-{trial.number}"
+    _, load = mc.split_params(params)
+
+    def on_level(m: Any) -> None:
+        ctx.progress.measuring(trial.number, f"{m.level}: {m.throughput:,.1f} infer/s")
+
     try:
-        try:
-            repo = write_repository(repo_root, ctx.info, cfg, serving=ctx.serving,
-                                    ort_threads=ctx.ort_threads)
-        except TrackerError as err:
-            raise TrialFailed(f"cannot write the trial's model repository: {err}") from err
-        served_text = repo.served_config_path.read_text()
-        mark = len(server.log_text()) if server.strategy == "reload" else 0
-        ctx.progress.measuring(trial.number, "starting Triton")
-        try:
-            server.apply_trial(repo)
-        except TrackerError as err:
-            raise TrialFailed(str(getattr(err, "reason", err)),
-                              server.log_text()[mark:]) from err
-        _, load = mc.split_params(params)
-        levels = [float(params["concurrency"])] if "concurrency" in load else None
-        endpoints = server.endpoints
-        monitors = default_monitors(endpoints.metrics, pids=server.pids)
-
-        def on_level(m: Any) -> None:
-            ctx.progress.measuring(trial.number, f"{m.level}: {m.throughput:,.1f} infer/s")
-
-        try:
-            result = sweep(endpoints, repo.model_name, repo.served_config, spec.load,
-                           spec.constraints, monitors, levels=levels, on_level=on_level)
-            choice = pick_best_level(result.measurements, spec.constraints, spec.objectives)
-        except TrackerError as err:
-            raise TrialFailed(f"measurement failed: {err}", server.log_text()[mark:]) from err
-        log = server.log_text()[mark:]
-        files: dict[str, str | bytes | Path] = {
-            "config.pbtxt": served_text, "perf.csv": csvio.dumps(result.measurements),
-            "server.log": clip_log(log)}
-        if ctx.serving == "python":
-            files["production_config.pbtxt"] = mc.dumps(repo.production_config)
-        runs.log_metrics(client, run_id, {**choice.metrics, "concurrency": choice.concurrency,
-                                          "feasible": float(choice.feasible)},
-                         step=choice.concurrency, extra=runs.sweep_metrics(result.measurements))
-        runs.log_files(client, run_id, files)
-        if ctx.log_models:
-            _log_model(ctx, run_id, repo.production_config, params)
-    except TrialFailed:
-        shutil.rmtree(repo_root, ignore_errors=True)
-        raise
+        done = measure_configuration(
+            spec, ctx.info, ctx.server, cfg, repo_root, serving=ctx.serving,
+            levels=levels_for(load), on_level=on_level,
+            on_phase=lambda phase: ctx.progress.measuring(trial.number, phase))
+    except ConfigFailed as failed:
+        raise TrialFailed(failed.reason, failed.log) from failed.cause
+    choice, result = done.choice, done.result
+    runs.log_metrics(client, run_id, done.headline(), step=choice.concurrency,
+                     extra=runs.sweep_metrics(result.measurements))
+    runs.log_files(client, run_id, done.files())
+    if ctx.log_models:
+        _log_model(ctx, run_id, done.repository.production_config, params)
     for key, value in choice.violations.items():
         trial.set_constraint(key, value)
     trial.set_user_attr(Attr.CONSTRAINTS, [choice.violations[k] for k in

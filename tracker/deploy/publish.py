@@ -43,6 +43,7 @@ from tracker.errors import DeployError, ServerError
 from tracker.tracking.flavor import CONFIG_FILE, TritonModelDir, validate_model_name
 from tracker.triton import model_config as mc
 from tracker.triton.client import TritonClient
+from tracker.triton.repository import serving_choices
 
 Serving = Literal["auto", "native", "python"]
 SERVING_MODES: tuple[str, ...] = ("auto", "native", "python")
@@ -244,15 +245,18 @@ class Publisher:
             raise last or DeployError(f"no way to serve {name!r} was tried")
 
     def _modes(self, name: str, production: ModelConfig, previous: tuple[int, ...]) -> list[str]:
-        if self.serving != "auto":
-            return [self.serving]
-        if production.backend != "onnxruntime" and production.platform != "onnxruntime_onnx":
+        if self.serving == "auto" and production.backend != "onnxruntime" and (
+                production.platform != "onnxruntime_onnx"):
             return ["native"]
-        if previous:  # keep what works on this server: look at what serves now
-            with contextlib.suppress(ServerError):
-                if self.client.model_config(name).backend == "python":
-                    return ["python"]
-        return ["native", "python"]
+
+        def has_native() -> bool | None:  # keep what works on this server: what serves now
+            if previous:
+                with contextlib.suppress(ServerError):
+                    if self.client.model_config(name).backend == "python":
+                        return False
+            return None  # not known: native first, the shim when the backend is missing
+
+        return list(serving_choices(self.serving, has_native))
 
     def _stage(self, model_dir: Path, version: int, source: TritonModelDir,
                production: ModelConfig, mode: str) -> tuple[Path, ModelConfig]:
