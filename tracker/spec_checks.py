@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
+from tracker import metrics as catalog
 from tracker.config_fields import (
     PARAMETERS,
     ConfigField,
@@ -20,8 +21,8 @@ from tracker.config_fields import (
 )
 from tracker.spec_messages import problem, show
 
-# Knobs in search.space that are not config.pbtxt fields but load settings.
-LOAD_KNOBS: tuple[str, ...] = ("concurrency",)
+# Knobs in search.space that are not config.pbtxt fields but load settings (the catalog's).
+LOAD_KNOBS: tuple[str, ...] = catalog.LOAD_KNOBS
 
 # The knobs people tune most (DESIGN.md), offered first in suggestions.
 COMMON_KNOBS: tuple[str, ...] = (

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tracker import metrics as metrics_catalog
 from tracker.trial_attrs import Attr
 
 if TYPE_CHECKING:
     import optuna
 
-UNITS = {"perf_throughput": "infer/s", "gpu_used_memory": "MB", "cpu_used_ram": "MB",
-         "gpu_utilization": "%", "cpu_utilization": "%", "gpu_power_usage": "W"}
+UNITS = metrics_catalog.UNITS
 
 
 @dataclass
@@ -85,7 +85,7 @@ def trial_rows(study: optuna.Study) -> list[TrialRow]:
 
 
 def unit(metric: str) -> str:
-    return UNITS.get(metric, "ms" if metric.startswith("perf_") else "")
+    return UNITS.get(metric) or ("ms" if metric.startswith("perf_") else "")
 
 
 def fmt(metric: str, value: float) -> str:
