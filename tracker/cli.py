@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from tracker.errors import TrackerError
+from tracker.launch_modes import MODES
 
 
 class _Group(click.Group):
@@ -137,7 +138,7 @@ def _gpu_list(text: str | None) -> list[int] | str | None:
 @click.option("--seed", type=_Optional(int))
 @click.option("--patience", type=_Optional(int),
               help="Stop after this many trials without improvement.")
-@click.option("--mode", type=click.Choice(["", "local", "docker", "remote"]),
+@click.option("--mode", type=click.Choice(["", *MODES]),
               help="Server launch mode (overrides server.mode).")
 @click.option("--strategy", type=click.Choice(["", "restart", "reload"]),
               help="How a trial config reaches the server (overrides server.strategy).")
@@ -181,7 +182,7 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
               help="Set a config field (or concurrency) by its path; repeatable.")
 @click.option("--set-all", "set_all", default="", metavar="'PATH=VALUE ...'",
               help="Several PATH=VALUE separated by spaces (the MLproject's `set`).")
-@click.option("--mode", type=click.Choice(["", "local", "docker", "remote"]))
+@click.option("--mode", type=click.Choice(["", *MODES]))
 @click.option("--strategy", type=click.Choice(["", "restart", "reload"]))
 @click.option("--url", help="Remote server gRPC host:port.")
 @click.option("--image", help="Docker image.")

@@ -39,7 +39,7 @@ from tracker.search.objective import LevelChoice
 from tracker.spec import ensure_model, load_spec
 from tracker.tracking import runs
 from tracker.triton import model_config as mc
-from tracker.triton.server.base import make_server
+from tracker.triton.server.modes import make_server
 
 
 @dataclass(frozen=True)

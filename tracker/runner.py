@@ -50,7 +50,8 @@ from tracker.tracking.scaleout import (
 from tracker.trial import Context, abandon_trial, run_trial
 from tracker.trial_attrs import Attr
 from tracker.triton.model_config import model_info
-from tracker.triton.server.base import make_server, stop_all
+from tracker.triton.server.live import stop_all
+from tracker.triton.server.modes import make_server
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

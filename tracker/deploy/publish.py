@@ -44,6 +44,7 @@ from tracker.tracking.flavor import CONFIG_FILE, TritonModelDir, validate_model_
 from tracker.triton import model_config as mc
 from tracker.triton.client import TritonClient
 from tracker.triton.repository import serving_choices
+from tracker.triton.server.logs import error_messages
 
 Serving = Literal["auto", "native", "python"]
 SERVING_MODES: tuple[str, ...] = ("auto", "native", "python")
@@ -346,8 +347,7 @@ class Publisher:
                 text = fh.read(1 << 20).decode(errors="replace")
         except OSError:
             return ""
-        lines = [line.split("] ", 1)[-1].strip() for line in text.splitlines()
-                 if line.startswith("E") and f"'{name}'" in line]
+        lines = error_messages(text, name)
         return ("; server log: " + " | ".join(dict.fromkeys(lines))) if lines else ""
 
     def _check(self, name: str, version: int, served: ModelConfig) -> None:
