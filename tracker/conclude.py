@@ -17,6 +17,7 @@ from mlflow.entities import Param
 from mlflow.exceptions import MlflowException
 
 from tracker import tags
+from tracker.errors import TrackingError
 from tracker.tracking import runs
 from tracker.tracking.report import (
     TrialRow,
@@ -50,12 +51,12 @@ def finish_study(ctx: Context, *, status: str, owner: bool, stop_reason: str,
     best = best_row(rows, objectives)
     try:
         _log_report(ctx, rows, best, text, stop_reason, wall_s)
-    except (MlflowException, runs.TrackingError, OSError, ValueError) as exc:
+    except (MlflowException, TrackingError, OSError, ValueError) as exc:
         ctx.progress.line(f"warning: the study report was not written: {exc}")
     if owner:
         try:
             runs.finish_run(client, parent.run_id, status)
-        except runs.TrackingError as exc:
+        except TrackingError as exc:
             ctx.progress.line(f"warning: the parent run was not ended: {exc}")
     return Conclusion(text, best.number if best else None, best.run_id if best else None)
 

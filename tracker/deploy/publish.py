@@ -354,10 +354,10 @@ class Publisher:
         deadline = time.monotonic() + self.ready_timeout_s
         while True:
             try:
-                if self.client.grpc.is_model_ready(name, str(version)):
+                if self.client.model_ready(name, version=version):
                     break
-            except Exception as exc:  # tritonclient raises its own exception types
-                raise _Failed("waiting for READY", str(exc)) from exc
+            except ServerError as exc:
+                raise _Failed("waiting for READY", exc.reason) from exc
             if time.monotonic() > deadline:
                 raise _Failed("waiting for READY",
                               f"version {version} not READY after {self.ready_timeout_s:g} s")

@@ -27,7 +27,7 @@ from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
 from tracker import tags
-from tracker.errors import TrackerError
+from tracker.errors import TrackingError
 from tracker.measure.types import Measurement
 from tracker.tracking.redact import redact_text, redact_url
 
@@ -42,10 +42,6 @@ _AUTO_NAME = re.compile(r"^(?:[a-z]+-[a-z]+-\d+|-)$")
 P = ParamSpec("P")
 R = TypeVar("R")
 _MAX_VALUE = 6000  # MLflow's limit on a param/tag value length is larger; keep rows readable
-
-
-class TrackingError(TrackerError):
-    """MLflow refused a write (tracking server down, database locked, bad experiment)."""
 
 
 def _str(value: object) -> str:
