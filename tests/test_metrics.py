@@ -6,10 +6,11 @@ import os
 from dataclasses import fields
 
 from tracker import metrics as catalog
-from tracker import spec, spec_checks
+from tracker import spec
 from tracker.measure import csvio
 from tracker.measure.monitors import ProcessMonitor, parse_triton_metrics
 from tracker.measure.types import Measurement
+from tracker.spec import checks as spec_checks
 from tracker.tracking import report
 from tracker.triton import model_config as mc
 

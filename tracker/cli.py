@@ -1,7 +1,7 @@
 """`tracker ...`: the command line. Turns every TrackerError into a message and exit status 1.
 
-Each command is a thin shell: it parses options, calls one function of the package and prints
-the result. The work lives in the modules; nothing here is needed to use them from Python.
+Each command parses its options, fills defaults from the spec where one is given (promote
+also opens the study's storage), calls the package and prints the result.
 """
 
 from __future__ import annotations
@@ -40,9 +40,6 @@ def cli(ctx: click.Context, debug: bool) -> None:
     ctx.obj["debug"] = debug
 
 
-# ---- commands are registered below, one block per capability ----
-
-
 # -- config.pbtxt (tracker/triton/model_config.py) --
 @cli.command("config")
 @click.argument("model_path", type=click.Path(path_type=Path))
@@ -66,7 +63,7 @@ def config_command(model_path: Path, name: str | None, base_config: Path | None,
     click.echo(model_config.dumps(cfg), nl=False)
 
 
-# -- study spec check (tracker/spec.py, tracker/search/summary.py) --
+# -- study spec check (tracker/spec/, tracker/search/summary.py) --
 @cli.command("check")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 def check_command(spec_path: Path) -> None:
@@ -227,8 +224,7 @@ def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
     except Interrupted as stop:
         click.echo(str(stop), err=True)
         sys.exit(stop.exit_code)
-    click.echo(table(result.measurements))
-    click.echo(f"wrote {write_csv(result.measurements, csv_path)}")
+    click.echo(f"{table(result.measurements)}\nwrote {write_csv(result.measurements, csv_path)}")
     best = result.choice
     click.echo(f"best level: concurrency {best.concurrency}, "
                f"{best.metrics.get('perf_throughput', 0):,.1f} infer/s, "
@@ -257,9 +253,8 @@ def _deploy_settings(url: str | None, repository: str | None, serving: str | Non
     """Target settings; an empty option (an MLproject parameter's default) is not given."""
     from tracker.deploy.settings import resolve_settings
 
-    return resolve_settings("triton", {k: v for k, v in
-                                       (("url", url), ("repository", repository),
-                                        ("serving", serving)) if v})
+    given = {"url": url, "repository": repository, "serving": serving}
+    return resolve_settings("triton", {k: v for k, v in given.items() if v})
 
 
 @contextlib.contextmanager
@@ -389,25 +384,10 @@ def serve_command(repository: Path, grpc_port: int, http_port: int, metrics_port
     """Run the nvidia-pytriton wheel's Triton in explicit model control mode over REPOSITORY
     (created when missing) on 127.0.0.1 until Ctrl-C: a serving Triton for `tracker promote`,
     `tracker watch` and `mlflow deployments -t triton`."""
-    import signal
-    import threading
+    from tracker.deploy.serve import serve_forever
 
-    from tracker.triton.server.local import LocalTritonServer
-
-    repository.mkdir(parents=True, exist_ok=True)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    server = LocalTritonServer(grpc_port=grpc_port, http_port=http_port,
-                               metrics_port=metrics_port, log_dir=log_dir)
-    with server:
-        server.start(repository, explicit=True)
-        click.echo(f"Triton serving {repository} (explicit model control): grpc "
-                   f"{server.endpoints.grpc}, http {server.endpoints.http}; Ctrl-C stops\n"
-                   f"its log (for the deploy commands' error messages): "
-                   f"export TRACKER_TRITON_LOG={server.log_path}")
-        while not stop.wait(1.0) and server.running:
-            pass
+    serve_forever(repository, grpc_port=grpc_port, http_port=http_port,
+                  metrics_port=metrics_port, log_dir=log_dir, echo=click.echo)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -65,9 +65,12 @@ MS_COLUMNS: dict[str, str] = {m.column: m.field for m in CATALOG
 
 
 def unit(name: str) -> str:
-    """The unit of metric ``name`` ("" for names outside the catalog)."""
+    """The unit of metric ``name``; outside the catalog: "ms" for a ``perf_*`` name (a timing),
+    else ""."""
     metric = BY_NAME.get(name)
-    return metric.unit if metric else ""
+    if metric is not None:
+        return metric.unit
+    return "ms" if name.startswith("perf_") else ""
 
 
 # ---- load knobs -----------------------------------------------------------------------------

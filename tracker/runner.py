@@ -1,4 +1,4 @@
-"""The study loop: spec -> study -> trials -> report. The one place that knows every layer.
+"""The study loop: spec -> study -> trials -> report (one trial: trial.py, pipeline.py).
 
 ``tune(spec_path, options)`` runs (or resumes) a study until one of: ``n_trials`` COMPLETE
 trials in the study (across every run and worker), the timeout, ``patience`` trials without

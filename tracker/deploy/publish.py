@@ -44,7 +44,7 @@ from tracker.tracking.flavor import CONFIG_FILE, TritonModelDir, validate_model_
 from tracker.triton import model_config as mc
 from tracker.triton.client import TritonClient
 from tracker.triton.repository import serving_choices
-from tracker.triton.server.logs import error_messages
+from tracker.triton.server.logs import error_messages, log_since, log_size
 
 Serving = Literal["auto", "native", "python"]
 SERVING_MODES: tuple[str, ...] = ("auto", "native", "python")
@@ -323,32 +323,15 @@ class Publisher:
         return only
 
     def _load(self, name: str, step: str) -> None:
-        offset = self._log_size()
+        offset = log_size(self.server_log)
         try:
             self.client.load_model(name)
         except ServerError as exc:  # ModelLoadError included
-            raise _Failed(step, exc.reason + self._log_lines(name, offset)) from exc
-
-    def _log_size(self) -> int:
-        try:
-            return self.server_log.stat().st_size if self.server_log else 0
-        except OSError:
-            return 0
-
-    def _log_lines(self, name: str, offset: int) -> str:
-        """The server log's error lines about ``name`` since ``offset``: Triton answers a
-        config it refuses while reading the repository with only "failed to poll from model
-        repository"; the reason is in its log."""
-        if self.server_log is None:
-            return ""
-        try:
-            with open(self.server_log, "rb") as fh:
-                fh.seek(offset)
-                text = fh.read(1 << 20).decode(errors="replace")
-        except OSError:
-            return ""
-        lines = error_messages(text, name)
-        return ("; server log: " + " | ".join(dict.fromkeys(lines))) if lines else ""
+            # Triton answers a config it refuses while reading the repository with only
+            # "failed to poll from model repository"; the reason is in its log
+            lines = error_messages(log_since(self.server_log, offset), name)
+            detail = ("; server log: " + " | ".join(dict.fromkeys(lines))) if lines else ""
+            raise _Failed(step, exc.reason + detail) from exc
 
     def _check(self, name: str, version: int, served: ModelConfig) -> None:
         deadline = time.monotonic() + self.ready_timeout_s

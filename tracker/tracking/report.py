@@ -75,7 +75,7 @@ def trial_rows(study: optuna.Study) -> list[TrialRow]:
 
 
 def unit(metric: str) -> str:
-    return UNITS.get(metric) or ("ms" if metric.startswith("perf_") else "")
+    return metrics_catalog.unit(metric)
 
 
 def fmt(metric: str, value: float) -> str:

@@ -7,6 +7,8 @@ only "failed to poll from model repository"; the reason is in its log).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 #: a C++ abort in the server or a backend stub: READY will never come, fail now
 FATAL = "terminate called after throwing"
 #: error lines of GPU probes that fail harmlessly on a machine without a GPU
@@ -41,6 +43,26 @@ def first_problem(log: str) -> str:
         if "unrecognized option" in low or low.startswith("error:") or "invalid argument" in low:
             return line.split("] ", 1)[-1].strip()
     return first_error(log)
+
+
+def log_size(path: Path | None) -> int:
+    """The size of a log file now (0 when there is none): an offset for :func:`log_since`."""
+    try:
+        return path.stat().st_size if path else 0
+    except OSError:
+        return 0
+
+
+def log_since(path: Path | None, offset: int, limit: int = 1 << 20) -> str:
+    """What a log file got after ``offset`` (at most ``limit`` bytes; "" when unreadable)."""
+    if path is None:
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read(limit).decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def port_taken(log: str) -> str:

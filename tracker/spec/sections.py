@@ -1,8 +1,8 @@
 """The sections of the study spec (pydantic models); :mod:`tracker.spec` assembles them.
 
 Every model forbids unknown keys and validates strictly (YAML's types as written: ``"8"`` is
-not an integer). Validators raise :class:`~tracker.spec_messages.Problems`, which
-:mod:`tracker.spec_messages` turns into lines naming the field path and the bad value.
+not an integer). Validators raise :class:`~tracker.spec.messages.Problems`, which
+:mod:`tracker.spec.messages` turns into lines naming the field path and the bad value.
 """
 
 from __future__ import annotations
@@ -26,16 +26,16 @@ from pydantic import (
     model_validator,
 )
 
-from tracker.config_fields import config_field
 from tracker.launch_modes import MODES, NAMES
-from tracker.spec_checks import (
+from tracker.spec.checks import (
     check_knob,
     check_range,
     check_space_value_shape,
     knob_value_problems,
     parse_number,
 )
-from tracker.spec_messages import Problems, join_path, problem, show
+from tracker.spec.fields import config_field
+from tracker.spec.messages import Problems, join_path, problem, show
 
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16)
 

@@ -1,8 +1,8 @@
 """Rules for the search space of the study spec: knob names, value types, numeric ranges.
 
 A knob is a config.pbtxt field path (checked against the ModelConfig protobuf schema by
-:mod:`tracker.config_fields`) or a load knob (``concurrency``). Each function raises
-:class:`~tracker.spec_messages.Problems` (or returns (sub-path, message) pairs) whose text says
+:mod:`tracker.spec.fields`) or a load knob (``concurrency``). Each function raises
+:class:`~tracker.spec.messages.Problems` (or returns (sub-path, message) pairs) whose text says
 the rule and the bad value.
 """
 
@@ -12,14 +12,14 @@ import math
 from typing import Protocol
 
 from tracker import metrics as catalog
-from tracker.config_fields import (
+from tracker.spec.fields import (
     PARAMETERS,
     ConfigField,
     closest,
     config_field,
     config_field_paths,
 )
-from tracker.spec_messages import problem, show
+from tracker.spec.messages import problem, show
 
 # Knobs in search.space that are not config.pbtxt fields but load settings (the catalog's).
 LOAD_KNOBS: tuple[str, ...] = catalog.LOAD_KNOBS

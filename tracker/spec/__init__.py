@@ -6,7 +6,7 @@ what to optimise under which constraints, and where results go. See docs/spec.md
 the closest valid one). Relative paths resolve against the spec file's folder.
 ``ensure_model(spec)`` runs ``model.build`` when the model file does not exist yet.
 
-The sections live in :mod:`tracker.spec_sections` and are re-exported here.
+The sections live in :mod:`tracker.spec.sections` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import yaml
 from pydantic import AfterValidator, Field, PrivateAttr, ValidationError
 
 from tracker import metrics as catalog
-from tracker.config_fields import closest
 from tracker.errors import ModelError, SpecError
-from tracker.spec_checks import LOAD_KNOBS
-from tracker.spec_messages import messages, problem, show
-from tracker.spec_sections import (
+from tracker.spec.checks import LOAD_KNOBS
+from tracker.spec.fields import closest
+from tracker.spec.messages import messages, problem, show
+from tracker.spec.sections import (
     DEFAULT_CONCURRENCY,
     Bound,
     ConcurrencyRange,
