@@ -77,7 +77,8 @@ def test_monitors_report_catalog_names() -> None:
 
 
 def test_load_knobs_are_the_catalog_knobs() -> None:
-    assert spec_checks.LOAD_KNOBS == catalog.LOAD_KNOBS
+    assert spec_checks.LOAD_KNOBS == catalog.LOAD_KNOBS == tuple(catalog.LOAD_KNOB_MIN)
+    assert all(spec_checks.MIN_VALUE[k] == v for k, v in catalog.LOAD_KNOB_MIN.items())
     assert frozenset(catalog.LOAD_KNOBS) == mc.LOAD_PARAMS
     config, load = mc.split_params({"concurrency": 4, "max_batch_size": 8})
     assert set(load) == set(catalog.LOAD_KNOBS) and config == {"max_batch_size": 8}

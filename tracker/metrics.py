@@ -77,6 +77,8 @@ def unit(name: str) -> str:
 
 #: search-space keys that set the load, not a config field; each fixes the sweep's levels
 LOAD_KNOBS: tuple[str, ...] = ("concurrency",)
+#: the smallest value each load knob takes
+LOAD_KNOB_MIN: dict[str, int] = {"concurrency": 1}
 
 
 def load_levels_from(load_values: Mapping[str, object]) -> list[float] | None:

@@ -32,7 +32,7 @@ COMMON_KNOBS: tuple[str, ...] = (
 
 # Lower bounds the schema's types do not say (an int32 may be negative; a count may not).
 MIN_VALUE: dict[str, int] = {
-    "concurrency": 1,
+    **catalog.LOAD_KNOB_MIN,
     "max_batch_size": 0,
     "instance_group.count": 1,
     "dynamic_batching.preferred_batch_size": 1,
