@@ -84,7 +84,7 @@ def main() -> None:
     from tracker.spec import LoadSection, ensure_model, load_spec
     from tracker.triton.model_config import model_info
     from tracker.triton.repository import write_repository
-    from tracker.triton.server.base import make_server
+    from tracker.triton.server.modes import make_server
 
     spec = load_spec(SPEC)
     ensure_model(spec)

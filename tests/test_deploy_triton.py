@@ -254,7 +254,7 @@ def test_tracker_serve_runs_an_explicit_mode_triton_until_sigterm(tmp_path: Path
     import signal
 
     from tracker.triton.client import Endpoints, TritonClient
-    from tracker.triton.server.base import free_ports
+    from tracker.triton.server.ports import free_ports
 
     http, grpc, metrics = free_ports(3)
     repo = tmp_path / "serving"

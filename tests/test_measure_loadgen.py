@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tracker.errors import MeasurementError
 from tracker.measure.monitors import default_monitors
 from tracker.measure.sweep import sweep
+from tracker.search.objective import pick_best_level
 from tracker.spec import LoadSection
 from tracker.triton import model_config as mc
 from tracker.triton.server.local import LocalTritonServer
@@ -144,7 +146,7 @@ def test_closed_loop_counts_agree_with_the_server(server: LocalTritonServer) -> 
         assert m.client_overhead_pct is not None and 0 < m.client_overhead_pct <= 100
         assert m.monitors["cpu_used_ram"] > 10  # the server's resident memory
         assert not any(k.startswith("gpu") for k in m.monitors)  # no GPU: absent, not 0
-    assert res.best is not None
+    assert pick_best_level(res.measurements, {}, {"perf_throughput": "maximize"}).feasible
 
 
 def test_every_input_dtype_reaches_the_model(server: LocalTritonServer) -> None:
@@ -161,7 +163,9 @@ def test_errors_are_counted_and_make_the_level_invalid(server: LocalTritonServer
     assert not m.valid and m.errors > 0
     assert "flaky: request" in (m.first_error or "")
     assert "max_error_pct 1%" in (m.invalid_reason or "")
-    assert res.best is None and res.stop_reason.startswith("concurrency 2 invalid")
+    assert res.stop_reason.startswith("concurrency 2 invalid")
+    with pytest.raises(MeasurementError, match="no concurrency level"):  # no level to judge by
+        pick_best_level(res.measurements, {}, {"perf_throughput": "maximize"})
     tolerant = LoadSection(concurrency=[2], max_error_pct=30, **FAST)
     (ok,) = sweep(server.endpoints, "flaky", cfg(server, "flaky"), tolerant).measurements
     assert ok.valid and ok.errors > 0 and ok.errors == pytest.approx(ok.requests / 4, rel=0.3)

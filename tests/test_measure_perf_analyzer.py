@@ -15,6 +15,7 @@ import pytest
 from tracker.errors import MeasurementError
 from tracker.measure.perf_analyzer import PerfAnalyzer
 from tracker.measure.sweep import sweep
+from tracker.search.objective import pick_best_level
 from tracker.spec import LoadSection
 from tracker.triton import model_config as mc
 from tracker.triton.client import Endpoints
@@ -76,7 +77,9 @@ def test_sweep_with_perf_analyzer_parses_its_csv(fake_pa: Path) -> None:
     assert not bad.valid and "exited with status 1" in (bad.invalid_reason or "")
     assert bad.first_error == "error: failed to get model metadata: connection refused"
     assert res.stop_reason.startswith("concurrency 16 invalid")
-    assert res.best is not None and res.best.concurrency == 8
+    best = pick_best_level(res.measurements, {"perf_latency_p99": {"max": 50}},
+                           {"perf_throughput": "maximize"})
+    assert best.feasible and best.concurrency == 8
     first = json.loads(fake_pa.read_text().splitlines()[0])
     expected = ["-m", "m", "-u", "127.0.0.1:8001", "-i", "grpc", "-b", "1", "-s", "7",
                 "--max-trials", "10", "--percentile=99"]

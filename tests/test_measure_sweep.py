@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tracker.errors import MeasurementError
-from tracker.measure.sweep import load_levels, pick_best, stop_reason, violations
+from tracker.feasibility import broken, named_violations
+from tracker.measure.sweep import load_levels, stop_reason
 from tracker.measure.types import Measurement
+from tracker.search.objective import pick_best_level
 from tracker.spec import LoadSection
 
 
@@ -15,6 +17,9 @@ def m(c: int, tput: float, p99: float = 5.0, stable: bool = True,
     return Measurement(concurrency=c, throughput=tput, latency_p99_ms=p99, requests=100,
                        stable=stable, valid=valid,
                        invalid_reason=None if valid else "12 of 100 requests failed")
+
+
+THROUGHPUT = {"perf_throughput": "maximize"}
 
 
 def test_levels_from_the_spec() -> None:
@@ -55,15 +60,20 @@ def test_best_meets_constraints_and_keeps_the_unstable_flag() -> None:
     cons = {"perf_latency_p99": {"max": 10}, "perf_throughput": {"min": 50}}
     done = [m(1, 40, p99=2), m(2, 150, p99=4), m(4, 400, p99=9, stable=False),
             m(8, 500, p99=20), m(16, 900, valid=False)]
-    best = pick_best(done, cons)
-    assert best is not None and best.concurrency == 4 and not best.stable
+    best = pick_best_level(done, cons, THROUGHPUT)
+    assert best.feasible and best.concurrency == 4 and not best.stable
     only_unstable = [m(1, 40), m(4, 400, p99=9, stable=False)]
-    best = pick_best(only_unstable, {"perf_throughput": {"min": 50}})
-    assert best is not None and best.concurrency == 4 and not best.stable
-    assert pick_best([m(8, 500, p99=20)], cons) is None
+    best = pick_best_level(only_unstable, {"perf_throughput": {"min": 50}}, THROUGHPUT)
+    assert best.feasible and best.concurrency == 4 and not best.stable
+    assert not pick_best_level([m(8, 500, p99=20)], cons, THROUGHPUT).feasible
 
 
-def test_unmeasured_metric_breaks_no_constraint() -> None:
-    assert violations(m(1, 10), {"gpu_used_memory": {"max": 1}}) == []
-    assert violations(m(1, 10), {"perf_throughput": {"min": 20}}) == [
+def test_unmeasured_metric_breaks_no_constraint_but_is_not_feasible() -> None:
+    """One rule (tracker/feasibility.py): an unmeasured metric does not stop the sweep and is
+    named broken by no value, but it counts as violated when a level is judged."""
+    assert broken(m(1, 10).metrics(), {"gpu_used_memory": {"max": 1}}) == []
+    assert stop_reason([m(1, 10)], {"perf_latency_p95": {"max": 1}}) is None
+    assert named_violations(m(1, 10).metrics(), {"gpu_used_memory": {"max": 1}}) == {
+        "gpu_used_memory.max": 1.0}
+    assert broken(m(1, 10).metrics(), {"perf_throughput": {"min": 20}}) == [
         "perf_throughput 10 < min 20"]

@@ -5,16 +5,15 @@ from __future__ import annotations
 import pytest
 
 from tracker.errors import MeasurementError
-from tracker.measure.types import Measurement
-from tracker.search.objective import (
+from tracker.feasibility import (
     UNMEASURED_VIOLATION,
     constraint_keys,
     constraint_violations,
     is_feasible,
     named_violations,
-    objective_values,
-    pick_best_level,
 )
+from tracker.measure.types import Measurement
+from tracker.search.objective import objective_values, pick_best_level
 from tracker.spec import Bound
 
 

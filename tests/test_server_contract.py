@@ -8,6 +8,7 @@ READY, one inference checked against onnxruntime, another config, a config Trito
 from __future__ import annotations
 
 import shutil
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,12 +18,13 @@ import onnxruntime as ort
 import psutil
 import pytest
 
-from tracker.errors import ModelLoadError
+from tracker.errors import ModelLoadError, ServerError, ServerStartError
 from tracker.triton import model_config as mc
 from tracker.triton.client import TritonClient
 from tracker.triton.repository import TrialRepository, write_repository
-from tracker.triton.server.base import TritonServer, live_servers
+from tracker.triton.server.base import TritonServer
 from tracker.triton.server.docker import DockerTritonServer
+from tracker.triton.server.live import live_servers
 from tracker.triton.server.local import LocalTritonServer
 from tracker.triton.server.remote import RemoteTritonServer
 
@@ -39,14 +41,16 @@ def trial(info: mc.ModelInfo, root: Path, values: dict[str, Any]) -> TrialReposi
 
 class Mode:
     """Makes the server under test and stops every server it made at teardown (so that a
-    failing test leaves nothing running either)."""
+    failing test leaves nothing running either). ``make(**kw)`` passes launcher arguments
+    (``grpc_port``, ``startup_timeout_s``); for the remote mode ``grpc_port`` is the port of
+    the URL it attaches to."""
 
-    def __init__(self, name: str, make: Callable[[], TritonServer]) -> None:
+    def __init__(self, name: str, make: Callable[..., TritonServer]) -> None:
         self.name, self._make = name, make
         self.made: list[TritonServer] = []
 
-    def make(self) -> TritonServer:
-        server = self._make()
+    def make(self, **kw: Any) -> TritonServer:
+        server = self._make(**kw)
         self.made.append(server)
         return server
 
@@ -81,12 +85,12 @@ def mode(request: pytest.FixtureRequest, tmp_path: Path, quickstart_info: mc.Mod
          _no_leftover_servers: None) -> Iterator[Mode]:
     # (_no_leftover_servers is requested so that it is torn down after the remote's owner)
     if request.param == "local":
-        mode = Mode("local", LocalTritonServer)
+        mode = Mode("local", lambda **kw: LocalTritonServer(**kw))
         yield mode
         mode.stop_all()
     elif request.param == "docker":
         image = request.getfixturevalue("docker_image")
-        mode = Mode("docker", lambda: DockerTritonServer(image=image))
+        mode = Mode("docker", lambda **kw: DockerTritonServer(image=image, **kw))
         yield mode
         mode.stop_all()
     else:
@@ -96,8 +100,14 @@ def mode(request: pytest.FixtureRequest, tmp_path: Path, quickstart_info: mc.Mod
         with LocalTritonServer() as owner:
             owner.start(base.path, explicit=True)
             ep = owner.endpoints
-            mode = Mode("remote", lambda: RemoteTritonServer(ep.grpc, http_url=ep.http,
-                                                             metrics_url=ep.metrics))
+
+            def remote(grpc_port: int | None = None, **kw: Any) -> TritonServer:
+                if grpc_port is not None:  # attach to whatever listens there
+                    return RemoteTritonServer(f"127.0.0.1:{grpc_port}", **kw)
+                return RemoteTritonServer(ep.grpc, http_url=ep.http, metrics_url=ep.metrics,
+                                          **kw)
+
+            mode = Mode("remote", remote)
             yield mode
             mode.stop_all()
             with TritonClient(ep) as client:  # still running, and our models are unloaded
@@ -199,3 +209,93 @@ def test_reload_strategy_keeps_one_server(kind: str, request: pytest.FixtureRequ
                 assert client.infer_once(NAME, repo.served_config)["OUTPUT0"].shape == (1, 16)
             shutil.rmtree(repo.path)
     assert not server.running
+
+
+# ---- one test per promise of the contract (tracker/triton/server/base.py) ----------------
+
+SLOW_MODEL = """
+import time
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        time.sleep(120)  # READY never comes within the test's startup timeout
+
+    def execute(self, requests):
+        return []
+"""
+
+
+def _slow_repository(root: Path) -> Path:
+    model = root / "slow"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.py").write_text(SLOW_MODEL)
+    (model / "config.pbtxt").write_text(
+        'name: "slow"\nbackend: "python"\nmax_batch_size: 0\n'
+        'input [{ name: "X" data_type: TYPE_FP32 dims: [1] }]\n'
+        'output [{ name: "Y" data_type: TYPE_FP32 dims: [1] }]\n')
+    return root
+
+
+def test_stop_of_a_server_never_started_does_nothing(mode: Mode) -> None:
+    server = mode.make()
+    server.stop()
+    server.stop(timeout_s=0)
+    assert not server.running and server not in live_servers()
+    assert server.log_text() == ""
+    with pytest.raises(ServerError, match="not running"):
+        _ = server.endpoints
+
+
+def test_taken_port_is_named(mode: Mode, tmp_path: Path, quickstart_info: mc.ModelInfo) -> None:
+    """A fixed port that another process holds: ServerStartError naming it (remote: the
+    URL answers, but not as Triton: not READY), and nothing is left running."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen(1)
+        port = holder.getsockname()[1]
+        server = mode.make(grpc_port=port, startup_timeout_s=3.0)
+        repo = trial(quickstart_info, tmp_path / "t", {})
+        with pytest.raises(ServerStartError) as caught:
+            server.start(repo.path, explicit=isinstance(server, RemoteTritonServer))
+    message = str(caught.value)
+    if isinstance(server, RemoteTritonServer):
+        assert f"127.0.0.1:{port}" in message and "not READY" in message, message
+    else:
+        assert f"server.grpc_port {port} is taken" in message, message
+    assert not server.running and server not in live_servers()
+
+
+def test_start_timeout_carries_the_log_tail(mode: Mode, tmp_path: Path) -> None:
+    """READY does not come within startup_timeout_s: ServerStartError saying so, with the
+    tail of the server log (a remote server has no log here), and nothing left running."""
+    if mode.name == "remote":
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as silent:
+            silent.bind(("127.0.0.1", 0))
+            silent.listen(1)
+            server = mode.make(grpc_port=silent.getsockname()[1], startup_timeout_s=1.0)
+            with pytest.raises(ServerStartError, match=r"not READY after 1 s") as caught:
+                server.start(tmp_path)
+        assert caught.value.log_tail == ""
+    else:
+        server = mode.make(startup_timeout_s=4.0)
+        with pytest.raises(ServerStartError, match=r"not READY after 4 s") as caught:
+            server.start(_slow_repository(tmp_path / "repo"))
+        tail = caught.value.log_tail
+        assert tail and tail == server.log_tail(), "the error carries the log's tail"
+        assert "slow" in server.log_text()  # Triton said it was loading the model
+    assert not server.running and server not in live_servers()
+
+
+def test_log_is_kept_after_stop(mode: Mode, tmp_path: Path,
+                                quickstart_info: mc.ModelInfo) -> None:
+    server = mode.make()
+    server.apply_trial(trial(quickstart_info, tmp_path / "t", {}))
+    during = server.log_text()
+    server.stop()
+    after = server.log_text()
+    if isinstance(server, RemoteTritonServer):
+        assert during == after == ""  # the log lives with whoever runs the server
+    else:
+        assert after.startswith(during) and "Started GRPCInferenceService" in after
+        assert server.log_tail(3) == "\n".join(after.splitlines()[-3:])

@@ -1,7 +1,7 @@
 """`tracker ...`: the command line. Turns every TrackerError into a message and exit status 1.
 
-Each command is a thin shell: it parses options, calls one function of the package and prints
-the result. The work lives in the modules; nothing here is needed to use them from Python.
+Each command parses its options, fills defaults from the spec where one is given (promote
+also opens the study's storage), calls the package and prints the result.
 """
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ from typing import Any
 
 import click
 
+from tracker.cli_params import OptionalChoice as _Choice
+from tracker.cli_params import OptionalNumber as _Optional
+from tracker.cli_params import blank as _blank
+from tracker.cli_params import gpu_list as _gpu_list
+from tracker.cli_params import print_version as _print_version
 from tracker.errors import TrackerError
+from tracker.launch_modes import MODES
 
 
 class _Group(click.Group):
@@ -30,42 +36,6 @@ class _Group(click.Group):
             ctx.exit(1)
 
 
-class _Choice(click.Choice):  # type: ignore[type-arg]
-    """A choice that also takes "" (an MLproject parameter left empty means "the spec's
-    value"), without showing the empty string in the help text."""
-
-    def __init__(self, choices: Sequence[str]) -> None:
-        super().__init__(["", *choices])
-
-    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        return "[" + "|".join(str(c) for c in self.choices if c) + "]"
-
-    def get_invalid_choice_message(self, value: Any, ctx: click.Context | None) -> str:
-        shown = ", ".join(repr(c) for c in self.choices if c)
-        return f"{value!r} is not one of {shown} (or empty for the spec's value)"
-
-
-_VERSION_OF = ("triton-tracker", "nvidia-pytriton", "numpy", "onnxruntime", "mlflow", "optuna",
-               "tritonclient")
-
-
-def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    """``tracker --version``: this package and the versions that decide how it measures."""
-    if not value or ctx.resilient_parsing:
-        return
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = []
-    for name in _VERSION_OF:
-        try:
-            found.append(f"{name} {version(name)}")
-        except PackageNotFoundError:
-            found.append(f"{name} not installed")
-    py = ".".join(str(v) for v in sys.version_info[:3])
-    click.echo(f"tracker {found[0].split()[-1]} ({', '.join(found[1:])}; Python {py})")
-    ctx.exit()
-
-
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True,
               callback=_print_version, help="Show the version (and the packages that decide "
@@ -76,9 +46,6 @@ def cli(ctx: click.Context, debug: bool) -> None:
     """Tune Triton Inference Server model configurations, tracked in MLflow."""
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
-
-
-# ---- commands are registered below, one block per capability ----
 
 
 # -- config.pbtxt (tracker/triton/model_config.py) --
@@ -104,7 +71,7 @@ def config_command(model_path: Path, name: str | None, base_config: Path | None,
     click.echo(model_config.dumps(cfg), nl=False)
 
 
-# -- study spec check (tracker/spec.py, tracker/search/summary.py) --
+# -- study spec check (tracker/spec/, tracker/search/summary.py) --
 @cli.command("check")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 def check_command(spec_path: Path) -> None:
@@ -125,42 +92,6 @@ def check_command(spec_path: Path) -> None:
 
 
 # -- tuning studies (tracker/runner.py, docs/tuning.md) --
-class _Optional(click.ParamType):  # type: ignore[type-arg]
-    """An int/float option where "" means "not given" (MLproject parameters default to "")."""
-
-    def __init__(self, kind: type) -> None:
-        self.kind = kind
-        self.name = kind.__name__
-
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> Any:
-        if value is None or isinstance(value, self.kind):
-            return value
-        if str(value).strip() == "":
-            return None
-        try:
-            return self.kind(value)
-        except ValueError:
-            self.fail(f"{value!r} is not a valid {self.name}", param, ctx)
-
-
-def _blank(value: str | None) -> str | None:
-    return value if value not in (None, "") else None
-
-
-def _gpu_list(text: str | None) -> list[int] | str | None:
-    """``--gpus``: '' -> None (the spec's), 'all', or '0,1' -> [0, 1]."""
-    if not text:
-        return None
-    if text.strip() == "all":
-        return "all"
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise click.BadParameter(f"must be 'all' or GPU indices like '0,1', but got {text!r}",
-                                 param_hint="--gpus") from None
-
-
 @cli.command("tune")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 @click.option("--n-trials", type=_Optional(int), help="Complete trials the study should "
@@ -176,7 +107,7 @@ def _gpu_list(text: str | None) -> list[int] | str | None:
 @click.option("--seed", type=_Optional(int))
 @click.option("--patience", type=_Optional(int),
               help="Stop after this many trials without improvement.")
-@click.option("--mode", type=_Choice(["local", "docker", "remote"]),
+@click.option("--mode", type=_Choice(list(MODES)),
               help="Server launch mode (overrides server.mode).")
 @click.option("--strategy", type=_Choice(["restart", "reload"]),
               help="How a trial config reaches the server (overrides server.strategy).")
@@ -220,7 +151,7 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
               help="Set a config field (or concurrency) by its path; repeatable.")
 @click.option("--set-all", "set_all", default="", metavar="'PATH=VALUE ...'",
               help="Several PATH=VALUE separated by spaces (the MLproject's `set`).")
-@click.option("--mode", type=_Choice(["local", "docker", "remote"]))
+@click.option("--mode", type=_Choice(list(MODES)))
 @click.option("--strategy", type=_Choice(["restart", "reload"]))
 @click.option("--url", help="Remote server gRPC host:port.")
 @click.option("--image", help="Docker image.")
@@ -265,8 +196,7 @@ def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
     except Interrupted as stop:
         click.echo(str(stop), err=True)
         sys.exit(stop.exit_code)
-    click.echo(table(result.measurements))
-    click.echo(f"wrote {write_csv(result.measurements, csv_path)}")
+    click.echo(f"{table(result.measurements)}\nwrote {write_csv(result.measurements, csv_path)}")
     best = result.choice
     click.echo(f"best level: concurrency {best.concurrency}, "
                f"{best.metrics.get('perf_throughput', 0):,.1f} infer/s, "
@@ -295,9 +225,8 @@ def _deploy_settings(url: str | None, repository: str | None, serving: str | Non
     """Target settings; an empty option (an MLproject parameter's default) is not given."""
     from tracker.deploy.settings import resolve_settings
 
-    return resolve_settings("triton", {k: v for k, v in
-                                       (("url", url), ("repository", repository),
-                                        ("serving", serving)) if v})
+    given = {"url": url, "repository": repository, "serving": serving}
+    return resolve_settings("triton", {k: v for k, v in given.items() if v})
 
 
 @contextlib.contextmanager
@@ -427,25 +356,10 @@ def serve_command(repository: Path, grpc_port: int, http_port: int, metrics_port
     """Run the nvidia-pytriton wheel's Triton in explicit model control mode over REPOSITORY
     (created when missing) on 127.0.0.1 until Ctrl-C: a serving Triton for `tracker promote`,
     `tracker watch` and `mlflow deployments -t triton`."""
-    import signal
-    import threading
+    from tracker.deploy.serve import serve_forever
 
-    from tracker.triton.server.local import LocalTritonServer
-
-    repository.mkdir(parents=True, exist_ok=True)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    server = LocalTritonServer(grpc_port=grpc_port, http_port=http_port,
-                               metrics_port=metrics_port, log_dir=log_dir)
-    with server:
-        server.start(repository, explicit=True)
-        click.echo(f"Triton serving {repository} (explicit model control): grpc "
-                   f"{server.endpoints.grpc}, http {server.endpoints.http}; Ctrl-C stops\n"
-                   f"its log (for the deploy commands' error messages): "
-                   f"export TRACKER_TRITON_LOG={server.log_path}")
-        while not stop.wait(1.0) and server.running:
-            pass
+    serve_forever(repository, grpc_port=grpc_port, http_port=http_port,
+                  metrics_port=metrics_port, log_dir=log_dir, echo=click.echo)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -16,6 +16,8 @@ from pathlib import Path
 from mlflow.entities import Param
 from mlflow.exceptions import MlflowException
 
+from tracker import tags
+from tracker.errors import TrackingError
 from tracker.tracking import runs
 from tracker.tracking.report import (
     TrialRow,
@@ -49,12 +51,12 @@ def finish_study(ctx: Context, *, status: str, owner: bool, stop_reason: str,
     best = best_row(rows, objectives)
     try:
         _log_report(ctx, rows, best, text, stop_reason, wall_s)
-    except (MlflowException, runs.TrackingError, OSError, ValueError) as exc:
+    except (MlflowException, TrackingError, OSError, ValueError) as exc:
         ctx.progress.line(f"warning: the study report was not written: {exc}")
     if owner:
         try:
             runs.finish_run(client, parent.run_id, status)
-        except runs.TrackingError as exc:
+        except TrackingError as exc:
             ctx.progress.line(f"warning: the parent run was not ended: {exc}")
     return Conclusion(text, best.number if best else None, best.run_id if best else None)
 
@@ -76,8 +78,8 @@ def _log_report(ctx: Context, rows: list[TrialRow], best: TrialRow | None, text:
             if served.strip() != production.strip():
                 files["best/served_config.pbtxt"] = served
         runs.log_files(client, parent.run_id, files)
-    tags: dict[str, object] = {runs.NOTE_TAG: text, "tracker.summary": text,
-                               "tracker.stop_reason": stop_reason}
+    parent_tags: dict[str, object] = {tags.NOTE: text, tags.SUMMARY: text,
+                               tags.STOP_REASON: stop_reason}
     metrics: dict[str, float] = {
         "trials_complete": float(sum(r.state == "COMPLETE" for r in rows)),
         "trials_failed": float(sum(r.state == "FAIL" for r in rows)),
@@ -88,8 +90,8 @@ def _log_report(ctx: Context, rows: list[TrialRow], best: TrialRow | None, text:
     if base is not None and base.values:
         metrics[f"default_{metric}"] = base.values[0]
     if best is not None:
-        tags.update({runs.BEST_RUN: best.run_id or "", "tracker.best_trial": best.number})
-        tags.update({f"best.{k}": v for k, v in best.params.items()})
+        parent_tags.update({tags.BEST_RUN: best.run_id or "", tags.BEST_TRIAL: best.number})
+        parent_tags.update({f"{tags.BEST_PARAM_PREFIX}{k}": v for k, v in best.params.items()})
         metrics.update(best.metrics)
         if base is not None and base.values and best.values:
             pct = improvement_pct(best.values[0], base.values[0], objectives[metric])
@@ -99,5 +101,5 @@ def _log_report(ctx: Context, rows: list[TrialRow], best: TrialRow | None, text:
         fresh = [Param(k, str(v)) for k, v in best.params.items() if k not in logged]
         if fresh and all(k not in logged for k in best.params):
             client.log_batch(parent.run_id, params=fresh)
-    runs.set_tags(client, parent.run_id, tags)
+    runs.set_tags(client, parent.run_id, parent_tags)
     runs.log_metrics(client, parent.run_id, metrics)

@@ -62,5 +62,9 @@ class StudyError(TrackerError):
     """The Optuna study or its storage cannot be used as asked."""
 
 
+class TrackingError(TrackerError):
+    """MLflow refused a write (tracking server down, database locked, bad experiment)."""
+
+
 class DeployError(TrackerError):
     """Registering, promoting or deploying a model version failed."""

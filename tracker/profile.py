@@ -4,7 +4,9 @@ The configuration is the model's default config, or the default with field paths
 (``instance_group.count=2``). The run (``MLFLOW_RUN_ID`` under ``mlflow run``, else a new one
 in the spec's experiment) gets the assignments as params, the headline metrics at the best
 concurrency that meets the constraints, the sweep (``sweep/<metric>``, step = concurrency),
-``config.pbtxt`` (what the server loaded), ``perf.csv`` and ``server.log``.
+``config.pbtxt`` (what the server loaded), ``perf.csv`` and ``server.log`` (and
+``production_config.pbtxt`` when the shim served it): the artifacts of a trial
+(pipeline.measure_configuration).
 """
 
 from __future__ import annotations
@@ -22,10 +24,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Param
 
 from tracker.errors import TrackerError
-from tracker.measure import csvio, report
-from tracker.measure.monitors import default_monitors
-from tracker.measure.sweep import sweep
 from tracker.measure.types import Measurement
+from tracker.pipeline import ConfigFailed, levels_for, measure_configuration
 from tracker.runner import (
     Interrupted,
     TuneOptions,
@@ -35,13 +35,11 @@ from tracker.runner import (
     signals,
     tracking_uri,
 )
-from tracker.search.objective import LevelChoice, pick_best_level
+from tracker.search.objective import LevelChoice
 from tracker.spec import ensure_model, load_spec
 from tracker.tracking import runs
-from tracker.trial import clip_log
 from tracker.triton import model_config as mc
-from tracker.triton.repository import write_repository
-from tracker.triton.server.base import make_server
+from tracker.triton.server.modes import make_server
 
 
 @dataclass(frozen=True)
@@ -50,11 +48,6 @@ class ProfileResult:
     measurements: list[Measurement]
     choice: LevelChoice
     config_text: str
-
-
-def table(measurements: list[Measurement]) -> str:
-    """The sweep as a small table, one line per level (measure/report.py)."""
-    return report.table(measurements)
 
 
 def profile(spec_path: str | Path, values: Mapping[str, object], *,
@@ -93,31 +86,19 @@ def _profile(spec_path: str | Path, values: Mapping[str, object],
     work = Path(tempfile.mkdtemp(prefix="tracker-profile-"))
     status = "FAILED"
     try:
-        serving = "native" if (spec.server.backend == "onnxruntime" or (
-            spec.server.backend == "auto" and server.has_backend("onnxruntime"))) else "python"
-        repo = write_repository(work, info, cfg, serving=serving,  # type: ignore[arg-type]
-                                ort_threads=(spec.server.ort_intra_op_threads,
-                                             spec.server.ort_inter_op_threads))
         try:
-            server.apply_trial(repo)
-            if levels is None and "concurrency" in load_values:
-                levels = [float(load_values["concurrency"])]  # type: ignore[arg-type]
-            result = sweep(server.endpoints, repo.model_name, repo.served_config, spec.load,
-                           spec.constraints, default_monitors(server.endpoints.metrics,
-                                                              pids=server.pids), levels=levels,
-                           backend=backend)
-            choice = pick_best_level(result.measurements, spec.constraints, spec.objectives)
+            done = measure_configuration(spec, info, server, cfg, work,
+                                         levels=levels if levels is not None
+                                         else levels_for(load_values), backend=backend)
+        except ConfigFailed as failed:
+            raise failed.cause from failed.cause.__cause__
         finally:
-            log = server.log_text()
             server.stop()
-        text = repo.served_config_path.read_text()
-        runs.log_metrics(client, run_id, {**choice.metrics, "concurrency": choice.concurrency,
-                                          "feasible": float(choice.feasible)},
-                         step=choice.concurrency, extra=runs.sweep_metrics(result.measurements))
-        runs.log_files(client, run_id, {"config.pbtxt": text, "server.log": clip_log(log),
-                                        "perf.csv": csvio.dumps(result.measurements)})
+        runs.log_metrics(client, run_id, done.headline(), step=done.choice.concurrency,
+                         extra=runs.sweep_metrics(done.measurements))
+        runs.log_files(client, run_id, done.files())
         status = "FINISHED"
-        return ProfileResult(run_id, result.measurements, choice, text)
+        return ProfileResult(run_id, done.measurements, done.choice, done.served_text)
     except KeyboardInterrupt as exc:
         status = "KILLED"
         signum = received_signal()

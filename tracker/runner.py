@@ -1,4 +1,4 @@
-"""The study loop: spec -> study -> trials -> report. The one place that knows every layer.
+"""The study loop: spec -> study -> trials -> report (one trial: trial.py, pipeline.py).
 
 ``tune(spec_path, options)`` runs (or resumes) a study until one of: ``n_trials`` COMPLETE
 trials in the study (across every run and worker), the timeout, ``patience`` trials without
@@ -31,6 +31,7 @@ import optuna
 
 from tracker.conclude import finish_study
 from tracker.errors import TrackerError
+from tracker.pipeline import resolve_serving
 from tracker.progress import Progress
 from tracker.search import study as st
 from tracker.search.baseline import fit_baseline
@@ -47,9 +48,10 @@ from tracker.tracking.scaleout import (
     mark_worker_run,
 )
 from tracker.trial import Context, abandon_trial, run_trial
-from tracker.trial_attrs import Attr
+from tracker.trial_attrs import TrialRecord, write_worker
 from tracker.triton.model_config import model_info
-from tracker.triton.server.base import make_server, stop_all
+from tracker.triton.server.live import stop_all
+from tracker.triton.server.modes import make_server
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -227,7 +229,7 @@ def _stop_reason(study: optuna.Study, spec: StudySpec, started: float,
         return f"{failed} trials failed (as many as n_trials): see the failed runs' notes"
     if space_size is not None:
         tried = {tuple(sorted(t.params.items())) for t in st.finished(study)
-                 if Attr.EXACT_PARAMS not in t.user_attrs}  # an approximated baseline
+                 if not TrialRecord.of(t).exact}  # an approximated baseline
         if len(tried) >= space_size:
             return f"all {space_size} configurations of the search space tried"
     return ""
@@ -238,7 +240,7 @@ def _best_text(study: optuna.Study, spec: StudySpec) -> str:
     if not best:
         return "none feasible yet"
     metric = next(iter(spec.objectives))
-    value = best[0].user_attrs.get(Attr.METRICS, {}).get(metric)
+    value = TrialRecord.of(best[0]).metrics.get(metric)
     shown = f"{value:,.1f}" if isinstance(value, float) else "?"
     return f"trial {best[0].number} ({metric} {shown})" + (
         f" +{len(best) - 1} on the front" if len(best) > 1 else "")
@@ -264,8 +266,9 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
     worker = worker_identity(spec.server.gpus)
 
     def on_stale(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        fail_dead_trial_run(mlflow.MlflowClient(uri), trial.user_attrs.get(Attr.RUN_ID),
-                            trial_number=trial.number, worker=trial.user_attrs.get("worker"))
+        record = TrialRecord.of(trial)
+        fail_dead_trial_run(mlflow.MlflowClient(uri), record.run_id,
+                            trial_number=trial.number, worker=record.worker)
 
     beats = {k: v for k, v in (("heartbeat_interval", options.heartbeat_interval),
                                ("grace_period", options.grace_period)) if v is not None}
@@ -293,7 +296,7 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
             try:
                 st.enqueue_baseline(study, base.params, base.exact)
                 server = make_server(spec.server)
-                serving = _serving(spec, server)
+                serving = resolve_serving(spec, server)
                 work = Path(".tracker") / "work"
                 work.mkdir(parents=True, exist_ok=True)
                 progress = Progress(spec.search.n_trials, budget(study).complete,
@@ -354,7 +357,7 @@ def _loop(ctx: Context, storage: optuna.storages.RDBStorage, worker_id: str, sta
         if trial is None:
             return reason or f"{spec.search.n_trials} complete trials"
         try:
-            trial.set_user_attr("worker", worker_id)
+            write_worker(trial, worker_id)
             with heartbeat(storage, trial):
                 outcome = run_trial(ctx, trial)
         except BaseException as exc:
@@ -383,11 +386,3 @@ def _size(dists: dict[str, Any]) -> int | None:
         size *= len(values)
     return size
 
-
-def _serving(spec: StudySpec, server: Any) -> Any:
-    wanted = spec.server.backend
-    if wanted == "python":
-        return "python"
-    if wanted == "onnxruntime":
-        return "native"
-    return "native" if server.has_backend("onnxruntime") else "python"

@@ -27,24 +27,25 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
+from tracker import tags
+from tracker import trial_attrs as ta
 from tracker.errors import StudyError, TrackerError
-from tracker.measure import csvio
-from tracker.measure.monitors import default_monitors
-from tracker.measure.sweep import sweep
-from tracker.search.objective import constraint_keys, pick_best_level
+from tracker.feasibility import constraint_keys
+from tracker.pipeline import (
+    ConfigFailed,
+    clip_log,
+    levels_for,
+    measure_configuration,
+    ort_threads,
+    served_text,
+)
 from tracker.search.study import find_duplicate
 from tracker.search.workers import wait_for_duplicate
 from tracker.tracking import runs
 from tracker.tracking.redact import redact_text
-from tracker.trial_attrs import Attr
+from tracker.trial_attrs import TrialRecord
 from tracker.triton import model_config as mc
-from tracker.triton.repository import (
-    SHIM_HEADER,
-    Serving,
-    production_config,
-    shim_config,
-    write_repository,
-)
+from tracker.triton.repository import Serving
 
 if TYPE_CHECKING:
     from tracker.progress import Progress
@@ -71,7 +72,7 @@ class Context:
 
     @property
     def ort_threads(self) -> tuple[int | None, int | None]:
-        return (self.spec.server.ort_intra_op_threads, self.spec.server.ort_inter_op_threads)
+        return ort_threads(self.spec)
 
 
 @dataclass
@@ -95,18 +96,6 @@ class TrialFailed(Exception):
         self.log = log
 
 
-LOG_HEAD, LOG_TAIL = 200_000, 300_000
-
-
-def clip_log(text: str) -> str:
-    """The server log for an artifact: secrets masked, at most ~0.5 MB (head and tail)."""
-    if len(text) > LOG_HEAD + LOG_TAIL:
-        cut = len(text) - LOG_HEAD - LOG_TAIL
-        text = (text[:LOG_HEAD] + f"\n... [{cut} characters of the log left out] ...\n"
-                + text[-LOG_TAIL:])
-    return redact_text(text)
-
-
 def suggest(trial: optuna.Trial, name: str, dist: BaseDistribution) -> Any:
     if isinstance(dist, CategoricalDistribution):
         return trial.suggest_categorical(name, dist.choices)
@@ -125,26 +114,24 @@ def configs(ctx: Context, params: dict[str, Any], baseline: bool) -> tuple[Model
     else:
         values, _load = mc.split_params(params)
         cfg = mc.apply(ctx.info, values)
-    prod = production_config(cfg, ort_threads=ctx.ort_threads)
-    if ctx.serving == "native":
-        return cfg, mc.dumps(prod)
-    return cfg, SHIM_HEADER + mc.dumps(shim_config(prod))
+    return cfg, served_text(ctx.spec, cfg, ctx.serving)
 
 
 def run_trial(ctx: Context, trial: optuna.Trial) -> Outcome:
     """Measure (or reuse) one trial and record it in Optuna and MLflow."""
     params = {name: suggest(trial, name, dist) for name, dist in ctx.distributions.items()}
-    baseline = bool(trial.user_attrs.get(Attr.BASELINE))
-    tags = {**ctx.worker_tags, "tracker.baseline": str(baseline).lower()}
-    exact = trial.user_attrs.get(Attr.EXACT_PARAMS) if baseline else None
+    record = TrialRecord.of(trial)
+    baseline = record.baseline
+    run_tags = {**ctx.worker_tags, tags.BASELINE: str(baseline).lower()}
+    exact = record.exact_params if baseline else None
     if exact:  # the default config leaves these unset; its params only approximate it
-        tags["tracker.default_unset"] = ", ".join(sorted(exact))
-    run_id = runs.start_trial_run(ctx.parent, trial.number, params, tags=tags)
-    trial.set_user_attr(Attr.RUN_ID, run_id)
+        run_tags[tags.DEFAULT_UNSET] = ", ".join(sorted(exact))
+    run_id = runs.start_trial_run(ctx.parent, trial.number, params, tags=run_tags)
+    ta.write_started(trial, run_id)
     dup = find_duplicate(ctx.study, params, number=trial.number)
     if dup is None and not baseline:  # another worker may be measuring the same config now
         dup = wait_for_duplicate(ctx.study, trial.number, params)
-        if dup is not None and Attr.EXACT_PARAMS in dup.user_attrs:
+        if dup is not None and TrialRecord.of(dup).exact:
             dup = None  # a baseline the space only approximates is not this config
     try:
         if dup is not None and not baseline:
@@ -162,100 +149,64 @@ def run_trial(ctx: Context, trial: optuna.Trial) -> Outcome:
 def _reuse(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, Any],
            dup: FrozenTrial) -> Outcome:
     client = ctx.parent.client
+    source = TrialRecord.of(dup)
     if dup.state != TrialState.COMPLETE:
         reason = f"same configuration as trial {dup.number}, which failed: " + str(
-            dup.user_attrs.get(Attr.FAIL_REASON, "unknown reason"))
-        trial.set_user_attr(Attr.DUPLICATE_OF, dup.number)
+            source.fail_reason or "unknown reason")
+        ta.write_duplicate_of(trial, dup.number)
         raise TrialFailed(reason)
-    for key, value in dup.constraints.items():
-        trial.set_constraint(key, value)
-    for key in (Attr.CONSTRAINTS, Attr.FEASIBLE, Attr.CONCURRENCY, Attr.METRICS):
-        if key in dup.user_attrs:
-            trial.set_user_attr(key, dup.user_attrs[key])
-    trial.set_user_attr(Attr.DUPLICATE_OF, dup.number)
-    trial.set_user_attr(Attr.MEASUREMENTS, 0)
-    metrics = dict(dup.user_attrs.get(Attr.METRICS, {}))
-    concurrency = int(dup.user_attrs.get(Attr.CONCURRENCY) or 0)
-    feasible = bool(dup.user_attrs.get(Attr.FEASIBLE))
+    ta.write_reused(trial, dup.number, dup, dup.constraints)
+    metrics = dict(source.metrics)
+    concurrency = int(source.concurrency or 0)
+    feasible = bool(source.feasible)
     runs.log_metrics(client, run_id, metrics, step=concurrency)
-    _, served = configs(ctx, params, bool(dup.user_attrs.get(Attr.BASELINE)))
+    _, served = configs(ctx, params, source.baseline)
     runs.log_files(client, run_id, {"config.pbtxt": served})
     ctx.study.tell(trial, dup.values)
     note = f"same configuration as trial {dup.number}: result reused, not measured again"
     runs.finish_run(client, run_id, "FINISHED", state="COMPLETE", note=note)
-    runs.set_tags(client, run_id, {runs.FEASIBLE: str(feasible).lower(),
-                                   "tracker.duplicate_of": dup.number})
+    runs.set_tags(client, run_id, {tags.FEASIBLE: str(feasible).lower(),
+                                   tags.DUPLICATE_OF: dup.number})
     return Outcome(trial.number, "COMPLETE", params, metrics, feasible,
                    note=f"duplicate of trial {dup.number}")
 
 
 def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, Any],
              baseline: bool) -> Outcome:
-    spec, server, client = ctx.spec, ctx.server, ctx.parent.client
+    spec, client = ctx.spec, ctx.parent.client
     try:
-        cfg, served_text = configs(ctx, params, baseline)
+        cfg, _served = configs(ctx, params, baseline)
     except TrackerError as err:
         raise TrialFailed(f"configuration refused before starting Triton: {err}") from err
     for old in ctx.workdir.glob("trial-*"):  # the server has moved on from earlier trials
         shutil.rmtree(old, ignore_errors=True)
     repo_root = ctx.workdir / f"trial-{trial.number}"
+    _, load = mc.split_params(params)
+
+    def on_level(m: Any) -> None:
+        ctx.progress.measuring(trial.number, f"{m.level}: {m.throughput:,.1f} infer/s")
+
     try:
-        try:
-            repo = write_repository(repo_root, ctx.info, cfg, serving=ctx.serving,
-                                    ort_threads=ctx.ort_threads)
-        except TrackerError as err:
-            raise TrialFailed(f"cannot write the trial's model repository: {err}") from err
-        served_text = repo.served_config_path.read_text()
-        mark = len(server.log_text()) if server.strategy == "reload" else 0
-        ctx.progress.measuring(trial.number, "starting Triton")
-        try:
-            server.apply_trial(repo)
-        except TrackerError as err:
-            raise TrialFailed(str(getattr(err, "reason", err)),
-                              server.log_text()[mark:]) from err
-        _, load = mc.split_params(params)
-        levels = [float(params["concurrency"])] if "concurrency" in load else None
-        endpoints = server.endpoints
-        monitors = default_monitors(endpoints.metrics, pids=server.pids)
-
-        def on_level(m: Any) -> None:
-            ctx.progress.measuring(trial.number, f"{m.level}: {m.throughput:,.1f} infer/s")
-
-        try:
-            result = sweep(endpoints, repo.model_name, repo.served_config, spec.load,
-                           spec.constraints, monitors, levels=levels, on_level=on_level)
-            choice = pick_best_level(result.measurements, spec.constraints, spec.objectives)
-        except TrackerError as err:
-            raise TrialFailed(f"measurement failed: {err}", server.log_text()[mark:]) from err
-        log = server.log_text()[mark:]
-        files: dict[str, str | bytes | Path] = {
-            "config.pbtxt": served_text, "perf.csv": csvio.dumps(result.measurements),
-            "server.log": clip_log(log)}
-        if ctx.serving == "python":
-            files["production_config.pbtxt"] = mc.dumps(repo.production_config)
-        runs.log_metrics(client, run_id, {**choice.metrics, "concurrency": choice.concurrency,
-                                          "feasible": float(choice.feasible)},
-                         step=choice.concurrency, extra=runs.sweep_metrics(result.measurements))
-        runs.log_files(client, run_id, files)
-        if ctx.log_models:
-            _log_model(ctx, run_id, repo.production_config, params)
-    except TrialFailed:
-        shutil.rmtree(repo_root, ignore_errors=True)
-        raise
-    for key, value in choice.violations.items():
-        trial.set_constraint(key, value)
-    trial.set_user_attr(Attr.CONSTRAINTS, [choice.violations[k] for k in
-                                           constraint_keys(spec.constraints)])
-    trial.set_user_attr(Attr.FEASIBLE, choice.feasible)
-    trial.set_user_attr(Attr.CONCURRENCY, choice.concurrency)
-    trial.set_user_attr(Attr.METRICS, choice.metrics)
-    trial.set_user_attr(Attr.MEASUREMENTS, len(result.measurements))
+        done = measure_configuration(
+            spec, ctx.info, ctx.server, cfg, repo_root, serving=ctx.serving,
+            levels=levels_for(load), on_level=on_level,
+            on_phase=lambda phase: ctx.progress.measuring(trial.number, phase))
+    except ConfigFailed as failed:
+        raise TrialFailed(failed.reason, failed.log) from failed.cause
+    choice, result = done.choice, done.result
+    runs.log_metrics(client, run_id, done.headline(), step=choice.concurrency,
+                     extra=runs.sweep_metrics(result.measurements))
+    runs.log_files(client, run_id, done.files())
+    if ctx.log_models:
+        _log_model(ctx, run_id, done.repository.production_config, params)
+    ta.write_measured(trial, {k: choice.violations[k] for k in constraint_keys(spec.constraints)},
+                      feasible=choice.feasible, concurrency=choice.concurrency,
+                      metrics=choice.metrics, measurements=len(result.measurements))
     ctx.study.tell(trial, choice.values)
-    runs.set_tags(client, run_id, {runs.FEASIBLE: str(choice.feasible).lower(),
-                                   "tracker.concurrency": choice.concurrency,
-                                   # false: no level of this trial met the stability rule
-                                   "tracker.stable": str(choice.stable).lower(),
-                                   "tracker.sweep_stop": result.stop_reason})
+    runs.set_tags(client, run_id, {tags.FEASIBLE: str(choice.feasible).lower(),
+                                   tags.CONCURRENCY: choice.concurrency,
+                                   tags.STABLE: str(choice.stable).lower(),
+                                   tags.SWEEP_STOP: result.stop_reason})
     runs.finish_run(client, run_id, "FINISHED", state="COMPLETE")
     return Outcome(trial.number, "COMPLETE", params, choice.metrics, choice.feasible)
 
@@ -280,20 +231,19 @@ def _log_model(ctx: Context, run_id: str, production: ModelConfig,
             log_triton_model(model_dir, run_id, tracking_uri=ctx.parent.tracking_uri,
                              params={k: str(v) for k, v in params.items()})
         except TrackerError as err:
-            runs.set_tags(ctx.parent.client, run_id, {"tracker.model_error": str(err)})
+            runs.set_tags(ctx.parent.client, run_id, {tags.MODEL_ERROR: str(err)})
 
 
 def _fail(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, Any],
           failed: TrialFailed) -> Outcome:
     client = ctx.parent.client
     reason = redact_text(failed.reason)
-    trial.set_user_attr(Attr.FAIL_REASON, reason[:2000])
-    trial.set_user_attr(Attr.MEASUREMENTS, 0)
+    ta.write_failed(trial, reason)
     if failed.log:
         runs.log_files(client, run_id, {"server.log": clip_log(failed.log)})
     ctx.study.tell(trial, state=TrialState.FAIL)
     runs.finish_run(client, run_id, "FAILED", state="FAIL", note=reason)
-    runs.set_tags(client, run_id, {"tracker.fail_reason": reason[:500]})
+    runs.set_tags(client, run_id, {tags.FAIL_REASON: reason[:500]})
     return Outcome(trial.number, "FAIL", params, {}, None, note=reason.splitlines()[0][:200])
 
 
@@ -302,12 +252,12 @@ def abandon_trial(study: optuna.Study, trial: optuna.Trial, *, interrupted: bool
     """Finish a trial cut short: FAIL in Optuna (interrupted: re-queued so a rerun measures it
     first; the baseline re-queues itself), its child run KILLED (interrupted) or FAILED."""
     frozen = study._storage.get_trial(trial._trial_id)
-    run_id = frozen.user_attrs.get(Attr.RUN_ID)
+    record = TrialRecord.of(frozen)
+    run_id = record.run_id
     if frozen.state == TrialState.RUNNING:
-        trial.set_user_attr(Attr.INTERRUPTED if interrupted else Attr.FAIL_REASON,
-                            True if interrupted else reason)
+        ta.write_abandoned(trial, interrupted=interrupted, reason=reason)
         study.tell(trial, state=TrialState.FAIL)
-        if interrupted and frozen.params and not frozen.user_attrs.get(Attr.BASELINE):
+        if interrupted and frozen.params and not record.baseline:
             study.enqueue_trial(dict(frozen.params))
         status, state = ("KILLED" if interrupted else "FAILED"), "FAIL"
     else:  # finished in Optuna just before the signal: the run only missed its end

@@ -1,11 +1,16 @@
-"""Names of the user attributes each Optuna trial carries: the study's own record of a trial.
+"""The study's own record of a trial: its Optuna user attributes and constraints, typed.
 
-A bottom-layer module (imports nothing from the package) so that the tuning loop that writes
-them (search/, runner) and the readers below it (tracking/ reports, deploy/ promotion) use one
-set of names.
+A bottom-layer module (imports nothing from the package). The tuning loop (trial.py, runner.py)
+writes a trial's record only through the ``write_*`` functions here, and the readers (the
+study report and ``tracker promote`` through ``tracking.report.trial_rows``, the scale-out
+stale-trial callback, the progress line) read it only through :meth:`TrialRecord.of`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 
 class Attr:
@@ -22,3 +27,125 @@ class Attr:
     INTERRUPTED = "interrupted"      # True when Ctrl-C / SIGTERM stopped the trial
     RUN_ID = "mlflow_run_id"         # the trial's MLflow child run
     EXACT_PARAMS = "exact_params"    # baseline values that the space cannot express
+    WORKER = "worker"                # the worker (host:pid) that ran the trial
+
+
+class _Stored(Protocol):
+    """A trial as Optuna stores it (``FrozenTrial``; ``system_attrs`` read where it has them)
+    or a running ``optuna.Trial``."""
+
+    @property
+    def user_attrs(self) -> dict[str, Any]: ...
+
+
+class _Writable(Protocol):
+    """A trial being run (``optuna.Trial``)."""
+
+    def set_user_attr(self, key: str, value: Any) -> None: ...
+
+    def set_constraint(self, name: str, value: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """What the study knows about one trial, beyond its params and values."""
+
+    baseline: bool = False
+    exact_params: dict[str, Any] | None = None
+    run_id: str | None = None
+    worker: str | None = None
+    duplicate_of: int | None = None
+    fail_reason: str | None = None
+    interrupted: bool = False
+    constraints: list[float] | None = None
+    feasible: bool | None = None
+    concurrency: int | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    measurements: int = 0
+
+    @classmethod
+    def of(cls, trial: _Stored) -> TrialRecord:
+        """The record of a stored trial. Feasibility falls back to the trial's stored
+        constraints where the attribute is missing."""
+        attrs = trial.user_attrs
+        feasible = attrs.get(Attr.FEASIBLE)
+        if feasible is None:
+            stored = getattr(trial, "constraints", None) or (  # Optuna 5: set_constraint
+                getattr(trial, "system_attrs", None) or {}).get("constraints")  # older
+            if stored:
+                values = stored.values() if isinstance(stored, Mapping) else stored
+                feasible = all(v <= 0 for v in values)
+        dup = attrs.get(Attr.DUPLICATE_OF)
+        exact = attrs.get(Attr.EXACT_PARAMS)
+        run_id, worker = attrs.get(Attr.RUN_ID), attrs.get(Attr.WORKER)
+        cons = attrs.get(Attr.CONSTRAINTS)
+        concurrency = attrs.get(Attr.CONCURRENCY)
+        return cls(
+            baseline=bool(attrs.get(Attr.BASELINE)),
+            exact_params=dict(exact) if isinstance(exact, Mapping) else None,
+            run_id=None if run_id is None else str(run_id),
+            worker=None if worker is None else str(worker),
+            duplicate_of=dup if isinstance(dup, int) else None,
+            fail_reason=attrs.get(Attr.FAIL_REASON),
+            interrupted=bool(attrs.get(Attr.INTERRUPTED)),
+            constraints=None if cons is None else [float(v) for v in cons],
+            feasible=None if feasible is None else bool(feasible),
+            concurrency=concurrency,
+            metrics={k: float(v) for k, v in (attrs.get(Attr.METRICS) or {}).items()},
+            measurements=int(attrs.get(Attr.MEASUREMENTS, 0) or 0))
+
+    @property
+    def exact(self) -> bool:
+        """A baseline whose params only approximate it (``exact_params`` set)."""
+        return self.exact_params is not None
+
+
+def write_started(trial: _Writable, run_id: str) -> None:
+    trial.set_user_attr(Attr.RUN_ID, run_id)
+
+
+def write_worker(trial: _Writable, worker_id: str) -> None:
+    trial.set_user_attr(Attr.WORKER, worker_id)
+
+
+def write_measured(trial: _Writable, violations: Mapping[str, float], *, feasible: bool,
+                   concurrency: int, metrics: Mapping[str, float], measurements: int) -> None:
+    """A measured trial: each constraint (Optuna's, for the sampler) and the chosen level.
+    ``violations`` in spec order (feasibility.named_violations)."""
+    for key, value in violations.items():
+        trial.set_constraint(key, value)
+    trial.set_user_attr(Attr.CONSTRAINTS, list(violations.values()))
+    trial.set_user_attr(Attr.FEASIBLE, feasible)
+    trial.set_user_attr(Attr.CONCURRENCY, concurrency)
+    trial.set_user_attr(Attr.METRICS, dict(metrics))
+    trial.set_user_attr(Attr.MEASUREMENTS, measurements)
+
+
+def write_reused(trial: _Writable, number: int, source: _Stored,
+                 constraints: Mapping[str, float]) -> None:
+    """A trial that reuses trial ``number``'s result (``source``, with its constraints)."""
+    for key, value in constraints.items():
+        trial.set_constraint(key, value)
+    for key in (Attr.CONSTRAINTS, Attr.FEASIBLE, Attr.CONCURRENCY, Attr.METRICS):
+        if key in source.user_attrs:
+            trial.set_user_attr(key, source.user_attrs[key])
+    write_duplicate_of(trial, number)
+    trial.set_user_attr(Attr.MEASUREMENTS, 0)
+
+
+def write_duplicate_of(trial: _Writable, number: int) -> None:
+    trial.set_user_attr(Attr.DUPLICATE_OF, number)
+
+
+def write_failed(trial: _Writable, reason: str) -> None:
+    trial.set_user_attr(Attr.FAIL_REASON, reason[:2000])
+    trial.set_user_attr(Attr.MEASUREMENTS, 0)
+
+
+def write_abandoned(trial: _Writable, *, interrupted: bool, reason: str) -> None:
+    """A trial cut short: interrupted (Ctrl-C / SIGTERM) or failed by an error."""
+    if interrupted:
+        trial.set_user_attr(Attr.INTERRUPTED, True)
+    else:
+        trial.set_user_attr(Attr.FAIL_REASON, reason)
+

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tritonclient.grpc import model_config_pb2
 
-from tracker.errors import DeployError, ServerError
-from tracker.triton.client import DTYPES, TritonClient, example_inputs
+from tracker.errors import DeployError
+from tracker.triton.client import DTYPES, TritonClient
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -91,33 +91,4 @@ def infer_version(client: TritonClient, name: str, config: ModelConfig, *,
 
     Raises :class:`ServerError` with Triton's message when the request or an output fails.
     """
-    import tritonclient.grpc as grpcclient
-
-    if arrays is None:
-        arrays = {k: v for k, (_, v) in example_inputs(config).items()}
-    types = {i.name: DTYPES[model_config_pb2.DataType.Name(i.data_type)][0]
-             for i in config.input}
-    request = []
-    for inp_name, array in arrays.items():
-        tensor = grpcclient.InferInput(inp_name, list(array.shape), types[inp_name])
-        tensor.set_data_from_numpy(array)
-        request.append(tensor)
-    wanted = [grpcclient.InferRequestedOutput(o.name) for o in config.output]
-    try:
-        result = client.grpc.infer(name, request, model_version="" if version is None
-                                   else str(version), outputs=wanted or None,
-                                   client_timeout=client.timeout_s)
-    except Exception as exc:  # tritonclient raises its own exception types
-        message = getattr(exc, "message", None)
-        text = message() if callable(message) else str(exc)
-        raise ServerError(f"inference on {name!r} failed: {text}") from exc
-    outputs: dict[str, Array] = {}
-    for out in config.output:
-        try:
-            value = result.as_numpy(out.name)
-        except ValueError as exc:  # e.g. an empty tensor where a shape was promised
-            raise ServerError(f"output {out.name!r} of {name!r} is malformed: {exc}") from exc
-        if value is None:
-            raise ServerError(f"output {out.name!r} of {name!r} is missing from the response")
-        outputs[out.name] = value
-    return outputs
+    return client.infer(name, config, arrays, version=version)

@@ -43,6 +43,8 @@ from tracker.errors import DeployError, ServerError
 from tracker.tracking.flavor import CONFIG_FILE, TritonModelDir, validate_model_name
 from tracker.triton import model_config as mc
 from tracker.triton.client import TritonClient
+from tracker.triton.repository import serving_choices
+from tracker.triton.server.logs import error_messages, log_since, log_size
 
 Serving = Literal["auto", "native", "python"]
 SERVING_MODES: tuple[str, ...] = ("auto", "native", "python")
@@ -244,15 +246,18 @@ class Publisher:
             raise last or DeployError(f"no way to serve {name!r} was tried")
 
     def _modes(self, name: str, production: ModelConfig, previous: tuple[int, ...]) -> list[str]:
-        if self.serving != "auto":
-            return [self.serving]
-        if production.backend != "onnxruntime" and production.platform != "onnxruntime_onnx":
+        if self.serving == "auto" and production.backend != "onnxruntime" and (
+                production.platform != "onnxruntime_onnx"):
             return ["native"]
-        if previous:  # keep what works on this server: look at what serves now
-            with contextlib.suppress(ServerError):
-                if self.client.model_config(name).backend == "python":
-                    return ["python"]
-        return ["native", "python"]
+
+        def has_native() -> bool | None:  # keep what works on this server: what serves now
+            if previous:
+                with contextlib.suppress(ServerError):
+                    if self.client.model_config(name).backend == "python":
+                        return False
+            return None  # not known: native first, the shim when the backend is missing
+
+        return list(serving_choices(self.serving, has_native))
 
     def _stage(self, model_dir: Path, version: int, source: TritonModelDir,
                production: ModelConfig, mode: str) -> tuple[Path, ModelConfig]:
@@ -318,42 +323,24 @@ class Publisher:
         return only
 
     def _load(self, name: str, step: str) -> None:
-        offset = self._log_size()
+        offset = log_size(self.server_log)
         try:
             self.client.load_model(name)
         except ServerError as exc:  # ModelLoadError included
-            raise _Failed(step, exc.reason + self._log_lines(name, offset)) from exc
-
-    def _log_size(self) -> int:
-        try:
-            return self.server_log.stat().st_size if self.server_log else 0
-        except OSError:
-            return 0
-
-    def _log_lines(self, name: str, offset: int) -> str:
-        """The server log's error lines about ``name`` since ``offset``: Triton answers a
-        config it refuses while reading the repository with only "failed to poll from model
-        repository"; the reason is in its log."""
-        if self.server_log is None:
-            return ""
-        try:
-            with open(self.server_log, "rb") as fh:
-                fh.seek(offset)
-                text = fh.read(1 << 20).decode(errors="replace")
-        except OSError:
-            return ""
-        lines = [line.split("] ", 1)[-1].strip() for line in text.splitlines()
-                 if line.startswith("E") and f"'{name}'" in line]
-        return ("; server log: " + " | ".join(dict.fromkeys(lines))) if lines else ""
+            # Triton answers a config it refuses while reading the repository with only
+            # "failed to poll from model repository"; the reason is in its log
+            lines = error_messages(log_since(self.server_log, offset), name)
+            detail = ("; server log: " + " | ".join(dict.fromkeys(lines))) if lines else ""
+            raise _Failed(step, exc.reason + detail) from exc
 
     def _check(self, name: str, version: int, served: ModelConfig) -> None:
         deadline = time.monotonic() + self.ready_timeout_s
         while True:
             try:
-                if self.client.grpc.is_model_ready(name, str(version)):
+                if self.client.model_ready(name, version=version):
                     break
-            except Exception as exc:  # tritonclient raises its own exception types
-                raise _Failed("waiting for READY", str(exc)) from exc
+            except ServerError as exc:
+                raise _Failed("waiting for READY", exc.reason) from exc
             if time.monotonic() > deadline:
                 raise _Failed("waiting for READY",
                               f"version {version} not READY after {self.ready_timeout_s:g} s")

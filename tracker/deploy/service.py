@@ -12,13 +12,12 @@ from __future__ import annotations
 import contextlib
 import re
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import mlflow
-from mlflow.exceptions import MlflowException
 
 from tracker.deploy.inference import infer_version, to_arrays
 from tracker.deploy.publish import DeploymentState, Publisher, PublishResult
@@ -185,10 +184,3 @@ def predict(settings: TargetSettings, name: str, inputs: Any) -> dict[str, Any]:
             raise DeployError(str(exc)) from exc
     return {k: v.tolist() for k, v in outputs.items()}
 
-
-def mlflow_error(exc: DeployError | MlflowException) -> MlflowException:
-    return exc if isinstance(exc, MlflowException) else MlflowException(str(exc))
-
-
-def as_mapping(config: Mapping[str, Any] | None) -> dict[str, Any]:
-    return dict(config or {})

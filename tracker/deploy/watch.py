@@ -27,13 +27,14 @@ import mlflow
 from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 
+from tracker import tags
 from tracker.deploy import service
 from tracker.deploy.settings import TargetSettings
 from tracker.errors import DeployError, TrackerError
 from tracker.tracking import flavor, registry
 
-SEEN_TAG = "tracker.watch.seen"
-NAME_TAG = "tracker.deploy.name"
+SEEN_TAG = tags.WATCH_SEEN
+NAME_TAG = tags.DEPLOY_NAME
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from tracker.errors import MeasurementError
 from tracker.measure.types import Measurement
+from tracker.metrics import MS_COLUMNS
 
 CONCURRENCY = "Concurrency"
 REQUEST_RATE = "Request Rate"
@@ -35,16 +36,9 @@ GPU_COLUMNS = {
     "Max GPU Memory Usage": ("gpu_used_memory", 1e-6, "sum"),
 }
 
-# column -> Measurement attribute, in ms (the file holds microseconds)
-_MS_FIELDS = {
-    "Client Send": "client_send_ms", "Client Recv": "client_recv_ms",
-    "Server Queue": "server_queue_ms", "Server Compute Input": "server_compute_input_ms",
-    "Server Compute Infer": "server_compute_infer_ms",
-    "Server Compute Output": "server_compute_output_ms",
-    "p50 latency": "latency_p50_ms", "p90 latency": "latency_p90_ms",
-    "p95 latency": "latency_p95_ms", "p99 latency": "latency_p99_ms",
-    "Avg latency": "latency_avg_ms",
-}
+# column -> Measurement attribute, in ms (the file holds microseconds): the catalog's
+# metrics plus the client's own times (not metrics)
+_MS_FIELDS = {**MS_COLUMNS, "Client Send": "client_send_ms", "Client Recv": "client_recv_ms"}
 
 
 def _us(ms: float | None) -> str:

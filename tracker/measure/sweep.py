@@ -6,8 +6,8 @@ rates. After each level the sweep stops when
 - a latency constraint (``perf_latency_*: {max: ...}``) is broken: more load only adds latency,
 - the last 3 levels gained under 5% throughput over the level before them (throughput has
   saturated; Model Analyzer's rule).
-``best`` is the valid level with the highest throughput that meets every constraint, stable or
-not (an unstable one stays flagged): the same rule the tuner judges a trial by.
+Whether a constraint is broken is tracker/feasibility.py's rule; which level a configuration
+is judged by is chosen above this layer (search/objective.py ``pick_best_level``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from tracker.errors import MeasurementError
+from tracker.feasibility import stops_sweep
 from tracker.measure.inputs import input_specs, make_samples
 from tracker.measure.level import LevelSettings, measure_level
 from tracker.measure.loadgen import Level, LocalLoad
@@ -32,35 +33,12 @@ MIN_GAIN = 0.05
 GAIN_LEVELS = 3
 
 
-def _bound(bound: Any) -> tuple[float | None, float | None]:
-    if isinstance(bound, Mapping):
-        return bound.get("min"), bound.get("max")
-    return getattr(bound, "min", None), getattr(bound, "max", None)
-
-
-def violations(m: Measurement, constraints: Mapping[str, Any] | None) -> list[str]:
-    """The constraints ``m`` breaks, in words (an unmeasured metric breaks none)."""
-    out = []
-    metrics = m.metrics()
-    for name, bound in (constraints or {}).items():
-        low, high = _bound(bound)
-        value = metrics.get(name)
-        if value is None:
-            continue
-        if high is not None and value > high:
-            out.append(f"{name} {value:.4g} > max {high:g}")
-        if low is not None and value < low:
-            out.append(f"{name} {value:.4g} < min {low:g}")
-    return out
-
-
 def stop_reason(done: Sequence[Measurement], constraints: Mapping[str, Any] | None) -> str | None:
     """Why the sweep should stop after ``done`` (None: go on)."""
     last = done[-1]
     if not last.valid:
         return f"{last.level} invalid: {last.invalid_reason}"
-    broken = [v for v in violations(last, constraints) if v.startswith("perf_latency")
-              and " > max " in v]
+    broken = stops_sweep(last.metrics(), constraints)
     if broken:
         return f"latency constraint broken at {last.level}: {'; '.join(broken)}"
     if len(done) > GAIN_LEVELS:
@@ -70,15 +48,6 @@ def stop_reason(done: Sequence[Measurement], constraints: Mapping[str, Any] | No
             return (f"throughput saturated: the last {GAIN_LEVELS} levels gained "
                     f"{100 * (best - before) / before:.1f}% < {100 * MIN_GAIN:g}%")
     return None
-
-
-def pick_best(done: Sequence[Measurement],
-              constraints: Mapping[str, Any] | None) -> Measurement | None:
-    """Highest throughput among valid levels meeting the constraints. Stability does not
-    choose: a stable low level would underrate a config whose busier levels are noisier."""
-    ok = [m for m in done if m.valid and m.throughput > 0
-          and not violations(m, constraints)]
-    return max(ok, key=lambda m: m.throughput) if ok else None
 
 
 def load_levels(load: Any, override: Sequence[float] | None = None) -> list[Level]:
@@ -121,7 +90,7 @@ async def _run(levels: Sequence[Level], measure: Callable[[Level], Awaitable[Mea
         if why is not None:
             reason = why
             break
-    return SweepResult(done, pick_best(done, constraints), reason)
+    return SweepResult(done, reason)
 
 
 async def _builtin(endpoints: Endpoints, model_name: str, config: Any, load: Any,

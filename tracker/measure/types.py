@@ -11,28 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-# Model Analyzer's metric names (DESIGN.md) for the Measurement fields.
-_FIELD_METRICS: tuple[tuple[str, str], ...] = (
-    ("throughput", "perf_throughput"),
-    ("latency_avg_ms", "perf_latency_avg"),
-    ("latency_p50_ms", "perf_latency_p50"),
-    ("latency_p90_ms", "perf_latency_p90"),
-    ("latency_p95_ms", "perf_latency_p95"),
-    ("latency_p99_ms", "perf_latency_p99"),
-    ("server_queue_ms", "perf_server_queue"),
-    ("server_compute_input_ms", "perf_server_compute_input"),
-    ("server_compute_infer_ms", "perf_server_compute_infer"),
-    ("server_compute_output_ms", "perf_server_compute_output"),
-)
-
-METRIC_NAMES: tuple[str, ...] = (
-    *(name for _, name in _FIELD_METRICS),
-    "gpu_used_memory",
-    "gpu_utilization",
-    "gpu_power_usage",
-    "cpu_used_ram",
-    "cpu_utilization",
-)
+from tracker.metrics import FIELD_METRICS
 
 
 @dataclass
@@ -103,9 +82,9 @@ class Measurement:
         return (self.client_send_ms or 0.0) + (self.client_recv_ms or 0.0)
 
     def metrics(self) -> dict[str, float]:
-        """Metric name -> value with DESIGN.md's names; figures not measured are absent."""
+        """Metric name -> value (tracker/metrics.py's names); figures not measured are absent."""
         out: dict[str, float] = {}
-        for attr, name in _FIELD_METRICS:
+        for attr, name in FIELD_METRICS:
             value = getattr(self, attr)
             if value is not None:
                 out[name] = float(value)
@@ -115,12 +94,8 @@ class Measurement:
 
 @dataclass
 class SweepResult:
-    """All levels measured by one sweep, in the order measured.
-
-    ``best`` is the valid level with the highest throughput that meets the constraints (None
-    when there is none); ``stop_reason`` says why the sweep ended.
-    """
+    """All levels measured by one sweep, in the order measured; ``stop_reason`` says why the
+    sweep ended. (The level a configuration is judged by: search/objective.py.)"""
 
     measurements: list[Measurement]
-    best: Measurement | None
     stop_reason: str

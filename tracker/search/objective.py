@@ -1,13 +1,11 @@
-"""What a trial is worth: objective values and constraint violations from measured metrics.
+"""What a trial is worth: objective values, and the level of its sweep it is judged by.
 
 A trial measures one model configuration at several concurrency levels (a sweep). Its result
 is the level that meets every constraint and is best on the first objective
 (:func:`pick_best_level`); when no level meets the constraints, the level that violates them
-least, and the trial is infeasible.
-
-Constraint violations follow Optuna's convention: one number per constraint, ``<= 0`` when it
-holds. They are relative to the bound (``p99 = 12 ms`` against ``max: 10`` is ``0.2``), so that
-constraints in different units add up sensibly when the sampler ranks infeasible trials.
+least, and the trial is infeasible. Whether a level meets the constraints, and how an
+unmeasured constrained metric counts, is tracker/feasibility.py's rule (the sweep's early stop
+uses the same module).
 """
 
 from __future__ import annotations
@@ -18,11 +16,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tracker.errors import MeasurementError, StudyError
+from tracker.feasibility import is_feasible, named_violations, total_violation
 
 MAXIMIZE = "maximize"
-MINIMIZE = "minimize"
-# violation used when a constrained metric was not measured at all (always infeasible)
-UNMEASURED_VIOLATION = 1.0
 
 
 class _Level(Protocol):
@@ -32,70 +28,6 @@ class _Level(Protocol):
     def concurrency(self) -> int | None: ...
 
     def metrics(self) -> dict[str, float]: ...
-
-
-def _bound(spec_bound: object) -> tuple[float | None, float | None]:
-    """(max, min) of a constraint bound: a spec ``Bound`` model or a ``{max: ..}`` mapping."""
-    if isinstance(spec_bound, Mapping):
-        hi, lo = spec_bound.get("max"), spec_bound.get("min")
-    else:
-        hi, lo = getattr(spec_bound, "max", None), getattr(spec_bound, "min", None)
-    if hi is None and lo is None:
-        raise StudyError(f"a constraint needs `max` or `min`, but got {spec_bound!r}")
-    return (None if hi is None else float(hi)), (None if lo is None else float(lo))
-
-
-def constraint_keys(constraints: Mapping[str, object]) -> list[str]:
-    """Stable names of the constraints, e.g. ``perf_latency_p99.max``, in spec order."""
-    keys = []
-    for metric, bound in constraints.items():
-        hi, lo = _bound(bound)
-        if hi is not None:
-            keys.append(f"{metric}.max")
-        if lo is not None:
-            keys.append(f"{metric}.min")
-    return keys
-
-
-def _relative(excess: float, bound: float) -> float:
-    return excess / abs(bound) if bound != 0 else excess
-
-
-def named_violations(metrics: Mapping[str, float],
-                     constraints: Mapping[str, object]) -> dict[str, float]:
-    """``{constraint key: violation}``; a violation ``<= 0`` means the constraint holds.
-
-    A constrained metric that was not measured counts as violated
-    (:data:`UNMEASURED_VIOLATION`): feasibility is never assumed.
-    """
-    out: dict[str, float] = {}
-    for metric, bound in constraints.items():
-        hi, lo = _bound(bound)
-        value = metrics.get(metric)
-        usable = value is not None and math.isfinite(value)
-        if hi is not None:
-            out[f"{metric}.max"] = (_relative(float(value) - hi, hi) if usable and value is not None
-                                    else UNMEASURED_VIOLATION)
-        if lo is not None:
-            out[f"{metric}.min"] = (_relative(lo - float(value), lo) if usable and value is not None
-                                    else UNMEASURED_VIOLATION)
-    return out
-
-
-def constraint_violations(metrics: Mapping[str, float],
-                          constraints: Mapping[str, object]) -> list[float]:
-    """The violations of :func:`named_violations` as a list, in :func:`constraint_keys` order."""
-    return list(named_violations(metrics, constraints).values())
-
-
-def is_feasible(violations: Mapping[str, float] | Sequence[float]) -> bool:
-    values = violations.values() if isinstance(violations, Mapping) else violations
-    return all(v <= 0 for v in values)
-
-
-def total_violation(violations: Mapping[str, float] | Sequence[float]) -> float:
-    values = violations.values() if isinstance(violations, Mapping) else violations
-    return sum(max(v, 0.0) for v in values)
 
 
 def objective_values(metrics: Mapping[str, float], objectives: Mapping[str, str]) -> list[float]:

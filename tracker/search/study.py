@@ -13,7 +13,7 @@ failed, Ctrl-C) do not count; the runner stops a study whose failures reach ``n_
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -258,7 +258,3 @@ def best_trials(study: optuna.Study) -> list[FrozenTrial]:
     return [t for t in done
             if not any(_dominates(o.values, t.values, directions) for o in done if o is not t)]
 
-
-def measured_configs(trials: Iterable[FrozenTrial]) -> int:
-    """Distinct configurations actually measured (duplicates and interrupted ones excluded)."""
-    return sum(1 for t in trials if t.user_attrs.get(Attr.MEASUREMENTS, 0) > 0)

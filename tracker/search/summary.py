@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from tritonclient.grpc import model_config_pb2
 
+from tracker.launch_modes import describe
 from tracker.search.space import check_space, resolve_space, space_size, values
 from tracker.spec import Bound, Range, Scalar, StudySpec
 
@@ -69,8 +70,7 @@ def check(spec: StudySpec, info: ModelInfo) -> str:
                 + (", dynamic batching)" if cfg.HasField("dynamic_batching") else ")")
                 if info.supports_batching else "no (fixed batch dimension, max_batch_size 0)")
     server = spec.server
-    where = server.url if server.mode == "remote" else (
-        server.image if server.mode == "docker" else "tritonserver process on this machine")
+    where = describe(server.mode, server)
     load = spec.load
     sweep = (f"request rates {load.request_rate} /s ({load.arrival})" if load.request_rate
              else "concurrency " + ", ".join(str(c) for c in load.concurrency_levels()))

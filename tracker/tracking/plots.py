@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from tracker.metrics import unit
+
 if TYPE_CHECKING:
     from tracker.tracking.report import TrialRow
 
@@ -23,8 +25,6 @@ THROUGHPUT, P99 = "perf_throughput", "perf_latency_p99"
 
 
 def _label(metric: str) -> str:
-    from tracker.tracking.report import unit
-
     u = unit(metric)
     return f"{metric} ({u})" if u else metric
 

@@ -27,21 +27,19 @@ from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
 
+from tracker import tags
 from tracker.errors import DeployError
 
 PRODUCTION = "Production"
 PRODUCTION_ALIAS = "production"
 STAGES = ("None", "Staging", "Production", "Archived")
 
-MODEL_TAG_FLAVOR = "tracker.flavor"
-TAG_STUDY = "tracker.study"
-TAG_TRIAL = "tracker.trial"
-TAG_RUN_ID = "tracker.run_id"
-TAG_CONSTRAINT = "tracker.constraint"
-TAG_DEPLOY_STATUS = "tracker.deploy.status"
-TAG_DEPLOY_MESSAGE = "tracker.deploy.message"
-TAG_DEPLOY_TARGET = "tracker.deploy.target"
-TAG_DEPLOY_AT = "tracker.deploy.at"
+# tag names: tracker/tags.py
+MODEL_TAG_FLAVOR = tags.MODEL_FLAVOR
+TAG_STUDY, TAG_TRIAL, TAG_RUN_ID = tags.STUDY, tags.TRIAL, tags.MODEL_RUN_ID
+TAG_CONSTRAINT = tags.MODEL_CONSTRAINT
+TAG_DEPLOY_STATUS, TAG_DEPLOY_MESSAGE = tags.DEPLOY_STATUS, tags.DEPLOY_MESSAGE
+TAG_DEPLOY_TARGET, TAG_DEPLOY_AT = tags.DEPLOY_TARGET, tags.DEPLOY_AT
 
 SERVING, REPLACED, FAILED, REMOVED = "serving", "replaced", "failed", "removed"
 DEPLOY_STATUSES = (SERVING, REPLACED, FAILED, REMOVED)

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracker.trial_attrs import Attr
+from tracker import metrics as metrics_catalog
+from tracker.trial_attrs import TrialRecord
 
 if TYPE_CHECKING:
     import optuna
 
-UNITS = {"perf_throughput": "infer/s", "gpu_used_memory": "MB", "cpu_used_ram": "MB",
-         "gpu_utilization": "%", "cpu_utilization": "%", "gpu_power_usage": "W"}
+UNITS = metrics_catalog.UNITS
 
 
 @dataclass
@@ -56,36 +56,26 @@ class TrialRow:
 
 def trial_rows(study: optuna.Study) -> list[TrialRow]:
     """Every trial that ran (not the queued ones) as report rows, from the trial attributes
-    the tuning loop writes (:class:`tracker.trial_attrs.Attr`). Feasibility falls back to
-    the trial's stored constraints where the attribute is missing."""
+    the tuning loop writes, read through :class:`tracker.trial_attrs.TrialRecord`."""
     from optuna.trial import TrialState
 
     rows = []
     for t in study.get_trials(deepcopy=False):
         if t.state == TrialState.WAITING:
             continue
-        attrs = t.user_attrs
-        feasible = attrs.get(Attr.FEASIBLE)
-        if feasible is None and t.system_attrs.get("constraints") is not None:
-            feasible = all(v <= 0 for v in t.system_attrs["constraints"])
-        dup = attrs.get(Attr.DUPLICATE_OF)
+        record = TrialRecord.of(t)
         rows.append(TrialRow(
             number=t.number, state=t.state.name, params=dict(t.params),
             values=list(t.values) if t.values is not None else None,
-            metrics={k: float(v) for k, v in (attrs.get(Attr.METRICS) or {}).items()},
-            feasible=None if feasible is None else bool(feasible),
-            baseline=bool(attrs.get(Attr.BASELINE)),
-            duplicate_of=dup if isinstance(dup, int) else None,
-            concurrency=attrs.get(Attr.CONCURRENCY),
-            measurements=int(attrs.get(Attr.MEASUREMENTS, 0) or 0),
-            run_id=attrs.get(Attr.RUN_ID),
-            fail_reason=("interrupted" if attrs.get(Attr.INTERRUPTED)
-                         else attrs.get(Attr.FAIL_REASON))))
+            metrics=record.metrics, feasible=record.feasible, baseline=record.baseline,
+            duplicate_of=record.duplicate_of, concurrency=record.concurrency,
+            measurements=record.measurements, run_id=record.run_id,
+            fail_reason="interrupted" if record.interrupted else record.fail_reason))
     return rows
 
 
 def unit(metric: str) -> str:
-    return UNITS.get(metric, "ms" if metric.startswith("perf_") else "")
+    return metrics_catalog.unit(metric)
 
 
 def fmt(metric: str, value: float) -> str:

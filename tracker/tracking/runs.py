@@ -26,27 +26,22 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 
-from tracker.errors import TrackerError
+from tracker import tags
+from tracker.errors import TrackingError
 from tracker.measure.types import Measurement
 from tracker.tracking.redact import redact_text, redact_url
 
-PARENT_TAG = "mlflow.parentRunId"
-RUN_NAME_TAG = "mlflow.runName"
-NOTE_TAG = "mlflow.note.content"
-ROLE, STUDY, STORAGE, TRIAL, STATE = (
-    "tracker.role", "tracker.study", "tracker.storage", "tracker.trial", "tracker.state")
-FEASIBLE, SUPERSEDED_BY = "tracker.feasible", "tracker.superseded_by"
-BEST_RUN = "tracker.best_run_id"
+# tag names: tracker/tags.py (these aliases are the names this module has always exported)
+PARENT_TAG, RUN_NAME_TAG, NOTE_TAG = tags.PARENT, tags.RUN_NAME, tags.NOTE
+ROLE, STUDY, STORAGE, TRIAL, STATE = tags.ROLE, tags.STUDY, tags.STORAGE, tags.TRIAL, tags.STATE
+FEASIBLE, SUPERSEDED_BY = tags.FEASIBLE, tags.SUPERSEDED_BY
+BEST_RUN = tags.BEST_RUN
 SWEEP_PREFIX = "sweep/"
 # the names MLflow makes up for unnamed runs ("welcoming-bug-166"): replaced by the study's
 _AUTO_NAME = re.compile(r"^(?:[a-z]+-[a-z]+-\d+|-)$")
 P = ParamSpec("P")
 R = TypeVar("R")
 _MAX_VALUE = 6000  # MLflow's limit on a param/tag value length is larger; keep rows readable
-
-
-class TrackingError(TrackerError):
-    """MLflow refused a write (tracking server down, database locked, bad experiment)."""
 
 
 def _str(value: object) -> str:

@@ -17,10 +17,11 @@ from __future__ import annotations
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from tracker import tags
 from tracker.tracking.runs import NOTE_TAG, ROLE, STATE, STUDY, StudyRun, set_tags
 
 PARENT_RUN_ATTR = "mlflow_parent_run_id"  # Optuna study user attribute: the shared parent
-DEAD_WORKER_TAG = "tracker.dead_worker"
+DEAD_WORKER_TAG = tags.DEAD_WORKER
 WORKER_ROLE = "worker"
 
 
@@ -66,6 +67,6 @@ def mark_worker_run(study: StudyRun, run_id: str, worker_tags: dict[str, str]) -
     under the shared parent: tag that run as a worker run pointing at the parent (not nested
     under it, so the parent's children stay the study's trials)."""
     set_tags(study.client, run_id, {ROLE: WORKER_ROLE, STUDY: study.study_name,
-                                    "tracker.study_run_id": study.run_id, **worker_tags,
+                                    tags.STUDY_RUN_ID: study.run_id, **worker_tags,
                                     NOTE_TAG: f"Worker of study {study.study_name}; its trials "
                                               f"are children of run {study.run_id}."})

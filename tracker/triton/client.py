@@ -2,23 +2,26 @@
 
 Readiness is polled over HTTP with the standard library (a gRPC channel that is created before
 the server listens backs off for a second or more, which would blur start-up timings); model
-control, statistics and inference go over gRPC. Every failure becomes a :class:`ServerError`
-or, when Triton refuses a model configuration, a :class:`ModelLoadError` whose message is
-Triton's own.
+control, statistics and inference go over gRPC. Every tritonclient failure
+(``InferenceServerException``, a gRPC ``RpcError``, a socket error) becomes ours in one place,
+:func:`triton_errors`: a :class:`ServerError` or, when Triton refuses a model configuration, a
+:class:`ModelLoadError`, whose message is Triton's own. Nothing above this module touches
+``tritonclient.grpc`` for server calls.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracker.errors import ModelLoadError, ServerError
+from tracker.errors import ModelLoadError, ServerError, TrackerError
 from tracker.triton.statistics import ServerStats, stats_from_proto
 
 if TYPE_CHECKING:
@@ -124,6 +127,19 @@ def example_inputs(config: ModelConfig, batch_size: int = 1,
     return out
 
 
+@contextlib.contextmanager
+def triton_errors(what: str = "", error: type[ServerError] = ServerError) -> Iterator[None]:
+    """The one choke point for tritonclient's exceptions: anything the block raises that is
+    not already ours becomes ``error("<what>: <Triton's message>")``."""
+    try:
+        yield
+    except TrackerError:
+        raise
+    except Exception as exc:  # InferenceServerException, grpc.RpcError, OSError, ...
+        text = _triton_message(exc)
+        raise error(f"{what}: {text}" if what else text) from exc
+
+
 class TritonClient:
     """Talks to one Triton server. Cheap to create; not shared between threads (make one per
     thread: tritonclient's gRPC client is not documented as thread-safe)."""
@@ -165,8 +181,9 @@ class TritonClient:
             except (OSError, urllib.error.URLError):
                 return False
         try:
-            return bool(self.grpc.is_server_ready(client_timeout=1.0))
-        except Exception:
+            with triton_errors():
+                return bool(self.grpc.is_server_ready(client_timeout=1.0))
+        except ServerError:
             return False
 
     def wait_ready(self, timeout_s: float, interval_s: float = 0.02) -> None:
@@ -178,12 +195,11 @@ class TritonClient:
                                   f"{timeout_s:g} s")
             time.sleep(interval_s)
 
-    def model_ready(self, name: str) -> bool:
-        try:
-            return bool(self.grpc.is_model_ready(name, client_timeout=self.timeout_s))
-        except Exception as exc:
-            raise ServerError(f"cannot ask {self.endpoints.grpc} whether model {name!r} "
-                              f"is ready: {_triton_message(exc)}") from exc
+    def model_ready(self, name: str, version: int | None = None) -> bool:
+        """Whether model ``name`` (``version``, or any version when None) is READY."""
+        with triton_errors(f"cannot ask {self.endpoints.grpc} whether model {name!r} is ready"):
+            return bool(self.grpc.is_model_ready(name, "" if version is None else str(version),
+                                                 client_timeout=self.timeout_s))
 
     # -- model control -------------------------------------------------------------------
     def load_model(self, name: str, config: ModelConfig | None = None) -> None:
@@ -194,18 +210,14 @@ class TritonClient:
         override = None
         if config is not None:
             override = json_format.MessageToJson(config, preserving_proto_field_name=True)
-        try:
+        with triton_errors(error=ModelLoadError):
             self.grpc.load_model(name, config=override, client_timeout=None)
-        except Exception as exc:
-            raise ModelLoadError(_triton_message(exc)) from exc
 
     def unload_model(self, name: str, wait_s: float = 30.0) -> None:
         """Unload ``name`` and wait (up to ``wait_s``) until Triton has finished unloading it
         (its instances gone: the server is not READY while a model is UNLOADING)."""
-        try:
+        with triton_errors(f"unloading model {name!r} failed"):
             self.grpc.unload_model(name, client_timeout=self.timeout_s)
-        except Exception as exc:
-            raise ServerError(f"unloading model {name!r} failed: {_triton_message(exc)}") from exc
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             states = {m.get("state") for m in self.repository_index() if m.get("name") == name}
@@ -216,30 +228,21 @@ class TritonClient:
 
     def repository_index(self) -> list[dict[str, str]]:
         """The server's model repository index: dicts with name, version, state, reason."""
-        try:
+        with triton_errors("reading the repository index failed"):
             index = self.grpc.get_model_repository_index(as_json=True,
                                                          client_timeout=self.timeout_s)
-        except Exception as exc:
-            raise ServerError(f"reading the repository index failed: "
-                              f"{_triton_message(exc)}") from exc
         return [dict(m) for m in index.get("models", [])]
 
     def model_config(self, name: str) -> ModelConfig:
         """The configuration the server is using for ``name``."""
-        try:
+        with triton_errors(f"reading the config of model {name!r} failed"):
             return self.grpc.get_model_config(name, client_timeout=self.timeout_s).config
-        except Exception as exc:
-            raise ServerError(f"reading the config of model {name!r} failed: "
-                              f"{_triton_message(exc)}") from exc
 
     # -- numbers -------------------------------------------------------------------------
     def statistics(self, name: str) -> ServerStats:
         """Cumulative statistics of ``name`` (all versions summed)."""
-        try:
+        with triton_errors(f"statistics of model {name!r} failed"):
             resp = self.grpc.get_inference_statistics(name, client_timeout=self.timeout_s)
-        except Exception as exc:
-            raise ServerError(f"statistics of model {name!r} failed: "
-                              f"{_triton_message(exc)}") from exc
         return stats_from_proto(resp, name)
 
     def metrics_text(self) -> str:
@@ -254,11 +257,13 @@ class TritonClient:
         except OSError as exc:
             raise ServerError(f"reading metrics from {url} failed: {exc}") from exc
 
-    def infer_once(self, name: str, config: ModelConfig,
-                   inputs: Mapping[str, np.ndarray[Any, Any]] | None = None
-                   ) -> dict[str, np.ndarray[Any, Any]]:
-        """One inference with random inputs shaped after ``config`` (or the given arrays);
-        returns every output declared in ``config``."""
+    def infer(self, name: str, config: ModelConfig,
+              inputs: Mapping[str, np.ndarray[Any, Any]] | None = None, *,
+              version: int | None = None) -> dict[str, np.ndarray[Any, Any]]:
+        """One inference on ``name`` (``version``, or the newest ready one when None) with
+        ``inputs`` (random ones shaped after ``config`` where not given); returns every
+        output declared in ``config``. ServerError with Triton's message when the request
+        fails or an output is missing or malformed."""
         import tritonclient.grpc as grpcclient
 
         examples = example_inputs(config)
@@ -269,13 +274,22 @@ class TritonClient:
             tensor.set_data_from_numpy(array)
             req.append(tensor)
         outputs = [grpcclient.InferRequestedOutput(o.name) for o in config.output]
-        try:
-            result = self.grpc.infer(name, req, outputs=outputs or None,
+        with triton_errors(f"inference on model {name!r} failed"):
+            result = self.grpc.infer(name, req, model_version="" if version is None
+                                     else str(version), outputs=outputs or None,
                                      client_timeout=self.timeout_s)
-        except Exception as exc:
-            raise ServerError(f"inference on model {name!r} failed: "
-                              f"{_triton_message(exc)}") from exc
-        return {o.name: result.as_numpy(o.name) for o in config.output}
+        out: dict[str, np.ndarray[Any, Any]] = {}
+        for o in config.output:
+            try:
+                value = result.as_numpy(o.name)
+            except ValueError as exc:  # e.g. an empty tensor where a shape was promised
+                raise ServerError(f"output {o.name!r} of {name!r} is malformed: {exc}") from exc
+            if value is None:
+                raise ServerError(f"output {o.name!r} of {name!r} is missing from the response")
+            out[o.name] = value
+        return out
+
+    infer_once = infer  # the name the server tests use
 
 
 def _triton_message(exc: BaseException) -> str:

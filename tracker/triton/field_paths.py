@@ -3,7 +3,7 @@
 A field path names one scalar (or repeated scalar) field of
 `tritonclient.grpc.model_config_pb2.ModelConfig` by the names of the fields on the way, joined
 by dots. The schema walk (which paths exist, why one does not, the closest suggestion, enum
-short names such as ``GPU``) is tracker/config_fields.py's, shared with the spec checks; this
+short names such as ``GPU``) is tracker/spec/fields.py's, shared with the spec checks; this
 module reads and sets values in a message. Two conventions:
 
 - a repeated message field on the way (``instance_group``) addresses its element 0, created
@@ -24,8 +24,8 @@ from google.protobuf.descriptor import EnumDescriptor, FieldDescriptor
 from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2
 
-from tracker.config_fields import FLOAT_TYPES, INT_RANGES, enum_name, is_repeated, resolve
 from tracker.errors import ConfigError
+from tracker.spec.fields import FLOAT_TYPES, INT_RANGES, enum_name, is_repeated, resolve
 
 __all__ = ["check_path", "coerce", "get_value", "resolve", "set_value"]
 

@@ -22,6 +22,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tracker.errors import ConfigError, ModelError
+from tracker.metrics import LOAD_KNOBS
 from tracker.triton import field_paths
 from tracker.triton.onnx_reader import (
     BACKEND,
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from tracker.spec import ModelSection
 
 #: Spec/Optuna parameters that are not config.pbtxt fields (they shape the load instead).
-LOAD_PARAMS = frozenset({"concurrency"})
+LOAD_PARAMS = frozenset(LOAD_KNOBS)  # search-space keys that set the load (tracker/metrics.py)
 DEFAULT_MAX_BATCH_SIZE = 4  # Triton's default for auto-completed models
 
 __all__ = [

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -39,6 +40,24 @@ MODEL_FILE = "model.onnx"
 INTRA, INTER = "intra_op_thread_count", "inter_op_thread_count"
 SHIM_HEADER = ("# Served config: the onnxruntime shim on Triton's Python backend (this server has\n"
                "# no onnxruntime backend). The production config is production.pbtxt.\n")
+
+
+def serving_choices(wanted: str, has_native: Callable[[], bool | None]) -> list[Serving]:
+    """The ways to serve an ONNX model, to try in order. ``wanted``: ``python`` (the shim),
+    ``native``/``onnxruntime`` (the server's onnxruntime backend) or ``auto``: then
+    ``has_native()`` says whether the server has that backend (asked only for ``auto``;
+    None: not known, so native first and the shim as the fallback)."""
+    if wanted == "python":
+        return ["python"]
+    if wanted in ("native", "onnxruntime"):
+        return ["native"]
+    if wanted != "auto":
+        raise ModelError(f"serving must be auto, native/onnxruntime or python, but got "
+                         f"{wanted!r}")
+    known = has_native()
+    if known is None:
+        return ["native", "python"]
+    return ["native"] if known else ["python"]
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,9 @@ import psutil
 
 from tracker.errors import ServerError, ServerStartError
 from tracker.triton.client import Endpoints
-from tracker.triton.server.base import Strategy, TritonServer, resolve_ports
+from tracker.triton.server.base import Strategy
+from tracker.triton.server.launcher import Launcher
+from tracker.triton.server.ports import resolve_ports
 from tracker.triton.server.processes import OWNER_ENV, owner_identity
 
 if TYPE_CHECKING:
@@ -97,7 +99,7 @@ def reap_containers(client: docker.DockerClient) -> list[str]:
     return removed
 
 
-class DockerTritonServer(TritonServer):
+class DockerTritonServer(Launcher):
     """Triton in a container (see module docstring). ``network="host"`` (default) binds the
     ports on 127.0.0.1 of the host; ``"bridge"`` maps them to 127.0.0.1."""
 

@@ -30,7 +30,9 @@ import psutil
 from tracker.errors import ServerStartError
 from tracker.triton.client import Endpoints
 from tracker.triton.server import processes
-from tracker.triton.server.base import Strategy, TritonServer, resolve_ports
+from tracker.triton.server.base import Strategy
+from tracker.triton.server.launcher import Launcher
+from tracker.triton.server.ports import resolve_ports
 
 if TYPE_CHECKING:
     from tracker.spec import ServerSection
@@ -94,7 +96,7 @@ def _backend_dir(backend: Path, stub: Path) -> Path:
     return target
 
 
-class LocalTritonServer(TritonServer):
+class LocalTritonServer(Launcher):
     """``tritonserver`` as a child process group of this process (see module docstring).
 
     ``binary``: None for the wheel's server, else a path or a name on PATH.

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from tracker.errors import ModelLoadError, ServerError, ServerStartError
 from tracker.triton.client import Endpoints, TritonClient
-from tracker.triton.server.base import _LIVE, _LIVE_LOCK, TritonServer
+from tracker.triton.server.launcher import Launcher
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -23,8 +23,11 @@ if TYPE_CHECKING:
     from tracker.triton.repository import TrialRepository
 
 
-class RemoteTritonServer(TritonServer):
-    """Drives a running server through its model control API (strategy is always reload)."""
+class RemoteTritonServer(Launcher):
+    """Drives a running server through its model control API (strategy is always reload).
+    ``start`` attaches: it waits until the server answers READY."""
+
+    explicit_only = True
 
     def __init__(self, url: str, *, http_url: str | None = None, metrics_url: str | None = None,
                  startup_timeout_s: float = 30.0, backends: frozenset[str] | None = None) -> None:
@@ -46,23 +49,8 @@ class RemoteTritonServer(TritonServer):
         return cls(server.url, http_url=server.http_url, metrics_url=server.metrics_url,
                    startup_timeout_s=server.startup_timeout_s, backends=backends)
 
-    def start(self, repository: Path | None = None, *, explicit: bool = True) -> None:
-        """Attach: wait until the server answers READY. ``repository`` is the server's own
-        business and is ignored."""
-        with self._lock:
-            if self._running:
-                raise ServerError("already attached to the remote server")
-            self._endpoints = self._remote
-            self._explicit = True
-            self._loaded = {}
-            self._running = True
-            with _LIVE_LOCK:
-                _LIVE.add(self)
-            try:
-                self._wait_ready()
-            except BaseException:
-                self.stop()
-                raise
+    def _check_repository(self, repository: Path) -> Path:
+        return Path(repository)  # the server's own business: it holds the files already
 
     def load(self, name: str, config: ModelConfig | None = None) -> None:
         try:
@@ -77,7 +65,7 @@ class RemoteTritonServer(TritonServer):
         return repo.path  # the files are on the remote server already; nothing to copy
 
     def _launch(self, repository: Path, explicit: bool) -> Endpoints:
-        return self._remote
+        return self._remote  # attach
 
     def _exit_reason(self) -> str | None:
         return None  # someone else's server: it is "gone" only as far as READY never comes

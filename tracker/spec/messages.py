@@ -18,7 +18,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 from pydantic import BaseModel, Tag, ValidationError
 from pydantic_core import ErrorDetails
 
-from tracker.config_fields import closest
+from tracker.spec.fields import closest
 
 # Tags of the discriminated unions in spec.py start with this; they are not user-visible keys.
 TAG_PREFIX = "@"

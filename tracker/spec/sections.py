@@ -1,8 +1,8 @@
 """The sections of the study spec (pydantic models); :mod:`tracker.spec` assembles them.
 
 Every model forbids unknown keys and validates strictly (YAML's types as written: ``"8"`` is
-not an integer). Validators raise :class:`~tracker.spec_messages.Problems`, which
-:mod:`tracker.spec_messages` turns into lines naming the field path and the bad value.
+not an integer). Validators raise :class:`~tracker.spec.messages.Problems`, which
+:mod:`tracker.spec.messages` turns into lines naming the field path and the bad value.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal, TypeAlias, Union
+from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias, Union
 
 from pydantic import (
     AfterValidator,
@@ -26,15 +26,16 @@ from pydantic import (
     model_validator,
 )
 
-from tracker.config_fields import config_field
-from tracker.spec_checks import (
+from tracker.launch_modes import MODES, NAMES
+from tracker.spec.checks import (
     check_knob,
     check_range,
     check_space_value_shape,
     knob_value_problems,
     parse_number,
 )
-from tracker.spec_messages import Problems, join_path, problem, show
+from tracker.spec.fields import config_field
+from tracker.spec.messages import Problems, join_path, problem, show
 
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16)
 
@@ -99,10 +100,16 @@ def _gpus(value: object) -> object:
     raise problem(f"must be 'all' or a list of GPU indices (integers >= 0), but got {show(value)}")
 
 
+if TYPE_CHECKING:
+    LaunchModeName: TypeAlias = str
+else:  # the registered launch modes (tracker/launch_modes.py) as the choices
+    LaunchModeName = Literal[NAMES]
+
+
 class ServerSection(SpecModel):
     """Which Triton serves the trials and how a trial's config reaches it."""
 
-    mode: Literal["local", "docker", "remote"] = "local"
+    mode: LaunchModeName = "local"
     strategy: Literal["restart", "reload"] = "restart"
     binary: Annotated[Path | None, Field(strict=False)] = None
     image: str = "nvcr.io/nvidia/tritonserver:24.10-py3"
@@ -135,20 +142,22 @@ class ServerSection(SpecModel):
     @model_validator(mode="before")
     @classmethod
     def _remote_reloads(cls, data: object) -> object:
-        """A remote server cannot be restarted: its strategy defaults to 'reload'."""
-        if isinstance(data, Mapping) and data.get("mode") == "remote" and "strategy" not in data:
+        """A server that cannot be restarted (remote): its strategy defaults to 'reload'."""
+        if isinstance(data, Mapping) and "strategy" not in data and not getattr(
+                MODES.get(str(data.get("mode"))), "restarts", True):
             return {**data, "strategy": "reload"}
         return data
 
     @model_validator(mode="after")
     def _cross(self) -> ServerSection:
         items: list[tuple[str, str]] = []
-        if self.mode == "remote" and not self.url:
-            items.append(("url", "required when server.mode is 'remote' (gRPC host:port, "
-                                 "e.g. 'triton.example:8001')"))
-        if self.mode == "remote" and self.strategy != "reload":
-            items.append(("strategy", "must be 'reload' when server.mode is 'remote' (a remote "
-                                      "server cannot be restarted), but got "
+        mode = MODES[self.mode]
+        for key, what in mode.requires:
+            if not getattr(self, key):
+                items.append((key, f"required when server.mode is {self.mode!r} ({what})"))
+        if not mode.restarts and self.strategy != "reload":
+            items.append(("strategy", f"must be 'reload' when server.mode is {self.mode!r} (a "
+                                      f"{self.mode} server cannot be restarted), but got "
                                       f"{show(self.strategy)}"))
         ports = {"http_port": self.http_port, "grpc_port": self.grpc_port,
                  "metrics_port": self.metrics_port}

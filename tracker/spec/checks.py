@@ -1,8 +1,8 @@
 """Rules for the search space of the study spec: knob names, value types, numeric ranges.
 
 A knob is a config.pbtxt field path (checked against the ModelConfig protobuf schema by
-:mod:`tracker.config_fields`) or a load knob (``concurrency``). Each function raises
-:class:`~tracker.spec_messages.Problems` (or returns (sub-path, message) pairs) whose text says
+:mod:`tracker.spec.fields`) or a load knob (``concurrency``). Each function raises
+:class:`~tracker.spec.messages.Problems` (or returns (sub-path, message) pairs) whose text says
 the rule and the bad value.
 """
 
@@ -11,17 +11,18 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from tracker.config_fields import (
+from tracker import metrics as catalog
+from tracker.spec.fields import (
     PARAMETERS,
     ConfigField,
     closest,
     config_field,
     config_field_paths,
 )
-from tracker.spec_messages import problem, show
+from tracker.spec.messages import problem, show
 
-# Knobs in search.space that are not config.pbtxt fields but load settings.
-LOAD_KNOBS: tuple[str, ...] = ("concurrency",)
+# Knobs in search.space that are not config.pbtxt fields but load settings (the catalog's).
+LOAD_KNOBS: tuple[str, ...] = catalog.LOAD_KNOBS
 
 # The knobs people tune most (DESIGN.md), offered first in suggestions.
 COMMON_KNOBS: tuple[str, ...] = (
@@ -31,7 +32,7 @@ COMMON_KNOBS: tuple[str, ...] = (
 
 # Lower bounds the schema's types do not say (an int32 may be negative; a count may not).
 MIN_VALUE: dict[str, int] = {
-    "concurrency": 1,
+    **catalog.LOAD_KNOB_MIN,
     "max_batch_size": 0,
     "instance_group.count": 1,
     "dynamic_batching.preferred_batch_size": 1,

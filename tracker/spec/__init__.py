@@ -6,7 +6,7 @@ what to optimise under which constraints, and where results go. See docs/spec.md
 the closest valid one). Relative paths resolve against the spec file's folder.
 ``ensure_model(spec)`` runs ``model.build`` when the model file does not exist yet.
 
-The sections live in :mod:`tracker.spec_sections` and are re-exported here.
+The sections live in :mod:`tracker.spec.sections` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from typing import Annotated, Any, Literal, TypeAlias
 import yaml
 from pydantic import AfterValidator, Field, PrivateAttr, ValidationError
 
-from tracker.config_fields import closest
+from tracker import metrics as catalog
 from tracker.errors import ModelError, SpecError
-from tracker.spec_checks import LOAD_KNOBS
-from tracker.spec_messages import messages, problem, show
-from tracker.spec_sections import (
+from tracker.spec.checks import LOAD_KNOBS
+from tracker.spec.fields import closest
+from tracker.spec.messages import messages, problem, show
+from tracker.spec.sections import (
     DEFAULT_CONCURRENCY,
     Bound,
     ConcurrencyRange,
@@ -51,18 +52,9 @@ __all__ = [
 
 Direction: TypeAlias = Literal["maximize", "minimize"]
 
-# DESIGN.md's metric names (Model Analyzer's) and which way is better for each.
-METRIC_BETTER: dict[str, Direction] = {
-    "perf_throughput": "maximize",
-    "perf_latency_avg": "minimize", "perf_latency_p50": "minimize",
-    "perf_latency_p90": "minimize", "perf_latency_p95": "minimize",
-    "perf_latency_p99": "minimize",
-    "perf_server_queue": "minimize", "perf_server_compute_input": "minimize",
-    "perf_server_compute_infer": "minimize", "perf_server_compute_output": "minimize",
-    "gpu_used_memory": "minimize", "gpu_utilization": "maximize", "gpu_power_usage": "minimize",
-    "cpu_used_ram": "minimize", "cpu_utilization": "minimize",
-}
-METRICS: tuple[str, ...] = tuple(METRIC_BETTER)
+# the metric catalog's names (tracker/metrics.py) and which way is better for each
+METRIC_BETTER: dict[str, Direction] = dict(catalog.BETTER)
+METRICS: tuple[str, ...] = catalog.NAMES
 
 
 def _metric_name(name: str) -> str:

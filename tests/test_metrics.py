@@ -1,0 +1,86 @@
+"""The metric catalog (tracker/metrics.py) and everything that reads it agree."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import fields
+
+from tracker import metrics as catalog
+from tracker import spec
+from tracker.measure import csvio
+from tracker.measure.monitors import ProcessMonitor, parse_triton_metrics
+from tracker.measure.types import Measurement
+from tracker.spec import checks as spec_checks
+from tracker.tracking import report
+from tracker.triton import model_config as mc
+
+
+def test_names_are_unique_and_the_spec_takes_exactly_them() -> None:
+    assert len(catalog.NAMES) == len(set(catalog.NAMES)) == len(catalog.CATALOG)
+    assert spec.METRICS == catalog.NAMES
+    assert {m.name: m.better for m in catalog.CATALOG} == spec.METRIC_BETTER
+    for m in catalog.CATALOG:  # every catalog name is a valid objective, nothing else is
+        assert spec.parse_spec({"model": {"name": "m", "path": "m.onnx"},
+                                "objectives": {m.name: m.better}}).objectives == {
+            m.name: m.better}
+
+
+def test_measurement_fields_give_the_catalog_metrics() -> None:
+    attrs = {f.name for f in fields(Measurement)}
+    with_field = [m for m in catalog.CATALOG if m.field is not None]
+    assert all(m.field in attrs for m in with_field)
+    full = Measurement(**{m.field: float(i + 1) for i, m in enumerate(with_field)
+                          if m.field is not None})
+    got = full.metrics()
+    assert got == {m.name: float(i + 1) for i, m in enumerate(with_field)}
+    # a monitor's figure passes through under its catalog name
+    full.monitors["gpu_used_memory"] = 5.0
+    assert full.metrics()["gpu_used_memory"] == 5.0
+
+
+def test_csv_columns_are_the_catalog_columns() -> None:
+    header = csvio.header([Measurement(concurrency=1)])
+    for m in catalog.CATALOG:
+        if m.column is None:
+            continue
+        if m.field is not None:  # a Measurement figure: a column of the file we write
+            assert m.column in header, m.name
+        else:  # a GPU figure perf_analyzer reports: read into the monitor of that name
+            assert csvio.GPU_COLUMNS[m.column][0] == m.name
+    assert {name for name, _, _ in csvio.GPU_COLUMNS.values()} <= set(catalog.NAMES)
+    # a written value comes back as the same metric (ms -> us -> ms)
+    src = Measurement(concurrency=2, throughput=10.0, latency_avg_ms=2.0, **{
+        m.field: 1.0 + i for i, m in enumerate(catalog.CATALOG)
+        if m.unit == "ms" and m.field and m.field != "latency_avg_ms"})
+    (back,) = csvio.loads(csvio.dumps([src]))
+    for name, value in src.metrics().items():
+        assert back.metrics()[name] == value, name
+
+
+def test_units_in_the_report_are_the_catalog_units() -> None:
+    for m in catalog.CATALOG:
+        assert report.unit(m.name) == m.unit, m.name
+    assert catalog.unit("no_such_metric") == ""
+
+
+def test_monitors_report_catalog_names() -> None:
+    sample = ProcessMonitor([os.getpid()]).sample()
+    assert sample and set(sample) <= set(catalog.NAMES)
+    text = ("nv_cpu_utilization 0.25\nnv_cpu_memory_used_bytes 1048576\n"
+            'nv_gpu_utilization{gpu_uuid="a"} 0.5\nnv_gpu_power_usage{gpu_uuid="a"} 70\n'
+            'nv_gpu_memory_used_bytes{gpu_uuid="a"} 1048576\n')
+    parsed = parse_triton_metrics(text)  # totals, and per GPU as "<metric>.<gpu>"
+    assert {key.split(".")[0] for key in parsed} == {
+        "cpu_utilization", "cpu_used_ram", "gpu_utilization", "gpu_power_usage",
+        "gpu_used_memory"}
+    assert {key.split(".")[0] for key in parsed} <= set(catalog.NAMES)
+
+
+def test_load_knobs_are_the_catalog_knobs() -> None:
+    assert spec_checks.LOAD_KNOBS == catalog.LOAD_KNOBS == tuple(catalog.LOAD_KNOB_MIN)
+    assert all(spec_checks.MIN_VALUE[k] == v for k, v in catalog.LOAD_KNOB_MIN.items())
+    assert frozenset(catalog.LOAD_KNOBS) == mc.LOAD_PARAMS
+    config, load = mc.split_params({"concurrency": 4, "max_batch_size": 8})
+    assert set(load) == set(catalog.LOAD_KNOBS) and config == {"max_batch_size": 8}
+    assert catalog.load_levels_from(load) == [4.0]
+    assert catalog.load_levels_from(config) is None

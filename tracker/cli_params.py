@@ -1,0 +1,82 @@
+"""The command line's parameter types: MLproject passes every parameter, and an empty string
+means "not given" (the spec's value). Kept apart from cli.py so the commands stay readable."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+
+class OptionalChoice(click.Choice):  # type: ignore[type-arg]
+    """A choice that also takes "" (an MLproject parameter left empty means "the spec's
+    value"), without showing the empty string in the help text."""
+
+    def __init__(self, choices: Sequence[str]) -> None:
+        super().__init__(["", *choices])
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "[" + "|".join(str(c) for c in self.choices if c) + "]"
+
+    def get_invalid_choice_message(self, value: Any, ctx: click.Context | None) -> str:
+        shown = ", ".join(repr(c) for c in self.choices if c)
+        return f"{value!r} is not one of {shown} (or empty for the spec's value)"
+
+
+VERSION_OF = ("triton-tracker", "nvidia-pytriton", "numpy", "onnxruntime", "mlflow", "optuna",
+               "tritonclient")
+
+
+def print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``tracker --version``: this package and the versions that decide how it measures."""
+    if not value or ctx.resilient_parsing:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for name in VERSION_OF:
+        try:
+            found.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            found.append(f"{name} not installed")
+    py = ".".join(str(v) for v in sys.version_info[:3])
+    click.echo(f"tracker {found[0].split()[-1]} ({', '.join(found[1:])}; Python {py})")
+    ctx.exit()
+
+
+class OptionalNumber(click.ParamType):  # type: ignore[type-arg]
+    """An int/float option where "" means "not given" (MLproject parameters default to "")."""
+
+    def __init__(self, kind: type) -> None:
+        self.kind = kind
+        self.name = kind.__name__
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        if value is None or isinstance(value, self.kind):
+            return value
+        if str(value).strip() == "":
+            return None
+        try:
+            return self.kind(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a valid {self.name}", param, ctx)
+
+
+def blank(value: str | None) -> str | None:
+    return value if value not in (None, "") else None
+
+
+def gpu_list(text: str | None) -> list[int] | str | None:
+    """``--gpus``: '' -> None (the spec's), 'all', or '0,1' -> [0, 1]."""
+    if not text:
+        return None
+    if text.strip() == "all":
+        return "all"
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(f"must be 'all' or GPU indices like '0,1', but got {text!r}",
+                                 param_hint="--gpus") from None

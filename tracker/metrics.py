@@ -1,0 +1,88 @@
+"""The metric catalog: every metric a trial can be judged by, and the load knobs.
+
+One entry per metric (DESIGN.md's names, Model Analyzer's): which way is better, its unit,
+the :class:`~tracker.measure.types.Measurement` field that holds it (None: a monitor's figure,
+in ``Measurement.monitors``) and its perf_analyzer CSV column (None: not in the file). The spec
+(objective/constraint names), the Measurement's ``metrics()``, the CSV reader and the report's
+units all read this table; tests/test_metrics.py checks that they agree.
+
+Adding a metric: one :class:`Metric` entry here, plus the code that measures it (a Measurement
+field, or a monitor in measure/monitors.py that returns it under this name).
+
+Load knobs (:data:`LOAD_KNOBS`) are search-space keys that set the load rather than a
+config.pbtxt field: a trial with ``concurrency: 4`` is measured at that one level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+Better = Literal["maximize", "minimize"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    better: Better
+    unit: str
+    field: str | None = None     # Measurement attribute; None: from a monitor
+    column: str | None = None    # perf_analyzer CSV column (ms figures are microseconds there)
+
+
+CATALOG: tuple[Metric, ...] = (
+    Metric("perf_throughput", "maximize", "infer/s", "throughput", "Inferences/Second"),
+    Metric("perf_latency_avg", "minimize", "ms", "latency_avg_ms", "Avg latency"),
+    Metric("perf_latency_p50", "minimize", "ms", "latency_p50_ms", "p50 latency"),
+    Metric("perf_latency_p90", "minimize", "ms", "latency_p90_ms", "p90 latency"),
+    Metric("perf_latency_p95", "minimize", "ms", "latency_p95_ms", "p95 latency"),
+    Metric("perf_latency_p99", "minimize", "ms", "latency_p99_ms", "p99 latency"),
+    Metric("perf_server_queue", "minimize", "ms", "server_queue_ms", "Server Queue"),
+    Metric("perf_server_compute_input", "minimize", "ms", "server_compute_input_ms",
+           "Server Compute Input"),
+    Metric("perf_server_compute_infer", "minimize", "ms", "server_compute_infer_ms",
+           "Server Compute Infer"),
+    Metric("perf_server_compute_output", "minimize", "ms", "server_compute_output_ms",
+           "Server Compute Output"),
+    Metric("gpu_used_memory", "minimize", "MB", column="Max GPU Memory Usage"),
+    Metric("gpu_utilization", "maximize", "%", column="Avg GPU Utilization"),
+    Metric("gpu_power_usage", "minimize", "W", column="Avg GPU Power Usage"),
+    Metric("cpu_used_ram", "minimize", "MB"),
+    Metric("cpu_utilization", "minimize", "%"),
+)
+
+BY_NAME: dict[str, Metric] = {m.name: m for m in CATALOG}
+NAMES: tuple[str, ...] = tuple(BY_NAME)
+BETTER: dict[str, Better] = {m.name: m.better for m in CATALOG}
+UNITS: dict[str, str] = {m.name: m.unit for m in CATALOG}
+#: (Measurement field, metric name) for the metrics a Measurement holds itself
+FIELD_METRICS: tuple[tuple[str, str], ...] = tuple(
+    (m.field, m.name) for m in CATALOG if m.field is not None)
+#: perf_analyzer CSV column -> Measurement field, for the millisecond figures
+MS_COLUMNS: dict[str, str] = {m.column: m.field for m in CATALOG
+                              if m.column and m.field and m.unit == "ms"}
+
+
+def unit(name: str) -> str:
+    """The unit of metric ``name``; outside the catalog: "ms" for a ``perf_*`` name (a timing),
+    else ""."""
+    metric = BY_NAME.get(name)
+    if metric is not None:
+        return metric.unit
+    return "ms" if name.startswith("perf_") else ""
+
+
+# ---- load knobs -----------------------------------------------------------------------------
+
+#: search-space keys that set the load, not a config field; each fixes the sweep's levels
+LOAD_KNOBS: tuple[str, ...] = ("concurrency",)
+#: the smallest value each load knob takes
+LOAD_KNOB_MIN: dict[str, int] = {"concurrency": 1}
+
+
+def load_levels_from(load_values: Mapping[str, object]) -> list[float] | None:
+    """The sweep levels a configuration's load knobs fix (``concurrency: 4`` -> ``[4.0]``);
+    None: the spec's levels."""
+    value = load_values.get("concurrency")
+    return None if value is None else [float(value)]  # type: ignore[arg-type]

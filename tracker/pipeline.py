@@ -1,0 +1,178 @@
+"""One measurement of one configuration: repository -> server -> sweep -> level -> artifacts.
+
+A trial (trial.py), ``tracker profile`` (profile.py) and any later re-measurement of a known
+configuration go through :func:`measure_configuration`; what differs between them is only
+what they do with the :class:`ConfigMeasurement` (tell Optuna, log a run, compare).
+
+The server is the caller's: it is served the configuration (``server.apply_trial``) and left
+running, so several calls may share one server (each call applies its own configuration).
+The server log in the result is the part written since this measurement began.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tracker.errors import TrackerError
+from tracker.measure import csvio
+from tracker.measure.monitors import Monitor, default_monitors
+from tracker.measure.sweep import sweep
+from tracker.measure.types import Measurement, SweepResult
+from tracker.metrics import load_levels_from
+from tracker.search.objective import LevelChoice, pick_best_level
+from tracker.tracking.redact import redact_text
+from tracker.triton import model_config as mc
+from tracker.triton.repository import (
+    SHIM_HEADER,
+    Serving,
+    TrialRepository,
+    production_config,
+    serving_choices,
+    shim_config,
+    write_repository,
+)
+
+if TYPE_CHECKING:
+    from tracker.spec import StudySpec
+    from tracker.triton.model_config import ModelConfig, ModelInfo
+    from tracker.triton.server.base import TritonServer
+
+LOG_HEAD, LOG_TAIL = 200_000, 300_000
+MonitorsFactory = Callable[["TritonServer"], Sequence[Monitor]]
+
+
+class ConfigFailed(Exception):
+    """The configuration has no measurement. ``reason`` says why in a trial's words (the step
+    that failed and the cause), ``cause`` is the TrackerError behind it, ``log`` the server
+    log since the measurement began."""
+
+    def __init__(self, reason: str, cause: TrackerError, log: str = "") -> None:
+        super().__init__(reason)
+        self.reason, self.cause, self.log = reason, cause, log
+
+
+@dataclass(frozen=True)
+class ConfigMeasurement:
+    """What measuring one configuration produced."""
+
+    repository: TrialRepository
+    served_text: str                 # config.pbtxt as the server loaded it
+    production_text: str             # the production config (backend onnxruntime)
+    result: SweepResult
+    choice: LevelChoice
+    log: str                         # server log since the measurement began, unclipped
+
+    @property
+    def measurements(self) -> list[Measurement]:
+        return self.result.measurements
+
+    @property
+    def perf_csv(self) -> str:
+        return csvio.dumps(self.result.measurements)
+
+    def files(self) -> dict[str, str | bytes | Path]:
+        """The artifacts of a measured configuration (``tracking.runs.log_files``)."""
+        files: dict[str, str | bytes | Path] = {
+            "config.pbtxt": self.served_text, "perf.csv": self.perf_csv,
+            "server.log": clip_log(self.log)}
+        if self.repository.serving == "python":
+            files["production_config.pbtxt"] = self.production_text
+        return files
+
+    def headline(self) -> dict[str, float]:
+        """The metrics logged at the chosen level (with its concurrency and feasibility)."""
+        return {**self.choice.metrics, "concurrency": self.choice.concurrency,
+                "feasible": float(self.choice.feasible)}
+
+
+def clip_log(text: str) -> str:
+    """The server log for an artifact: secrets masked, at most ~0.5 MB (head and tail)."""
+    if len(text) > LOG_HEAD + LOG_TAIL:
+        cut = len(text) - LOG_HEAD - LOG_TAIL
+        text = (text[:LOG_HEAD] + f"\n... [{cut} characters of the log left out] ...\n"
+                + text[-LOG_TAIL:])
+    return redact_text(text)
+
+
+def resolve_serving(spec: StudySpec, server: TritonServer) -> Serving:
+    """How this server serves the spec's ONNX model: ``native`` (its onnxruntime backend) or
+    ``python`` (the onnxruntime shim). ``server.backend: auto`` asks the server."""
+    return serving_choices(spec.server.backend,
+                           lambda: server.has_backend("onnxruntime"))[0]
+
+
+def ort_threads(spec: StudySpec) -> tuple[int | None, int | None]:
+    return (spec.server.ort_intra_op_threads, spec.server.ort_inter_op_threads)
+
+
+def served_text(spec: StudySpec, cfg: ModelConfig, serving: Serving) -> str:
+    """The config.pbtxt text a server with ``serving`` loads for ``cfg`` (no files written)."""
+    prod = production_config(cfg, ort_threads=ort_threads(spec))
+    if serving == "native":
+        return mc.dumps(prod)
+    return SHIM_HEADER + mc.dumps(shim_config(prod))
+
+
+def levels_for(load_values: Mapping[str, object]) -> list[float] | None:
+    """The load levels a configuration's own load knobs fix (``concurrency: 4`` -> [4.0]);
+    None: the spec's sweep."""
+    return load_levels_from(load_values)
+
+
+def _monitors(server: TritonServer) -> Sequence[Monitor]:
+    return default_monitors(server.endpoints.metrics, pids=server.pids)
+
+
+def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer,
+                          cfg: ModelConfig, workdir: Path, *,
+                          serving: Serving | None = None,
+                          levels: Sequence[float] | None = None,
+                          monitors_factory: MonitorsFactory | None = None,
+                          on_level: Callable[[Measurement], None] | None = None,
+                          on_phase: Callable[[str], None] | None = None,
+                          backend: str = "builtin") -> ConfigMeasurement:
+    """Measure ``cfg`` (a ModelConfig of ``info``'s model) on ``server``.
+
+    Writes the repository into ``workdir`` (removed again when the measurement fails), serves
+    it with the server's strategy, sweeps ``levels`` (None: the spec's load levels;
+    ``[c]`` measures one concurrency) with the spec's load settings and constraints, and
+    chooses the level by the spec's objectives and constraints (search/objective.py).
+    ``serving``: None resolves it (:func:`resolve_serving`); ``monitors_factory(server)``:
+    the monitors sampled during the sweep (default: process tree + metrics endpoint + NVML);
+    ``on_phase("starting Triton")`` before the server is served the config. Raises
+    :class:`ConfigFailed`; the server is left as it is (running, or stopped when it failed).
+    """
+    serving = serving or resolve_serving(spec, server)
+    try:
+        repo = write_repository(workdir, info, cfg, serving=serving,
+                                ort_threads=ort_threads(spec))
+    except TrackerError as err:
+        raise ConfigFailed(f"cannot write the trial's model repository: {err}", err) from err
+    try:
+        text = repo.served_config_path.read_text()
+        mark = len(server.log_text()) if server.strategy == "reload" else 0
+        if on_phase is not None:
+            on_phase("starting Triton")
+        try:
+            server.apply_trial(repo)
+        except TrackerError as err:
+            raise ConfigFailed(str(getattr(err, "reason", err)), err,
+                               server.log_text()[mark:]) from err
+        monitors = (monitors_factory or _monitors)(server)
+        try:
+            result = sweep(server.endpoints, repo.model_name, repo.served_config, spec.load,
+                           spec.constraints, monitors, levels=levels, on_level=on_level,
+                           backend=backend)
+            choice = pick_best_level(result.measurements, spec.constraints, spec.objectives)
+        except TrackerError as err:
+            raise ConfigFailed(f"measurement failed: {err}", err,
+                               server.log_text()[mark:]) from err
+        return ConfigMeasurement(repo, text, mc.dumps(repo.production_config), result, choice,
+                                 server.log_text()[mark:])
+    except ConfigFailed:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise

@@ -1,0 +1,54 @@
+"""Every MLflow tag name the tracker writes (``tracker.*``, plus the ``mlflow.*`` ones it sets).
+
+A bottom-layer module (imports nothing from the package): the tuning loop (trial.py,
+conclude.py), tracking/ (runs, registry, scale-out), deploy/ (promotion, watcher) and the
+report all name tags from here, so a reader finds what a tag means in one place.
+"""
+
+from __future__ import annotations
+
+# ---- MLflow's own ---------------------------------------------------------------------------
+PARENT = "mlflow.parentRunId"
+RUN_NAME = "mlflow.runName"
+NOTE = "mlflow.note.content"            # the run's description: a summary or why it failed
+
+# ---- every run (tracking/runs.py) ---------------------------------------------------------
+ROLE = "tracker.role"                   # study | trial | profile | worker
+STUDY = "tracker.study"                 # the Optuna study name
+STORAGE = "tracker.storage"             # the Optuna storage URL, password hidden
+TRIAL = "tracker.trial"                 # the Optuna trial number
+STATE = "tracker.state"                 # the Optuna state the run ended with
+SUPERSEDED_BY = "tracker.superseded_by"  # an adopted child: the parent run that took it over
+
+# ---- a trial's child run (trial.py) ---------------------------------------------------------
+FEASIBLE = "tracker.feasible"           # true | false: every constraint holds
+BASELINE = "tracker.baseline"           # true on the default configuration's trial
+DEFAULT_UNSET = "tracker.default_unset"  # knobs the default config leaves unset
+DUPLICATE_OF = "tracker.duplicate_of"   # the trial whose result was reused
+CONCURRENCY = "tracker.concurrency"     # the level the trial is judged by
+STABLE = "tracker.stable"               # false: no level of the trial met the stability rule
+SWEEP_STOP = "tracker.sweep_stop"       # why the sweep ended
+MODEL_ERROR = "tracker.model_error"     # logging the MLflow model failed (the trial counts)
+FAIL_REASON = "tracker.fail_reason"     # why the trial failed
+
+# ---- the study's parent run (conclude.py) ---------------------------------------------------
+SUMMARY = "tracker.summary"             # the study's result in one sentence
+STOP_REASON = "tracker.stop_reason"     # why the study stopped
+BEST_RUN = "tracker.best_run_id"        # the best trial's child run
+BEST_TRIAL = "tracker.best_trial"       # the best trial's number
+BEST_PARAM_PREFIX = "best."             # best.<knob>: the best trial's params
+
+# ---- scale-out (tracking/scaleout.py) -------------------------------------------------------
+DEAD_WORKER = "tracker.dead_worker"     # a trial run failed because its worker died
+STUDY_RUN_ID = "tracker.study_run_id"   # a second worker's own run: the shared parent
+
+# ---- the model registry (tracking/registry.py, deploy/) -------------------------------------
+MODEL_FLAVOR = "tracker.flavor"
+MODEL_RUN_ID = "tracker.run_id"         # a version: the trial run it was registered from
+MODEL_CONSTRAINT = "tracker.constraint"  # a version: tracker.constraint.<metric>
+DEPLOY_STATUS = "tracker.deploy.status"  # serving | replaced | failed | removed
+DEPLOY_MESSAGE = "tracker.deploy.message"
+DEPLOY_TARGET = "tracker.deploy.target"
+DEPLOY_AT = "tracker.deploy.at"
+DEPLOY_NAME = "tracker.deploy.name"     # the deployment a registered model is served as
+WATCH_SEEN = "tracker.watch.seen"       # a registered model: the versions a watcher handled

@@ -1,0 +1,78 @@
+"""Reading a Triton server log: what went wrong, in Triton's own words.
+
+Shared by the launchers (why a start failed, why a model load failed) and by deployment
+(deploy/publish.py: Triton answers a config it refuses while polling the repository with
+only "failed to poll from model repository"; the reason is in its log).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: a C++ abort in the server or a backend stub: READY will never come, fail now
+FATAL = "terminate called after throwing"
+#: error lines of GPU probes that fail harmlessly on a machine without a GPU
+_NOISE = ("CudaDriverHelper", "DCGM")
+
+
+def error_messages(log: str, model: str | None = None) -> list[str]:
+    """The Triton error lines (``E1129 ...] message``) of ``log``, about ``model`` when given,
+    as messages without the log prefix, in order."""
+    out = []
+    for line in log.splitlines():
+        if len(line) > 1 and line[0] == "E" and line[1:5].isdigit() and "] " in line:
+            message = line.split("] ", 1)[1].strip()
+            if any(noise in message for noise in _NOISE):
+                continue
+            if model is None or f"'{model}'" in message or f" {model}" in message:
+                out.append(message)
+    return out
+
+
+def first_error(log: str, model: str | None = None) -> str:
+    """The first of :func:`error_messages` ("" when there is none)."""
+    found = error_messages(log, model)
+    return found[0] if found else ""
+
+
+def first_problem(log: str) -> str:
+    """The first line of ``log`` that says what went wrong (a Triton error line or a
+    command-line complaint), without the log prefix."""
+    for line in log.splitlines():
+        low = line.lower()
+        if "unrecognized option" in low or low.startswith("error:") or "invalid argument" in low:
+            return line.split("] ", 1)[-1].strip()
+    return first_error(log)
+
+
+def log_size(path: Path | None) -> int:
+    """The size of a log file now (0 when there is none): an offset for :func:`log_since`."""
+    try:
+        return path.stat().st_size if path else 0
+    except OSError:
+        return 0
+
+
+def log_since(path: Path | None, offset: int, limit: int = 1 << 20) -> str:
+    """What a log file got after ``offset`` (at most ``limit`` bytes; "" when unreadable)."""
+    if path is None:
+        return ""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return fh.read(limit).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def port_taken(log: str) -> str:
+    """Triton's complaint that a port is already in use ("" when there is none)."""
+    for line in log.splitlines():
+        if "already in use" in line and "] " in line:
+            return line.split("] ", 1)[1].strip()
+    return ""
+
+
+def fatal_line(log: str) -> str:
+    """The line of a C++ abort (``terminate called after throwing ...``), "" when none."""
+    return next((line.strip() for line in log.splitlines() if FATAL in line), "")

@@ -1,0 +1,25 @@
+"""``make_server``: the launcher of a spec's ``server.mode``, from tracker/launch_modes.py."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from tracker.errors import ServerError
+from tracker.launch_modes import MODES
+
+if TYPE_CHECKING:
+    from tracker.spec import ServerSection
+    from tracker.triton.server.base import TritonServer
+
+
+def make_server(server: ServerSection) -> TritonServer:
+    """The launcher ``server.mode`` names, configured from the spec's server section."""
+    entry = MODES.get(server.mode)
+    if entry is None:
+        raise ServerError(f"server.mode must be one of {', '.join(MODES)}, but got "
+                          f"{server.mode!r}")
+    module, _, name = entry.implementation.partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    made: TritonServer = cls.from_spec(server)
+    return made
