@@ -64,3 +64,8 @@ class StudyError(TrackerError):
 
 class DeployError(TrackerError):
     """Registering, promoting or deploying a model version failed."""
+
+
+class GpuError(TrackerError):
+    """A server was given a GPU that this machine does not have (an index, UUID or MIG
+    instance NVML does not know), or one whose identity cannot be decided."""

@@ -23,7 +23,8 @@ from mlflow.entities import Param
 
 from tracker.errors import TrackerError
 from tracker.measure import csvio, report
-from tracker.measure.monitors import default_monitors
+from tracker.measure.host import machine_tags, measured_tags, server_tags
+from tracker.measure.monitors import close_monitors, default_monitors
 from tracker.measure.sweep import sweep
 from tracker.measure.types import Measurement
 from tracker.runner import (
@@ -102,10 +103,16 @@ def _profile(spec_path: str | Path, values: Mapping[str, object],
             server.apply_trial(repo)
             if levels is None and "concurrency" in load_values:
                 levels = [float(load_values["concurrency"])]  # type: ignore[arg-type]
-            result = sweep(server.endpoints, repo.model_name, repo.served_config, spec.load,
-                           spec.constraints, default_monitors(server.endpoints.metrics,
-                                                              pids=server.pids), levels=levels,
-                           backend=backend)
+            gpus = server.gpu_set()
+            monitors = default_monitors(gpus, server.endpoints.metrics, pids=server.pids)
+            try:
+                result = sweep(server.endpoints, repo.model_name, repo.served_config,
+                               spec.load, spec.constraints, monitors, levels=levels,
+                               backend=backend)
+            finally:
+                close_monitors(monitors)
+            runs.set_tags(client, run_id, {**machine_tags(gpus), **measured_tags(monitors),
+                                           **server_tags(server.endpoints)})
             choice = pick_best_level(result.measurements, spec.constraints, spec.objectives)
         finally:
             log = server.log_text()

@@ -29,12 +29,14 @@ from optuna.trial import FrozenTrial, TrialState
 
 from tracker.errors import StudyError, TrackerError
 from tracker.measure import csvio
-from tracker.measure.monitors import default_monitors
+from tracker.measure.host import measured_tags, server_tags
+from tracker.measure.monitors import close_monitors, default_monitors
 from tracker.measure.sweep import sweep
 from tracker.search.objective import constraint_keys, pick_best_level
 from tracker.search.study import find_duplicate
 from tracker.search.workers import wait_for_duplicate
 from tracker.tracking import runs
+from tracker.tracking.machine import record_machine
 from tracker.tracking.redact import redact_text
 from tracker.trial_attrs import Attr
 from tracker.triton import model_config as mc
@@ -216,7 +218,7 @@ def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, A
         _, load = mc.split_params(params)
         levels = [float(params["concurrency"])] if "concurrency" in load else None
         endpoints = server.endpoints
-        monitors = default_monitors(endpoints.metrics, pids=server.pids)
+        monitors = default_monitors(server.gpu_set(), endpoints.metrics, pids=server.pids)
 
         def on_level(m: Any) -> None:
             ctx.progress.measuring(trial.number, f"{m.level}: {m.throughput:,.1f} infer/s")
@@ -227,6 +229,8 @@ def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, A
             choice = pick_best_level(result.measurements, spec.constraints, spec.objectives)
         except TrackerError as err:
             raise TrialFailed(f"measurement failed: {err}", server.log_text()[mark:]) from err
+        finally:
+            close_monitors(monitors)
         log = server.log_text()[mark:]
         files: dict[str, str | bytes | Path] = {
             "config.pbtxt": served_text, "perf.csv": csvio.dumps(result.measurements),
@@ -251,11 +255,14 @@ def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, A
     trial.set_user_attr(Attr.METRICS, choice.metrics)
     trial.set_user_attr(Attr.MEASUREMENTS, len(result.measurements))
     ctx.study.tell(trial, choice.values)
+    version = server_tags(endpoints)  # the Triton version, also on the parent
     runs.set_tags(client, run_id, {runs.FEASIBLE: str(choice.feasible).lower(),
                                    "tracker.concurrency": choice.concurrency,
                                    # false: no level of this trial met the stability rule
                                    "tracker.stable": str(choice.stable).lower(),
-                                   "tracker.sweep_stop": result.stop_reason})
+                                   "tracker.sweep_stop": result.stop_reason,
+                                   **measured_tags(monitors), **version})
+    record_machine(client, ctx.parent.run_id, version)
     runs.finish_run(client, run_id, "FINISHED", state="COMPLETE")
     return Outcome(trial.number, "COMPLETE", params, choice.metrics, choice.feasible)
 

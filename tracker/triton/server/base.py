@@ -15,7 +15,13 @@
   or shared-memory region of this server is left.
 - ``restart(repository=None)`` = stop + start (same repository unless a new one is given).
 - ``endpoints`` (while running), ``log_text()``/``log_tail()`` (also after stop: the log of
-  the last start), ``pids()`` (local process tree), ``has_backend(name)``.
+  the last start), ``pids()`` (the server's process tree, as this machine numbers it),
+  ``has_backend(name)``.
+- ``gpu_set(nvml=None)`` is the set of GPUs the server was given, by UUID
+  (:class:`~tracker.triton.gpus.GpuSet`; local: its ``CUDA_VISIBLE_DEVICES``, docker: its
+  DeviceRequest, remote: the GPUs its metrics report). Empty means no GPU, or none that can be
+  known here (NVML unavailable); a GPU the machine does not have is a :class:`GpuError`.
+  Works before ``start`` for local and docker servers. Monitors measure exactly this set.
 - ``apply_trial(repo)`` serves one trial's :class:`TrialRepository` with the server's
   strategy: ``restart`` (start or restart over ``repo.path``) or ``reload`` (start once in
   explicit mode, then load each trial's served config as an override; nothing restarts).
@@ -37,7 +43,7 @@ import time
 import weakref
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tracker.errors import ModelLoadError, ServerError, ServerStartError
 from tracker.triton.client import Endpoints, TritonClient
@@ -46,6 +52,7 @@ if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
     from tracker.spec import ServerSection
+    from tracker.triton.gpus import GpuSet
     from tracker.triton.repository import TrialRepository
 
 Strategy = Literal["restart", "reload"]
@@ -120,8 +127,14 @@ class TritonServer(ABC):
         """Whether this server can serve models with backend ``name`` (e.g. "onnxruntime")."""
 
     def pids(self) -> list[int]:
-        """Process ids of the server and its children (local servers; [] otherwise)."""
+        """Process ids of the server and its children where this machine can see them
+        (local and docker servers; [] otherwise)."""
         return []
+
+    @abstractmethod
+    def gpu_set(self, nvml: Any = None) -> GpuSet:
+        """The GPUs this server was given (see the module docstring). ``nvml``: pynvml or a
+        stand-in with its functions (None: pynvml)."""
 
     # -- the contract ------------------------------------------------------------------------
     @property
