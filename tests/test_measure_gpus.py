@@ -157,3 +157,15 @@ def test_every_server_says_which_gpus_it_was_given(monkeypatch: pytest.MonkeyPat
         LocalTritonServer(gpus=[4]).gpu_set(nvml)
     with pytest.raises(ServerError):  # a Docker request of nonsense is refused before NVML
         DockerTritonServer(gpus="two")  # type: ignore[arg-type]
+
+
+def test_nvml_failing_to_list_devices_is_a_clear_error() -> None:
+    nvml = four_gpus()
+
+    def lost(h: object) -> str:
+        raise nvml.NVMLError("GPU is lost")
+
+    nvml.nvmlDeviceGetUUID = lost  # type: ignore[method-assign]
+    with pytest.raises(GpuError, match="NVML could not list this machine's GPUs: GPU is lost"):
+        cuda("1", nvml=nvml)
+    assert nvml.inits == 0

@@ -148,7 +148,14 @@ def _device(nvml: Any, handle: Any, index: int, parent: str | None = None,
 
 
 def inventory(nvml: Any) -> Inventory:
-    """Read the devices of an initialized NVML."""
+    """Read the devices of an initialized NVML (:class:`GpuError` when NVML fails at it)."""
+    try:
+        return _inventory(nvml)
+    except Exception as exc:  # NVMLError (a GPU fallen off the bus, a driver mismatch, ...)
+        raise GpuError(f"NVML could not list this machine's GPUs: {exc}") from exc
+
+
+def _inventory(nvml: Any) -> Inventory:
     physical: list[Gpu] = []
     mig: dict[str, tuple[Gpu, ...]] = {}
     capability: dict[str, tuple[int, int]] = {}
