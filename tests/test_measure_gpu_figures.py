@@ -100,7 +100,7 @@ def test_two_servers_each_see_only_their_own_gpus(trees: tuple[Tree, Tree], metr
 
 
 def test_whole_device_memory_when_nvml_cannot_split_it(trees: tuple[Tree, Tree]) -> None:
-    a, _ = trees
+    a, b = trees
     gpus = LocalTritonServer(gpus=[1]).gpu_set(four_gpus())
     s, scope = sample(gpus, None, [a.root], four_gpus(accounting=False))
     assert (s["gpu_used_memory"], scope) == (pytest.approx(23_000.0), "device")
@@ -109,8 +109,13 @@ def test_whole_device_memory_when_nvml_cannot_split_it(trees: tuple[Tree, Tree])
     assert (s["gpu_used_memory"], scope) == (pytest.approx(23_000.0), "device")
     s, scope = sample(gpus, None, None, four_gpus())  # the server's processes are unknown
     assert scope == "device"
-    # the server's processes hold nothing on its GPU: 0 MB is its figure, not absent
+    # NVML's pids are none of this machine's (the tracker in another PID namespace)
     s, scope = sample(gpus, None, [a.root], four_gpus())
+    assert (s["gpu_used_memory"], scope) == (pytest.approx(23_000.0), "device")
+    # the server's processes hold nothing on its GPU, another one here does: 0 MB is its
+    # figure, not absent
+    others = four_gpus(own={UUIDS[1]: [Proc(b.stub, 900.0)]})
+    s, scope = sample(gpus, None, [a.root], others)
     assert (s["gpu_used_memory"], scope) == (0.0, "processes")
 
 

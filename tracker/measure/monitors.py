@@ -86,7 +86,8 @@ class NvmlMonitor(Monitor):
 
     ``gpu_used_memory`` is the memory of the server's own processes on each GPU (NVML's
     per-process accounting, the processes of ``pids`` and their descendants; for a MIG
-    instance, those on that instance) where NVML tells it, else the device's whole used memory;
+    instance, those on that instance) where NVML tells it and its pids are this machine's,
+    else the device's whole used memory;
     :attr:`memory_scopes` says which was read (``processes`` / ``device``). A MIG instance
     has no utilization or power of its own in NVML: those are absent for it, not its parent's.
 
@@ -161,6 +162,8 @@ class NvmlMonitor(Monitor):
         procs = self._read(self.nvml.nvmlDeviceGetComputeRunningProcesses, handle)
         if procs is None:
             return None
+        if procs and not any(psutil.pid_exists(int(p.pid)) for p in procs):
+            return None  # NVML's pids are another PID namespace's (a tracker in a container)
         used = 0.0
         for proc in procs:
             if int(proc.pid) in tree:
