@@ -131,7 +131,7 @@ FAST = {"window_ms": 300, "warmup_requests": 10, "max_tries": 6, "stability_pct"
 
 def test_closed_loop_counts_agree_with_the_server(server: LocalTritonServer) -> None:
     load = LoadSection(concurrency=[1, 4], **FAST)
-    mons = default_monitors(server.endpoints.metrics, pids=server.pids)
+    mons = default_monitors(server.gpu_set(), server.endpoints.metrics, pids=server.pids)
     res = sweep(server.endpoints, "mm", cfg(server, "mm"), load, monitors=mons)
     assert [m.concurrency for m in res.measurements] == [1, 4]
     for m in res.measurements:

@@ -6,10 +6,9 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
+from nvml_support import four_gpus
 
 from tracker.measure.monitors import (
     Monitor,
@@ -19,70 +18,33 @@ from tracker.measure.monitors import (
     default_monitors,
     parse_triton_metrics,
 )
-
-
-class NVMLError(Exception):
-    pass
-
-
-class FakeNvml:
-    """pynvml's functions for two GPUs; GPU 1 cannot report power (as some boards can't)."""
-
-    def __init__(self, fail_init: bool = False) -> None:
-        self.fail_init = fail_init
-        self.shutdown = False
-
-    def nvmlInit(self) -> None:
-        if self.fail_init:
-            raise NVMLError("NVML Shared Library Not Found")
-
-    def nvmlShutdown(self) -> None:
-        self.shutdown = True
-
-    def nvmlDeviceGetCount(self) -> int:
-        return 2
-
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> Any:
-        return ("handle", i)
-
-    def nvmlDeviceGetMemoryInfo(self, h: Any) -> Any:
-        return SimpleNamespace(used=(h[1] + 1) * 1_000_000_000, total=16_000_000_000)
-
-    def nvmlDeviceGetUtilizationRates(self, h: Any) -> Any:
-        return SimpleNamespace(gpu=40 + 20 * h[1], memory=5)
-
-    def nvmlDeviceGetPowerUsage(self, h: Any) -> int:
-        if h[1] == 1:
-            raise NVMLError("Not Supported")
-        return 150_000  # mW
+from tracker.triton.gpus import Gpu, GpuSet, cuda_gpu_set
 
 
 def test_nvml_monitor_reads_each_gpu_and_totals() -> None:
-    fake = FakeNvml()
-    mon = NvmlMonitor.create(nvml=fake)
+    fake = four_gpus()
+    gpus = cuda_gpu_set({"CUDA_VISIBLE_DEVICES": "0,1"}, fake)
+    fake.devices[1].power_w = None  # some boards cannot tell their power
+    mon = NvmlMonitor.create(gpus, nvml=fake)  # no pids: each device's whole memory
     assert mon is not None
     s = mon.sample()
-    assert s["gpu_used_memory"] == pytest.approx(3000.0)  # 1000 + 2000 MB
-    assert s["gpu_utilization"] == pytest.approx(50.0)  # mean of 40 and 60
-    assert s["gpu_power_usage"] == pytest.approx(150.0)  # only GPU 0 can tell
-    assert s["gpu_used_memory.gpu1"] == pytest.approx(2000.0)
+    assert s["gpu_used_memory"] == pytest.approx(34_000.0)  # 11,000 + 23,000 MB
+    assert s["gpu_utilization"] == pytest.approx(15.0)  # mean of 10 and 20
+    assert s["gpu_power_usage"] == pytest.approx(110.0)  # only GPU 0 can tell
+    assert s["gpu_used_memory.gpu1"] == pytest.approx(23_000.0)
     assert "gpu_power_usage.gpu1" not in s  # absent, not zero
+    assert mon.memory_scopes == {"device"}
     mon.close()
-    assert fake.shutdown
-
-
-def test_nvml_monitor_restricted_to_the_servers_gpus() -> None:
-    mon = NvmlMonitor.create(gpus=[1], nvml=FakeNvml())
-    assert mon is not None
-    s = mon.sample()
-    assert s["gpu_used_memory"] == pytest.approx(2000.0)
-    assert "gpu_power_usage" not in s
+    assert fake.inits == 0
 
 
 def test_no_nvml_means_no_monitor() -> None:
-    assert NvmlMonitor.create(nvml=FakeNvml(fail_init=True)) is None
-    assert NvmlMonitor.create(gpus=[7], nvml=FakeNvml()) is None  # no such GPU
-    real = NvmlMonitor.create()  # the real pynvml: None on this GPU-less machine
+    gpus = cuda_gpu_set({"CUDA_VISIBLE_DEVICES": "1"}, four_gpus())
+    assert NvmlMonitor.create(gpus, nvml=four_gpus(fail_init=True)) is None
+    assert NvmlMonitor.create(GpuSet(), nvml=four_gpus()) is None  # the server has no GPU
+    remote = GpuSet((Gpu(uuid="GPU-of-another-machine"),))
+    assert NvmlMonitor.create(remote, nvml=four_gpus()) is None
+    real = NvmlMonitor.create(gpus)  # the real pynvml: None on this GPU-less machine
     assert real is None or "gpu_used_memory" in real.sample()
 
 
@@ -181,8 +143,19 @@ def test_sampler_thread_samples_and_stops() -> None:
 
 
 def test_default_monitors_pick_what_works() -> None:
-    mons = default_monitors(metrics_url="http://127.0.0.1:9/metrics", pids=[],
-                            nvml=FakeNvml())
+    gpus = cuda_gpu_set({"CUDA_VISIBLE_DEVICES": "1"}, four_gpus())
+    mons = default_monitors(gpus, metrics_url="http://127.0.0.1:9/metrics", pids=[],
+                            nvml=four_gpus())
     assert [m.name for m in mons] == ["process", "nvml", "triton_metrics"]
     assert mons[2].sample() == {}  # unreachable endpoint: no metrics, no error
-    assert [m.name for m in default_monitors(nvml=FakeNvml(fail_init=True))] == []
+    assert [m.name for m in default_monitors(gpus, nvml=four_gpus(fail_init=True))] == []
+    assert [m.name for m in default_monitors(GpuSet(), nvml=four_gpus())] == []
+
+
+def test_no_monitor_without_the_servers_gpu_set() -> None:
+    with pytest.raises(TypeError):
+        default_monitors(metrics_url="http://127.0.0.1:9/metrics")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="needs the server's GpuSet"):
+        default_monitors([1], nvml=four_gpus())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="needs the server's GpuSet"):
+        default_monitors(None, pids=[1])  # type: ignore[arg-type]

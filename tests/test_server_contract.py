@@ -129,8 +129,16 @@ def test_start_ready_infer_new_config_stop(mode: Mode, quickstart_info: mc.Model
     server.apply_trial(first)
     assert server.running and server in live_servers()
     procs = _procs(server.pids())
+    if not strategy_reload:  # local and docker: the server's own processes, as seen here
+        assert any(p.name() == "tritonserver" for p in procs), procs
+    # the GPUs it was given, by identity: none on this machine, and it says where it looked
+    gpus = server.gpu_set()
+    assert not gpus and gpus.source.startswith(
+        {"local": "CUDA_VISIBLE_DEVICES", "docker": "device request",
+         "remote": "the gpu_uuid labels"}[mode.name]), gpus.source
     with server.client() as client:
         assert client.is_ready()
+        assert client.server_metadata()["version"]
         x = np.random.default_rng(1).random((1, 64)).astype(np.float32)
         got = client.infer_once(NAME, first.served_config, {"INPUT0": x})["OUTPUT0"]
         np.testing.assert_allclose(got, _reference(quickstart_info, x), rtol=1e-5, atol=1e-6)

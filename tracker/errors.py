@@ -68,3 +68,8 @@ class TrackingError(TrackerError):
 
 class DeployError(TrackerError):
     """Registering, promoting or deploying a model version failed."""
+
+
+class GpuError(TrackerError):
+    """A server was given a GPU that this machine does not have (an index, UUID or MIG
+    instance NVML does not know), or one whose identity cannot be decided."""

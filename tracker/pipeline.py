@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from tracker.errors import TrackerError
 from tracker.measure import csvio
-from tracker.measure.monitors import Monitor, default_monitors
+from tracker.measure.host import measured_tags, server_tags
+from tracker.measure.monitors import Monitor, close_monitors, default_monitors
 from tracker.measure.sweep import sweep
 from tracker.measure.types import Measurement, SweepResult
 from tracker.metrics import load_levels_from
@@ -65,6 +66,7 @@ class ConfigMeasurement:
     result: SweepResult
     choice: LevelChoice
     log: str                         # server log since the measurement began, unclipped
+    tags: dict[str, str]             # what was measured: GPU memory scope, Triton version
 
     @property
     def measurements(self) -> list[Measurement]:
@@ -124,7 +126,8 @@ def levels_for(load_values: Mapping[str, object]) -> list[float] | None:
 
 
 def _monitors(server: TritonServer) -> Sequence[Monitor]:
-    return default_monitors(server.endpoints.metrics, pids=server.pids)
+    """The server's own figures: its process tree, its GPUs (by UUID), its metrics."""
+    return default_monitors(server.gpu_set(), server.endpoints.metrics, pids=server.pids)
 
 
 def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer,
@@ -171,8 +174,11 @@ def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer
         except TrackerError as err:
             raise ConfigFailed(f"measurement failed: {err}", err,
                                server.log_text()[mark:]) from err
+        finally:
+            close_monitors(monitors)
         return ConfigMeasurement(repo, text, mc.dumps(repo.production_config), result, choice,
-                                 server.log_text()[mark:])
+                                 server.log_text()[mark:],
+                                 {**measured_tags(monitors), **server_tags(server.endpoints)})
     except ConfigFailed:
         shutil.rmtree(workdir, ignore_errors=True)
         raise

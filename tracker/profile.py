@@ -24,6 +24,7 @@ from mlflow import MlflowClient
 from mlflow.entities import Param
 
 from tracker.errors import TrackerError
+from tracker.measure.host import machine_tags
 from tracker.measure.types import Measurement
 from tracker.pipeline import ConfigFailed, levels_for, measure_configuration
 from tracker.runner import (
@@ -94,6 +95,7 @@ def _profile(spec_path: str | Path, values: Mapping[str, object],
             raise failed.cause from failed.cause.__cause__
         finally:
             server.stop()
+        runs.set_tags(client, run_id, {**machine_tags(server.gpu_set()), **done.tags})
         runs.log_metrics(client, run_id, done.headline(), step=done.choice.concurrency,
                          extra=runs.sweep_metrics(done.measurements))
         runs.log_files(client, run_id, done.files())

@@ -31,6 +31,7 @@ import optuna
 
 from tracker.conclude import finish_study
 from tracker.errors import TrackerError
+from tracker.measure.host import machine_tags
 from tracker.pipeline import resolve_serving
 from tracker.progress import Progress
 from tracker.search import study as st
@@ -40,6 +41,7 @@ from tracker.search.storage import make_storage, storage_lock, worker_identity
 from tracker.search.workers import ask_within_budget, budget, heartbeat
 from tracker.spec import StudySpec, ensure_model, load_spec, parse_spec
 from tracker.tracking import runs
+from tracker.tracking.machine import record_machine
 from tracker.tracking.redact import redact_url
 from tracker.tracking.scaleout import (
     PARENT_RUN_ATTR,
@@ -296,6 +298,8 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
             try:
                 st.enqueue_baseline(study, base.params, base.exact)
                 server = make_server(spec.server)
+                machine = machine_tags(server.gpu_set())  # also on every trial's run
+                record_machine(parent.client, parent.run_id, machine)
                 serving = resolve_serving(spec, server)
                 work = Path(".tracker") / "work"
                 work.mkdir(parents=True, exist_ok=True)
@@ -308,7 +312,7 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
                 ctx = Context(spec, info, dists, study, parent, server, serving,
                               Path(tempfile.mkdtemp(prefix=f"{spec.study_name}-",
                                                     dir=work)).resolve(),
-                              progress, worker_tags=worker.tags(),
+                              progress, worker_tags={**worker.tags(), **machine},
                               log_models=options.log_models)
                 stop = _loop(ctx, storage, worker.id, started, grid_size)
                 status = "FINISHED"

@@ -52,3 +52,22 @@ DEPLOY_TARGET = "tracker.deploy.target"
 DEPLOY_AT = "tracker.deploy.at"
 DEPLOY_NAME = "tracker.deploy.name"     # the deployment a registered model is served as
 WATCH_SEEN = "tracker.watch.seen"       # a registered model: the versions a watcher handled
+
+# ---- the machine a measurement was made on (measure/host.py) ---------------------------
+HOST_CPU = "tracker.host.cpu"                # CPU model name
+HOST_CPU_CORES = "tracker.host.cpu_cores"    # physical cores
+HOST_CPU_THREADS = "tracker.host.cpu_threads"  # logical CPUs
+HOST_MEMORY = "tracker.host.memory_gb"       # total RAM, GB
+HOST_OS = "tracker.host.os"
+HOST_PYTHON = "tracker.host.python"
+HOST_MIXED = "tracker.host.mixed"            # parent run: workers on different machines
+VERSION = "tracker.host.version."            # + package name, e.g. tracker.host.version.mlflow
+TRITON_VERSION = VERSION + "triton_server"   # the server's own (server metadata)
+GPU_COUNT = "tracker.gpu.count"
+GPU_UUIDS = "tracker.gpu.uuids"              # comma-separated, the server's order
+GPU_NAMES = "tracker.gpu.names"              # comma-separated, one per GPU
+GPU_DEVICE = "tracker.gpu.device."           # + UUID: name, memory, NVML index, PCI, MIG parent
+GPU_DRIVER = "tracker.gpu.driver"            # NVIDIA driver version (NVML)
+GPU_CUDA = "tracker.gpu.cuda"                # the CUDA version the driver supports (NVML)
+GPU_SOURCE = "tracker.gpu.source"            # where the server's GPU set came from
+GPU_MEMORY_SCOPE = "tracker.gpu.memory_scope"  # processes | device | processes+device

@@ -42,6 +42,7 @@ from tracker.pipeline import (
 from tracker.search.study import find_duplicate
 from tracker.search.workers import wait_for_duplicate
 from tracker.tracking import runs
+from tracker.tracking.machine import record_machine
 from tracker.tracking.redact import redact_text
 from tracker.trial_attrs import TrialRecord
 from tracker.triton import model_config as mc
@@ -206,7 +207,9 @@ def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, A
     runs.set_tags(client, run_id, {tags.FEASIBLE: str(choice.feasible).lower(),
                                    tags.CONCURRENCY: choice.concurrency,
                                    tags.STABLE: str(choice.stable).lower(),
-                                   tags.SWEEP_STOP: result.stop_reason})
+                                   tags.SWEEP_STOP: result.stop_reason, **done.tags})
+    record_machine(client, ctx.parent.run_id,  # the Triton version, on the parent too
+                   {k: v for k, v in done.tags.items() if k == tags.TRITON_VERSION})
     runs.finish_run(client, run_id, "FINISHED", state="COMPLETE")
     return Outcome(trial.number, "COMPLETE", params, choice.metrics, choice.feasible)
 

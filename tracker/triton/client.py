@@ -245,6 +245,15 @@ class TritonClient:
             resp = self.grpc.get_inference_statistics(name, client_timeout=self.timeout_s)
         return stats_from_proto(resp, name)
 
+    def server_metadata(self) -> dict[str, Any]:
+        """The server's name, version and extensions (Triton's server metadata)."""
+        try:
+            resp = self.grpc.get_server_metadata(client_timeout=self.timeout_s)
+        except Exception as exc:
+            raise ServerError(f"server metadata failed: {_triton_message(exc)}") from exc
+        return {"name": resp.name, "version": resp.version,
+                "extensions": list(resp.extensions)}
+
     def metrics_text(self) -> str:
         """The Prometheus text from the metrics endpoint."""
         url = self.endpoints.metrics

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
     from tracker.triton.client import Endpoints, TritonClient
+    from tracker.triton.gpus import GpuSet
     from tracker.triton.repository import TrialRepository
 
 Strategy = Literal["restart", "reload"]
@@ -101,8 +102,18 @@ class TritonServer(ABC):
         """Whether this server can serve models with backend ``name`` (e.g. "onnxruntime")."""
 
     def pids(self) -> list[int]:
-        """Process ids of the server and its children (local servers; [] otherwise)."""
+        """Process ids of the server and its children where this machine can see them
+        (local and docker servers; [] otherwise)."""
         return []
+
+    @abstractmethod
+    def gpu_set(self, nvml: Any = None) -> GpuSet:
+        """The GPUs this server was given, by UUID (:class:`~tracker.triton.gpus.GpuSet`;
+        local: its ``CUDA_VISIBLE_DEVICES``, docker: its DeviceRequest, remote: the GPUs its
+        metrics report). Empty means no GPU, or none that can be known here (NVML
+        unavailable); a GPU the machine does not have is a :class:`GpuError`. Works before
+        :meth:`start` for local and docker servers. Monitors measure exactly this set.
+        ``nvml``: pynvml or a stand-in with its functions (None: pynvml)."""
 
     def __enter__(self) -> TritonServer:
         return self

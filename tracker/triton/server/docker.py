@@ -25,6 +25,7 @@ import psutil
 
 from tracker.errors import ServerError, ServerStartError
 from tracker.triton.client import Endpoints
+from tracker.triton.gpus import GpuSet, docker_gpu_set
 from tracker.triton.server.base import Strategy
 from tracker.triton.server.launcher import Launcher
 from tracker.triton.server.ports import resolve_ports
@@ -259,6 +260,29 @@ class DockerTritonServer(Launcher):
             with contextlib.suppress(DockerException):
                 return str(self._container.logs().decode(errors="replace"))
         return self._log
+
+    def gpu_set(self, nvml: Any = None) -> GpuSet:
+        """The GPUs of the container's DeviceRequest (``gpus``)."""
+        return docker_gpu_set(device_requests(self.gpus), nvml)
+
+    def pids(self) -> list[int]:
+        """The container's processes as this machine numbers them (its init process, as
+        the daemon reports it, and that one's descendants), checked through the process's
+        cgroup, which names the container; [] when this process does not share the daemon's
+        PID namespace (a tracker inside a container of its own) or nothing runs."""
+        container = self._container
+        if container is None:
+            return []
+        pid = int(container.attrs.get("State", {}).get("Pid") or 0)
+        if pid <= 0:
+            return []
+        try:
+            if container.id not in Path(f"/proc/{pid}/cgroup").read_text():
+                return []
+            root = psutil.Process(pid)
+            return [root.pid, *(c.pid for c in root.children(recursive=True))]
+        except (OSError, psutil.Error):
+            return []
 
     def container_name(self) -> str | None:
         return self._container.name if self._container is not None else None

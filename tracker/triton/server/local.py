@@ -23,12 +23,13 @@ import uuid
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import psutil
 
 from tracker.errors import ServerStartError
 from tracker.triton.client import Endpoints
+from tracker.triton.gpus import GpuSet, cuda_gpu_set
 from tracker.triton.server import processes
 from tracker.triton.server.base import Strategy
 from tracker.triton.server.launcher import Launcher
@@ -100,7 +101,9 @@ class LocalTritonServer(Launcher):
     """``tritonserver`` as a child process group of this process (see module docstring).
 
     ``binary``: None for the wheel's server, else a path or a name on PATH.
-    ``gpus``: None (inherit ``CUDA_VISIBLE_DEVICES``), ``"all"``, or a list of GPU indices.
+    ``gpus``: None or ``"all"`` (inherit ``CUDA_VISIBLE_DEVICES``), or a list of GPU indices
+    as nvidia-smi numbers them (the server gets them as ``CUDA_VISIBLE_DEVICES`` with
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so that they mean the same GPUs as a Docker request).
     ``extra_args``: more tritonserver flags. ``log_dir``: where logs go (default: a temp dir).
     """
 
@@ -171,8 +174,7 @@ class LocalTritonServer(Launcher):
         self._shm_prefix = f"tracker_{server_id}_"
         env[processes.OWNER_ENV] = str(os.getpid())
         env[processes.SERVER_ENV] = server_id
-        if isinstance(self.gpus, list):
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in self.gpus)
+        env.update(self.gpu_env())
         argv = [str(binary), f"--model-repository={repository}",
                 f"--http-address={HOST}", f"--http-port={http}",
                 f"--grpc-address={HOST}", f"--grpc-port={grpc}",
@@ -221,6 +223,17 @@ class LocalTritonServer(Launcher):
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+
+    def gpu_env(self) -> dict[str, str]:
+        """What the server's environment gets for ``gpus`` (nothing: it inherits ours)."""
+        if not isinstance(self.gpus, list):
+            return {}
+        return {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in self.gpus),
+                "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+    def gpu_set(self, nvml: Any = None) -> GpuSet:
+        """The GPUs of the server's ``CUDA_VISIBLE_DEVICES`` (ours, or ``gpus``)."""
+        return cuda_gpu_set({**os.environ, **self.gpu_env()}, nvml)
 
     def log_text(self) -> str:
         if self._log_path is None or not self._log_path.exists():

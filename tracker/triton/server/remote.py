@@ -9,11 +9,13 @@ models this process loaded and leaves the server running.
 
 from __future__ import annotations
 
+import urllib.request
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tracker.errors import ModelLoadError, ServerError, ServerStartError
 from tracker.triton.client import Endpoints, TritonClient
+from tracker.triton.gpus import GpuSet, reported_gpu_set
 from tracker.triton.server.launcher import Launcher
 
 if TYPE_CHECKING:
@@ -82,6 +84,21 @@ class RemoteTritonServer(Launcher):
 
     def log_text(self) -> str:
         return ""  # the log lives with whoever runs the server
+
+    def gpu_set(self, nvml: Any = None) -> GpuSet:
+        """The GPUs the server reports: the ``gpu_uuid`` labels of its ``nv_gpu_*`` metrics
+        (identified through this machine's NVML when the server runs here)."""
+        url = self._remote.metrics
+        if url is None:
+            return GpuSet((), "the server's metrics endpoint is unknown (set "
+                              "server.metrics_url): no GPU is known")
+        try:
+            with urllib.request.urlopen(url, timeout=5.0) as resp:
+                text = resp.read().decode(errors="replace")
+        except OSError as exc:
+            return GpuSet((), f"the metrics endpoint {url} is unreadable ({exc}): no GPU is "
+                              "known")
+        return reported_gpu_set(text, nvml)
 
     def has_backend(self, name: str) -> bool:
         """As configured (server.backend), else: whether a model the server has loaded uses
