@@ -47,7 +47,7 @@ from tracker.tracking.scaleout import (
     mark_worker_run,
 )
 from tracker.trial import Context, abandon_trial, run_trial
-from tracker.trial_attrs import Attr
+from tracker.trial_attrs import Attr, read_metrics
 from tracker.triton.model_config import model_info
 from tracker.triton.server.base import make_server, stop_all
 
@@ -238,7 +238,7 @@ def _best_text(study: optuna.Study, spec: StudySpec) -> str:
     if not best:
         return "none feasible yet"
     metric = next(iter(spec.objectives))
-    value = best[0].user_attrs.get(Attr.METRICS, {}).get(metric)
+    value = read_metrics(best[0].user_attrs).get(metric)
     shown = f"{value:,.1f}" if isinstance(value, float) else "?"
     return f"trial {best[0].number} ({metric} {shown})" + (
         f" +{len(best) - 1} on the front" if len(best) > 1 else "")
@@ -334,6 +334,8 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
     progress.line(result.summary)
     progress.line(f"stopped: {stop}; MLflow parent run {parent.run_id} "
                   f"(experiment {parent.experiment_id}, {redact_url(uri)})")
+    if result.link:
+        progress.line(result.link)
     return TuneResult(spec.study_name, redact_url(storage_url), parent.run_id,
                       parent.experiment_id, result.summary, stop, budget(study).complete,
                       result.best_trial, result.best_run_id, time.monotonic() - started)

@@ -13,7 +13,6 @@ message and the server log; the study goes on.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,7 +35,7 @@ from tracker.search.study import find_duplicate
 from tracker.search.workers import wait_for_duplicate
 from tracker.tracking import runs
 from tracker.tracking.redact import redact_text
-from tracker.trial_attrs import Attr
+from tracker.trial_attrs import Attr, metric_attrs, read_metrics, shown_params
 from tracker.triton import model_config as mc
 from tracker.triton.repository import (
     SHIM_HEADER,
@@ -49,6 +48,7 @@ from tracker.triton.repository import (
 if TYPE_CHECKING:
     from tracker.progress import Progress
     from tracker.spec import StudySpec
+    from tracker.tracking.model_files import StoredModel
     from tracker.triton.model_config import ModelConfig, ModelInfo
     from tracker.triton.server.base import TritonServer
 
@@ -67,7 +67,8 @@ class Context:
     workdir: Path
     progress: Progress
     worker_tags: dict[str, str] = field(default_factory=dict)
-    log_models: bool = True
+    log_models: bool = True  # point trials at the study's model file, stored once
+    stored_model: StoredModel | None = None
 
     @property
     def ort_threads(self) -> tuple[int | None, int | None]:
@@ -139,7 +140,8 @@ def run_trial(ctx: Context, trial: optuna.Trial) -> Outcome:
     exact = trial.user_attrs.get(Attr.EXACT_PARAMS) if baseline else None
     if exact:  # the default config leaves these unset; its params only approximate it
         tags["tracker.default_unset"] = ", ".join(sorted(exact))
-    run_id = runs.start_trial_run(ctx.parent, trial.number, params, tags=tags)
+    shown = shown_params(params, exact)  # `unset`, not the space's nearest value
+    run_id = runs.start_trial_run(ctx.parent, trial.number, shown, tags=tags)
     trial.set_user_attr(Attr.RUN_ID, run_id)
     dup = find_duplicate(ctx.study, params, number=trial.number)
     if dup is None and not baseline:  # another worker may be measuring the same config now
@@ -151,12 +153,11 @@ def run_trial(ctx: Context, trial: optuna.Trial) -> Outcome:
             return _reuse(ctx, trial, run_id, params, dup)
         outcome = _measure(ctx, trial, run_id, params, baseline)
         if baseline:
-            outcome.params = {k: ("unset" if exact and k in exact else v)
-                              for k, v in params.items()}
+            outcome.params = shown
             outcome.note = "the default config"
         return outcome
     except TrialFailed as failed:
-        return _fail(ctx, trial, run_id, params, failed)
+        return _fail(ctx, trial, run_id, shown, failed)
 
 
 def _reuse(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, Any],
@@ -169,12 +170,14 @@ def _reuse(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, Any
         raise TrialFailed(reason)
     for key, value in dup.constraints.items():
         trial.set_constraint(key, value)
-    for key in (Attr.CONSTRAINTS, Attr.FEASIBLE, Attr.CONCURRENCY, Attr.METRICS):
+    for key in (Attr.CONSTRAINTS, Attr.FEASIBLE, Attr.CONCURRENCY):
         if key in dup.user_attrs:
             trial.set_user_attr(key, dup.user_attrs[key])
+    metrics = read_metrics(dup.user_attrs)
+    for key, attr in metric_attrs(metrics).items():
+        trial.set_user_attr(key, attr)
     trial.set_user_attr(Attr.DUPLICATE_OF, dup.number)
     trial.set_user_attr(Attr.MEASUREMENTS, 0)
-    metrics = dict(dup.user_attrs.get(Attr.METRICS, {}))
     concurrency = int(dup.user_attrs.get(Attr.CONCURRENCY) or 0)
     feasible = bool(dup.user_attrs.get(Attr.FEASIBLE))
     runs.log_metrics(client, run_id, metrics, step=concurrency)
@@ -238,7 +241,7 @@ def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, A
                          step=choice.concurrency, extra=runs.sweep_metrics(result.measurements))
         runs.log_files(client, run_id, files)
         if ctx.log_models:
-            _log_model(ctx, run_id, repo.production_config, params)
+            _point_at_model(ctx, run_id)
     except TrialFailed:
         shutil.rmtree(repo_root, ignore_errors=True)
         raise
@@ -248,7 +251,8 @@ def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, A
                                            constraint_keys(spec.constraints)])
     trial.set_user_attr(Attr.FEASIBLE, choice.feasible)
     trial.set_user_attr(Attr.CONCURRENCY, choice.concurrency)
-    trial.set_user_attr(Attr.METRICS, choice.metrics)
+    for key, attr in metric_attrs(choice.metrics).items():
+        trial.set_user_attr(key, attr)
     trial.set_user_attr(Attr.MEASUREMENTS, len(result.measurements))
     ctx.study.tell(trial, choice.values)
     runs.set_tags(client, run_id, {runs.FEASIBLE: str(choice.feasible).lower(),
@@ -260,27 +264,19 @@ def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, A
     return Outcome(trial.number, "COMPLETE", params, choice.metrics, choice.feasible)
 
 
-def _log_model(ctx: Context, run_id: str, production: ModelConfig,
-               params: dict[str, Any]) -> None:
-    """The trial's production model directory as the MLflow model ``model`` of its run, so
-    ``tracker promote`` can register ``runs:/<run id>/model``. A failure here is reported on
+def _point_at_model(ctx: Context, run_id: str) -> None:
+    """Tag the trial's run with the study's stored model file (uploaded once per study by the
+    first trial that needs it, tracker/model_store.py): ``tracker promote`` builds the
+    registered model from it and the trial's production config. A failure here is reported on
     the run, not fatal to the trial."""
-    from tracker.tracking.flavor import log_triton_model
+    from tracker.model_store import ensure_stored
 
-    with tempfile.TemporaryDirectory(prefix="tracker-model-") as tmp:
-        model_dir = Path(tmp) / production.name
-        (model_dir / "1").mkdir(parents=True)
-        target = model_dir / "1" / (production.default_model_filename or "model.onnx")
-        try:
-            target.hardlink_to(ctx.info.model_file)
-        except OSError:
-            shutil.copyfile(ctx.info.model_file, target)
-        mc.save(production, model_dir / "config.pbtxt")
-        try:
-            log_triton_model(model_dir, run_id, tracking_uri=ctx.parent.tracking_uri,
-                             params={k: str(v) for k, v in params.items()})
-        except TrackerError as err:
-            runs.set_tags(ctx.parent.client, run_id, {"tracker.model_error": str(err)})
+    try:
+        if ctx.stored_model is None:
+            ctx.stored_model = ensure_stored(ctx.study, ctx.parent, ctx.info.model_file)
+        runs.set_tags(ctx.parent.client, run_id, ctx.stored_model.tags())
+    except TrackerError as err:
+        runs.set_tags(ctx.parent.client, run_id, {"tracker.model_error": str(err)})
 
 
 def _fail(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, Any],

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracker.trial_attrs import Attr
+from tracker.trial_attrs import Attr, read_metrics, shown_params
 
 if TYPE_CHECKING:
     import optuna
@@ -57,7 +57,8 @@ class TrialRow:
 def trial_rows(study: optuna.Study) -> list[TrialRow]:
     """Every trial that ran (not the queued ones) as report rows, from the trial attributes
     the tuning loop writes (:class:`tracker.trial_attrs.Attr`). Feasibility falls back to
-    the trial's stored constraints where the attribute is missing."""
+    the trial's stored constraints where the attribute is missing. A baseline knob the
+    default config leaves out shows as ``unset`` (``shown_params``)."""
     from optuna.trial import TrialState
 
     rows = []
@@ -70,9 +71,10 @@ def trial_rows(study: optuna.Study) -> list[TrialRow]:
             feasible = all(v <= 0 for v in t.system_attrs["constraints"])
         dup = attrs.get(Attr.DUPLICATE_OF)
         rows.append(TrialRow(
-            number=t.number, state=t.state.name, params=dict(t.params),
+            number=t.number, state=t.state.name,
+            params=shown_params(dict(t.params), attrs.get(Attr.EXACT_PARAMS)),
             values=list(t.values) if t.values is not None else None,
-            metrics={k: float(v) for k, v in (attrs.get(Attr.METRICS) or {}).items()},
+            metrics=read_metrics(attrs),
             feasible=None if feasible is None else bool(feasible),
             baseline=bool(attrs.get(Attr.BASELINE)),
             duplicate_of=dup if isinstance(dup, int) else None,
