@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs Debian's docker.io, postgresql and chromium (the browser test) when missing (as root, with apt). The daemons are
-# started and stopped by the test fixtures themselves, so nothing is left running.
+# Installs Debian's docker.io, postgresql and chromium (the browser test) when missing (as
+# root, with apt). The daemons and the browser are started and stopped by the test fixtures
+# themselves, so nothing is left running.
 set -euo pipefail
 need=()
 command -v dockerd >/dev/null 2>&1 || need+=(docker.io)

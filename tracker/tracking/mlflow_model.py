@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import warnings
 from importlib import metadata
 from pathlib import Path
 
@@ -77,7 +78,9 @@ def add_onnx_flavors(model: Model, root: Path, cfg: model_config_pb2.ModelConfig
                      model_file: str) -> None:
     """Add the signature, ``onnx`` and ``python_function`` to the MLflow model saved at
     ``root`` (``model_file``: the .onnx path inside it) and save MLmodel again."""
-    import mlflow.pyfunc
+    with warnings.catch_warnings():  # MLflow's own import-time note about its type hints
+        warnings.filterwarnings("ignore", message=".*type hint is inferred as AnyType.*")
+        import mlflow.pyfunc
 
     model.signature = signature_for(cfg)
     try:
