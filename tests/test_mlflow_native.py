@@ -121,6 +121,9 @@ def test_parent_holds_spec_table_and_the_saved_view(finished: Finished) -> None:
                                                       str(finished.tmp / "dl-t"))).read_text())
     assert len(table["data"]) == 4 and "parameters.intra_op_thread_count" in table["columns"]
     assert "trials.json" in client.get_run(parent).data.tags["mlflow.loggedArtifacts"]
+    views = {k for k in client.get_experiment(finished.experiment_id).tags
+             if k.startswith(view.VIEW_TAG_PREFIX)}
+    assert views == {view.VIEW_TAG_PREFIX + parent}  # the superseded parent's view is gone
     tag = client.get_experiment(finished.experiment_id).tags[view.VIEW_TAG_PREFIX + parent]
     state = json.loads(json.loads(tag)["state"])
     assert state["searchFilter"] == f"tags.`mlflow.parentRunId` = '{parent}'"

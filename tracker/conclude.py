@@ -77,6 +77,7 @@ def _log_view(ctx: Context, rows: list[TrialRow]) -> str:
     source = spec.source.read_text() if spec.source and spec.source.is_file() else None
     runs.log_files(parent.client, parent.run_id, {study_record.SPEC_FILE: study_record.spec_text(
         source, yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))})
+    view.drop_superseded_views(parent.client, parent.experiment_id)
     view_id = view.write_view(parent.client, parent.experiment_id, parent.run_id,
                               name=f"Study {ctx.study.study_name}",
                               knobs=list(ctx.distributions), objectives=dict(spec.objectives))

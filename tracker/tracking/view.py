@@ -2,8 +2,8 @@
 
 A saved view of the runs page (MLflow 3.17) is an experiment tag
 ``mlflow.sharedViewState.<view id>`` whose value is JSON ``{"name", "createdAt", "state"}``,
-``state`` itself JSON of the page state. The study's view (id: the parent run's id, so a rerun
-of the same invocation overwrites it and each parent has its own):
+``state`` itself JSON of the page state. The study's view (its id is the parent run's id: each
+parent has its own, and the views of parents a resumed study superseded are removed):
 
 - rows: the parent's children (the trials), every one shown, sorted by the first objective
   (best first);
@@ -25,9 +25,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
 
 from tracker.tracking.redact import redact_url
-from tracker.tracking.runs import PARENT_TAG, SWEEP_PREFIX, _call
+from tracker.tracking.runs import PARENT_TAG, SUPERSEDED_BY, SWEEP_PREFIX, _call
 
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 MAX_VIEW_CHARS = 20_000
@@ -97,6 +98,22 @@ def write_view(client: MlflowClient, experiment_id: str, parent_run_id: str, *, 
     _call("save the study's view", client.set_experiment_tag, experiment_id,
           VIEW_TAG_PREFIX + parent_run_id, value)
     return parent_run_id
+
+
+def drop_superseded_views(client: MlflowClient, experiment_id: str) -> int:
+    """Remove the saved views of parent runs a rerun superseded (their trials moved to the new
+    parent, so those views would list nothing); returns how many were removed."""
+    tags = _call("read the experiment", client.get_experiment, experiment_id).tags
+    dropped = 0
+    for key in [k for k in tags if k.startswith(VIEW_TAG_PREFIX)]:
+        try:
+            run = client.get_run(key[len(VIEW_TAG_PREFIX):])
+        except MlflowException:
+            continue  # not a study's view (a user's own): leave it
+        if run.data.tags.get(SUPERSEDED_BY):
+            _call("remove a superseded view", client.delete_experiment_tag, experiment_id, key)
+            dropped += 1
+    return dropped
 
 
 def view_fragment(experiment_id: str, view_id: str) -> str:
