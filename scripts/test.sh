@@ -6,7 +6,7 @@
 # Extra arguments go to pytest and skip the plain leg, e.g. `bash scripts/test.sh -m "not docker"`.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
-bash "$ROOT/scripts/system-deps.sh" || echo "note: system services not installed; docker/postgres tests will skip" >&2
+bash "$ROOT/scripts/system-deps.sh" || echo "note: system services not installed; docker/postgres/browser tests will skip" >&2
 cd "$ROOT"
 if [ $# -gt 0 ]; then
     exec python -m pytest "$@"

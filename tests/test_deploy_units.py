@@ -167,7 +167,7 @@ def test_promote_picks_the_best_feasible_trial_and_needs_its_logged_model(
     _trial(study, 900.0, feasible=False, mlflow_run_id="infeasible-run")
     _trial(study, 300.0, mlflow_run_id=bare_run)
     _trial(study, 100.0)
-    with pytest.raises(DeployError, match=f"run {bare_run} has no model logged as 'model'"):
+    with pytest.raises(DeployError, match=f"run {bare_run} names no stored model file"):
         promote_mod.promote(study, objectives={"perf_throughput": "maximize"}, constraints={},
                             registered_model="r", deployment_name="r")
     _trial(study, 400.0)

@@ -17,9 +17,10 @@ MAX_LINES = 400
 
 _ABOVE_SPEC = ("tracker.triton", "tracker.measure", "tracker.search", "tracker.tracking",
                "tracker.deploy", "tracker.pipeline", "tracker.progress", "tracker.trial",
-               "tracker.conclude", "tracker.runner", "tracker.profile", "tracker.cli")
-_LOOP = ("tracker.pipeline", "tracker.progress", "tracker.trial", "tracker.conclude",
-         "tracker.runner", "tracker.profile", "tracker.cli")
+               "tracker.conclude", "tracker.runner", "tracker.profile", "tracker.cli",
+               "tracker.model_store")
+_LOOP = ("tracker.pipeline", "tracker.model_store", "tracker.progress", "tracker.trial",
+         "tracker.conclude", "tracker.runner", "tracker.profile", "tracker.cli")
 
 # layer -> the tracker packages/modules it must never import. A layer is a package (its
 # modules included) or a single module.
@@ -48,6 +49,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tracker.pipeline": ("tracker.deploy", "tracker.triton.server.local",
                          "tracker.triton.server.docker", "tracker.triton.server.remote",
                          *[m for m in _LOOP if m != "tracker.pipeline"]),
+    # the study's model file, stored once (trial.py calls it)
+    "tracker.model_store": ("tracker.deploy", "tracker.triton.server", "tracker.measure",
+                            *[m for m in _LOOP if m != "tracker.model_store"]),
     "tracker.progress": ("tracker.",),
     "tracker.trial": ("tracker.deploy", "tracker.conclude", "tracker.runner", "tracker.profile",
                       "tracker.cli"),

@@ -29,6 +29,7 @@ from optuna.trial import TrialState
 from tracker.search.storage import make_storage
 from tracker.search.workers import budget
 from tracker.spec import ensure_model, load_spec
+from tracker.tracking import model_files
 
 pytestmark = [pytest.mark.postgres, pytest.mark.triton, pytest.mark.slow]
 
@@ -168,6 +169,11 @@ def test_two_workers_share_one_study(tmp_path, postgres, pg_url, mlflow_server, 
     assert {r.data.tags["worker.id"] for r in finished} == {w.id for w in workers}
     assert {r.data.tags["worker.gpu"] for r in finished} == {"0", "1"}
     assert all(r.data.tags["worker.host"] == socket.gethostname() for r in finished)
+    # the model file is stored once for both workers: every measured trial names one upload
+    stored = {r.data.tags.get(model_files.TAG_URI) for r in finished
+              if "tracker.duplicate_of" not in r.data.tags}
+    assert stored == {f"runs:/{parent.info.run_id}/{model_files.ARTIFACT_DIR}"}, stored
+    assert study.user_attrs[model_files.STUDY_ATTR]["run_id"] == parent.info.run_id
     _no_secrets([postgres.password, TRACKING_PASSWORD], [w.output() for w in workers],
                 [parent, *kids])
     print(f"two workers, {N_TRIALS} trials: {wall:.1f} s, "

@@ -64,7 +64,7 @@ def test_production_and_served_configs(tmp_path: Path, quickstart_info: mc.Model
     model_dir = tmp_path / "quickstart"
     text = (model_dir / "config.pbtxt").read_text()
     assert text.startswith("# Served config") and mc.parse(text) == served
-    assert mc.load(model_dir / "production.pbtxt") == prod
+    assert mc.load(model_dir / "production_config.pbtxt") == prod
     assert (model_dir / "1" / "model.py").read_text() == SHIM.read_text()
     onnx_copy = model_dir / "1" / "model.onnx"
     assert onnx_copy.read_bytes() == Path(quickstart_info.model_file).read_bytes()
@@ -72,7 +72,7 @@ def test_production_and_served_configs(tmp_path: Path, quickstart_info: mc.Model
     native = write_repository(tmp_path / "native", quickstart_info, cfg, serving="native")
     assert native.served_config == native.production_config
     assert not (tmp_path / "native" / "quickstart" / "1" / "model.py").exists()
-    assert not (tmp_path / "native" / "quickstart" / "production.pbtxt").exists()
+    assert not (tmp_path / "native" / "quickstart" / "production_config.pbtxt").exists()
     assert os.path.samefile(onnx_copy, tmp_path / "native" / "quickstart" / "1" / "model.onnx")
 
 

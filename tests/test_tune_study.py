@@ -42,6 +42,9 @@ def test_mlflow_run_one_parent_with_a_child_per_trial(tmp_path: Path, model: Pat
     assert len(parents) == 1
     parent = parents[0]
     assert parent.info.status == "FINISHED"
+    params = parent.data.params  # what was given, and what the study used; no '' placeholders
+    assert params["n_trials"] == "6" and params["study.n_trials"] == "6"
+    assert "" not in params.values() and "sampler" not in params
     kids = [r for r in found if r.data.tags.get(runs.PARENT_TAG) == parent.info.run_id]
     assert len(kids) >= 6
     client = MlflowClient(uri)

@@ -94,12 +94,15 @@ def check_command(spec_path: Path) -> None:
 # -- tuning studies (tracker/runner.py, docs/tuning.md) --
 @cli.command("tune")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
-@click.option("--n-trials", type=_Optional(int), help="Complete trials the study should "
-              "hold, across runs and workers (default: the spec's search.n_trials).")
+# (each two-word option also as --word_word: what `mlflow run -P word_word=...` appends)
+@click.option("--n-trials", "--n_trials", "n_trials", type=_Optional(int),
+              help="Complete trials the study should hold, across runs and workers "
+              "(default: the spec's search.n_trials).")
 @click.option("--timeout", "timeout_s", type=_Optional(float),
               help="Stop starting trials after this many seconds.")
-@click.option("--study-name", help="Optuna study name (default: search.study_name or the "
-              "model name). The same name and storage resume the study.")
+@click.option("--study-name", "--study_name", "study_name", help="Optuna study name "
+              "(default: search.study_name or the model name). The same name and storage "
+              "resume the study.")
 @click.option("--storage", help="Optuna storage URL, e.g. postgresql://user@host/db "
               "(default: search.storage, else optuna.db beside the MLflow sqlite database). "
               "${VAR} is read from the environment.")
@@ -117,10 +120,12 @@ def check_command(spec_path: Path) -> None:
 @click.option("--gpus", help="GPUs of this worker's Triton: 'all' or indices '0,1' "
               "(server.gpus; CUDA_VISIBLE_DEVICES for local, a device request for docker). "
               "One worker per GPU: docs/scale-out.md.")
-@click.option("--heartbeat-interval", type=_Optional(int), help="Seconds between a running "
-              "trial's heartbeats in the study storage (default 10).")
-@click.option("--grace-period", type=_Optional(int), help="Seconds without heartbeat after "
-              "which another worker fails a trial and retries it (default 2 x interval).")
+@click.option("--heartbeat-interval", "--heartbeat_interval", "heartbeat_interval",
+              type=_Optional(int), help="Seconds between a running trial's heartbeats in the "
+              "study storage (default 10).")
+@click.option("--grace-period", "--grace_period", "grace_period", type=_Optional(int),
+              help="Seconds without heartbeat after which another worker fails a trial and "
+              "retries it (default 2 x interval).")
 def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
                  study_name: str | None, storage: str | None, sampler: str | None,
                  seed: int | None, patience: int | None, mode: str | None, strategy: str | None,

@@ -4,7 +4,9 @@ The parent run gets: the best trial's run id (tag ``tracker.best_run_id``), its 
 the same field-path names as the trial runs (so the runs table lines them up), its headline
 metrics, ``best/config.pbtxt`` (the production config: what to deploy) and, when the trial
 server used the Python-backend shim, ``best/served_config.pbtxt``; ``trials.csv``, the plots
-and ``report.html``; and the summary sentence as its description.
+and ``report.html``; and the summary sentence as its description. Then the trials as an MLflow
+table (``trials.json``), the spec (``study.yaml``) and the saved view of the experiment that
+the printed link opens (tracking/study_record.py, tracking/view.py).
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
 from mlflow.entities import Param
 from mlflow.exceptions import MlflowException
 
 from tracker import tags
 from tracker.errors import TrackingError
-from tracker.tracking import runs
+from tracker.tracking import runs, study_record, view
 from tracker.tracking.report import (
     TrialRow,
     best_row,
@@ -37,6 +40,7 @@ class Conclusion:
     summary: str
     best_trial: int | None
     best_run_id: str | None
+    link: str | None = None  # how to open the study's saved view in the MLflow UI
 
 
 def finish_study(ctx: Context, *, status: str, owner: bool, stop_reason: str,
@@ -53,12 +57,33 @@ def finish_study(ctx: Context, *, status: str, owner: bool, stop_reason: str,
         _log_report(ctx, rows, best, text, stop_reason, wall_s)
     except (MlflowException, TrackingError, OSError, ValueError) as exc:
         ctx.progress.line(f"warning: the study report was not written: {exc}")
+    link = None
+    try:
+        link = _log_view(ctx, rows)
+    except (MlflowException, TrackingError, OSError, ValueError) as exc:
+        ctx.progress.line(f"warning: the study's MLflow view was not written: {exc}")
     if owner:
         try:
             runs.finish_run(client, parent.run_id, status)
         except TrackingError as exc:
             ctx.progress.line(f"warning: the parent run was not ended: {exc}")
-    return Conclusion(text, best.number if best else None, best.run_id if best else None)
+    return Conclusion(text, best.number if best else None, best.run_id if best else None,
+                      link)
+
+
+def _log_view(ctx: Context, rows: list[TrialRow]) -> str:
+    """The trials table and the spec on the parent run, the saved view on the experiment;
+    returns the line that says how to open it."""
+    spec, parent = ctx.spec, ctx.parent
+    study_record.log_trials_table(parent.client, parent.run_id, rows, dict(spec.objectives))
+    source = spec.source.read_text() if spec.source and spec.source.is_file() else None
+    runs.log_files(parent.client, parent.run_id, {study_record.SPEC_FILE: study_record.spec_text(
+        source, yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))})
+    view.drop_superseded_views(parent.client, parent.experiment_id)
+    view_id = view.write_view(parent.client, parent.experiment_id, parent.run_id,
+                              name=f"Study {ctx.study.study_name}",
+                              knobs=list(ctx.distributions), objectives=dict(spec.objectives))
+    return view.study_link(parent.tracking_uri, parent.experiment_id, view_id)
 
 
 def _log_report(ctx: Context, rows: list[TrialRow], best: TrialRow | None, text: str,

@@ -341,6 +341,8 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
     progress.line(result.summary)
     progress.line(f"stopped: {stop}; MLflow parent run {parent.run_id} "
                   f"(experiment {parent.experiment_id}, {redact_url(uri)})")
+    if result.link:
+        progress.line(result.link)
     return TuneResult(spec.study_name, redact_url(storage_url), parent.run_id,
                       parent.experiment_id, result.summary, stop, budget(study).complete,
                       result.best_trial, result.best_run_id, time.monotonic() - started)

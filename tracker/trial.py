@@ -13,7 +13,6 @@ message and the server log; the study goes on.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,13 +43,14 @@ from tracker.search.workers import wait_for_duplicate
 from tracker.tracking import runs
 from tracker.tracking.machine import record_machine
 from tracker.tracking.redact import redact_text
-from tracker.trial_attrs import TrialRecord
+from tracker.trial_attrs import TrialRecord, shown_params
 from tracker.triton import model_config as mc
 from tracker.triton.repository import Serving
 
 if TYPE_CHECKING:
     from tracker.progress import Progress
     from tracker.spec import StudySpec
+    from tracker.tracking.model_files import StoredModel
     from tracker.triton.model_config import ModelConfig, ModelInfo
     from tracker.triton.server.base import TritonServer
 
@@ -69,7 +69,8 @@ class Context:
     workdir: Path
     progress: Progress
     worker_tags: dict[str, str] = field(default_factory=dict)
-    log_models: bool = True
+    log_models: bool = True  # point trials at the study's model file, stored once
+    stored_model: StoredModel | None = None
 
     @property
     def ort_threads(self) -> tuple[int | None, int | None]:
@@ -127,7 +128,8 @@ def run_trial(ctx: Context, trial: optuna.Trial) -> Outcome:
     exact = record.exact_params if baseline else None
     if exact:  # the default config leaves these unset; its params only approximate it
         run_tags[tags.DEFAULT_UNSET] = ", ".join(sorted(exact))
-    run_id = runs.start_trial_run(ctx.parent, trial.number, params, tags=run_tags)
+    shown = shown_params(params, exact)  # `unset`, not the space's nearest value
+    run_id = runs.start_trial_run(ctx.parent, trial.number, shown, tags=run_tags)
     ta.write_started(trial, run_id)
     dup = find_duplicate(ctx.study, params, number=trial.number)
     if dup is None and not baseline:  # another worker may be measuring the same config now
@@ -139,12 +141,11 @@ def run_trial(ctx: Context, trial: optuna.Trial) -> Outcome:
             return _reuse(ctx, trial, run_id, params, dup)
         outcome = _measure(ctx, trial, run_id, params, baseline)
         if baseline:
-            outcome.params = {k: ("unset" if exact and k in exact else v)
-                              for k, v in params.items()}
+            outcome.params = shown
             outcome.note = "the default config"
         return outcome
     except TrialFailed as failed:
-        return _fail(ctx, trial, run_id, params, failed)
+        return _fail(ctx, trial, run_id, shown, failed)
 
 
 def _reuse(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, Any],
@@ -199,7 +200,7 @@ def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, A
                      extra=runs.sweep_metrics(result.measurements))
     runs.log_files(client, run_id, done.files())
     if ctx.log_models:
-        _log_model(ctx, run_id, done.repository.production_config, params)
+        _point_at_model(ctx, run_id)
     ta.write_measured(trial, {k: choice.violations[k] for k in constraint_keys(spec.constraints)},
                       feasible=choice.feasible, concurrency=choice.concurrency,
                       metrics=choice.metrics, measurements=len(result.measurements))
@@ -214,27 +215,19 @@ def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, A
     return Outcome(trial.number, "COMPLETE", params, choice.metrics, choice.feasible)
 
 
-def _log_model(ctx: Context, run_id: str, production: ModelConfig,
-               params: dict[str, Any]) -> None:
-    """The trial's production model directory as the MLflow model ``model`` of its run, so
-    ``tracker promote`` can register ``runs:/<run id>/model``. A failure here is reported on
+def _point_at_model(ctx: Context, run_id: str) -> None:
+    """Tag the trial's run with the study's stored model file (uploaded once per study by the
+    first trial that needs it, tracker/model_store.py): ``tracker promote`` builds the
+    registered model from it and the trial's production config. A failure here is reported on
     the run, not fatal to the trial."""
-    from tracker.tracking.flavor import log_triton_model
+    from tracker.model_store import ensure_stored
 
-    with tempfile.TemporaryDirectory(prefix="tracker-model-") as tmp:
-        model_dir = Path(tmp) / production.name
-        (model_dir / "1").mkdir(parents=True)
-        target = model_dir / "1" / (production.default_model_filename or "model.onnx")
-        try:
-            target.hardlink_to(ctx.info.model_file)
-        except OSError:
-            shutil.copyfile(ctx.info.model_file, target)
-        mc.save(production, model_dir / "config.pbtxt")
-        try:
-            log_triton_model(model_dir, run_id, tracking_uri=ctx.parent.tracking_uri,
-                             params={k: str(v) for k, v in params.items()})
-        except TrackerError as err:
-            runs.set_tags(ctx.parent.client, run_id, {tags.MODEL_ERROR: str(err)})
+    try:
+        if ctx.stored_model is None:
+            ctx.stored_model = ensure_stored(ctx.study, ctx.parent, ctx.info.model_file)
+        runs.set_tags(ctx.parent.client, run_id, ctx.stored_model.tags())
+    except TrackerError as err:
+        runs.set_tags(ctx.parent.client, run_id, {tags.MODEL_ERROR: str(err)})
 
 
 def _fail(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, Any],

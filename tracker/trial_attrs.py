@@ -20,7 +20,8 @@ class Attr:
     CONSTRAINTS = "constraints"      # violations, spec order, <= 0 feasible
     FEASIBLE = "feasible"            # all constraints hold at the chosen concurrency
     CONCURRENCY = "concurrency"      # the chosen concurrency level
-    METRICS = "metrics"              # headline metrics at the chosen level
+    METRICS = "metrics"              # old format: headline metrics as one nested dict
+    METRIC_KEYS = "metric_keys"      # names of the headline metrics, each its own attribute
     MEASUREMENTS = "measurements"    # number of levels measured (0 for a duplicate)
     DUPLICATE_OF = "duplicate_of"    # number of the trial whose result was reused
     FAIL_REASON = "fail_reason"      # why a trial with a result failed
@@ -91,7 +92,7 @@ class TrialRecord:
             constraints=None if cons is None else [float(v) for v in cons],
             feasible=None if feasible is None else bool(feasible),
             concurrency=concurrency,
-            metrics={k: float(v) for k, v in (attrs.get(Attr.METRICS) or {}).items()},
+            metrics=read_metrics(attrs),
             measurements=int(attrs.get(Attr.MEASUREMENTS, 0) or 0))
 
     @property
@@ -117,7 +118,8 @@ def write_measured(trial: _Writable, violations: Mapping[str, float], *, feasibl
     trial.set_user_attr(Attr.CONSTRAINTS, list(violations.values()))
     trial.set_user_attr(Attr.FEASIBLE, feasible)
     trial.set_user_attr(Attr.CONCURRENCY, concurrency)
-    trial.set_user_attr(Attr.METRICS, dict(metrics))
+    for key, attr in metric_attrs(dict(metrics)).items():
+        trial.set_user_attr(key, attr)
     trial.set_user_attr(Attr.MEASUREMENTS, measurements)
 
 
@@ -126,9 +128,11 @@ def write_reused(trial: _Writable, number: int, source: _Stored,
     """A trial that reuses trial ``number``'s result (``source``, with its constraints)."""
     for key, value in constraints.items():
         trial.set_constraint(key, value)
-    for key in (Attr.CONSTRAINTS, Attr.FEASIBLE, Attr.CONCURRENCY, Attr.METRICS):
+    for key in (Attr.CONSTRAINTS, Attr.FEASIBLE, Attr.CONCURRENCY):
         if key in source.user_attrs:
             trial.set_user_attr(key, source.user_attrs[key])
+    for key, attr in metric_attrs(read_metrics(source.user_attrs)).items():
+        trial.set_user_attr(key, attr)
     write_duplicate_of(trial, number)
     trial.set_user_attr(Attr.MEASUREMENTS, 0)
 
@@ -149,3 +153,34 @@ def write_abandoned(trial: _Writable, *, interrupted: bool, reason: str) -> None
     else:
         trial.set_user_attr(Attr.FAIL_REASON, reason)
 
+
+
+# Each headline metric at the chosen level is a numeric user attribute of its own, named by the
+# metric (``perf_throughput``, ``perf_latency_p99``, ...), so optuna-dashboard can show and
+# plot it; ``metric_keys`` lists them. Studies of older versions kept one nested ``metrics``.
+UNSET = "unset"  # a knob the default config leaves out, as params and reports show it
+
+
+def metric_attrs(metrics: dict[str, float]) -> dict[str, object]:
+    """The user attributes that record ``metrics`` (see :func:`read_metrics`)."""
+    return {Attr.METRIC_KEYS: sorted(metrics), **metrics}
+
+
+def read_metrics(attrs: dict[str, object]) -> dict[str, float]:
+    """A trial's headline metrics from its user attributes (either format)."""
+    keys = attrs.get(Attr.METRIC_KEYS)
+    if isinstance(keys, list):
+        return {str(k): float(v) for k in keys
+                if isinstance(v := attrs.get(str(k)), int | float)}
+    old = attrs.get(Attr.METRICS)
+    return {str(k): float(v) for k, v in old.items()} if isinstance(old, dict) else {}
+
+
+def shown_params(params: dict[str, object], exact: object) -> dict[str, object]:
+    """The params as logged and reported: a baseline knob the space only approximates shows
+    its real value, ``unset`` when the default config leaves it out (Optuna keeps the
+    nearest value of the space, so the sampler can use the trial)."""
+    if not isinstance(exact, dict) or not exact:
+        return dict(params)
+    return {k: ((UNSET if exact[k] is None else exact[k]) if k in exact else v)
+            for k, v in params.items()}

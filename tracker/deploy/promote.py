@@ -25,8 +25,9 @@ from mlflow.exceptions import MlflowException
 
 from tracker.deploy import service, watch
 from tracker.deploy.settings import TargetSettings
-from tracker.errors import DeployError
-from tracker.tracking import flavor, registry
+from tracker.errors import DeployError, TrackingError
+from tracker.tracking import flavor, model_files, registry
+from tracker.tracking.mlflow_model import log_winner_model
 from tracker.tracking.report import best_row, fmt, summary, trial_rows
 from tracker.trial_attrs import Attr
 
@@ -51,21 +52,30 @@ def constraint_text(metrics: Mapping[str, float], constraints: Mapping[str, Boun
 
 
 def model_source(client: mlflow.MlflowClient, run_id: str) -> tuple[str, str | None]:
-    """(source URI, logged model id) of the model the trial's run logged as ``model``."""
+    """(source URI, logged model id) of the trial's MLflow model ``model``: the one its run
+    already has (an earlier promotion, or a study of a version that logged a model per trial),
+    else one built now from the study's stored model file and the trial's production config
+    (:func:`tracker.tracking.mlflow_model.log_winner_model`)."""
     try:
         run = client.get_run(run_id)
         for output in (run.outputs.model_outputs if run.outputs else []):
             logged = client.get_logged_model(output.model_id)
             if logged.name == flavor.MODEL_ARTIFACT_PATH:
                 return f"models:/{logged.model_id}", logged.model_id
+        stored = model_files.stored_for_run(client, run_id)
+        if stored is not None:
+            made = log_winner_model(client, run_id, stored)
+            return made.model_uri, made.model_id
         names = {f.path for f in client.list_artifacts(run_id, flavor.MODEL_ARTIFACT_PATH)}
     except MlflowException as exc:
         raise DeployError(f"cannot read the trial's MLflow run {run_id}: {exc.message}") from exc
+    except TrackingError as exc:
+        raise DeployError(str(exc)) from exc
     if f"{flavor.MODEL_ARTIFACT_PATH}/MLmodel" in names:
         return f"runs:/{run_id}/{flavor.MODEL_ARTIFACT_PATH}", None
-    raise DeployError(f"the trial's MLflow run {run_id} has no model logged as "
-                      f"{flavor.MODEL_ARTIFACT_PATH!r}; was the study run with this version "
-                      "of tracker?")
+    raise DeployError(f"the trial's MLflow run {run_id} names no stored model file (tag "
+                      f"{model_files.TAG_URI!r}) and has no model logged as "
+                      f"{flavor.MODEL_ARTIFACT_PATH!r}; see its tag tracker.model_error, if any")
 
 
 @dataclass(frozen=True)
@@ -116,10 +126,11 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
         description=description))
     version = int(mv.version)
     _tag_model(client, registered_model, deployment_name)
-    registry.transition_stage(client, registered_model, version, stage, archive_existing=True)
+    staged = _stage(client, registered_model, version, stage, log)
     registry.set_alias(client, registered_model, alias, version)
     log(f"registered {registered_model} version {version} from trial {best.number} "
-        f"({_headline(best.metrics)}); stage {stage}, alias {alias!r}")
+        f"({_headline(best.metrics)}); " + (f"stage {stage}, " if staged else "")
+        + f"alias {alias!r}")
     deployment = None
     if settings is not None:
         try:
@@ -134,8 +145,22 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
                               f"not deployed: {exc}") from exc
         finally:  # handled here, success or not: the watcher must not repeat it
             watch.record_seen(client, registered_model)
-    return Promotion(registered_model, version, best.number, best.run_id, stage, alias,
+    return Promotion(registered_model, version, best.number, best.run_id,
+                     stage if staged else "no stage (refused by the registry)", alias,
                      description, deployment)
+
+
+def _stage(client: mlflow.MlflowClient, name: str, version: int, stage: str,
+           log: Callable[[str], None]) -> bool:
+    """Move the version to ``stage``; a registry that refuses stages (they are deprecated
+    since MLflow 2.9; Unity Catalog has none) leaves the alias alone in charge, said once."""
+    try:
+        registry.transition_stage(client, name, version, stage, archive_existing=True)
+    except DeployError as exc:
+        log(f"the registry refused the stage transition ({exc}); the alias alone marks the "
+            "promoted version")
+        return False
+    return True
 
 
 def _tag_model(client: mlflow.MlflowClient, registered: str, deployment_name: str) -> None:

@@ -13,6 +13,7 @@ failed, Ctrl-C) do not count; the runner stops a study whose failures reach ``n_
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from optuna.samplers import BaseSampler, GridSampler, NSGAIISampler, RandomSampl
 from optuna.trial import FrozenTrial, TrialState
 
 from tracker.errors import StudyError
-from tracker.search.objective import MAXIMIZE, better
+from tracker.search.objective import better
 from tracker.search.space import doublings
 from tracker.trial_attrs import Attr
 
@@ -131,6 +132,10 @@ def open_study(storage: str | optuna.storages.BaseStorage, name: str, *,
         raise StudyError(f"study {name!r} already exists with directions {stored}, but the spec's "
                          f"objectives {dict(objectives)} need {directions}; choose another "
                          "study name (search.study_name / --study-name)")
+    if study.metric_names != list(objectives):  # optuna-dashboard names the objectives
+        with warnings.catch_warnings():  # experimental since Optuna 3.2, stable in use
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(list(objectives))
     known = study.user_attrs.get("objectives")
     if known is None:
         study.set_user_attr("objectives", dict(objectives))
@@ -244,17 +249,19 @@ def trials_without_improvement(study: optuna.Study, objectives: Mapping[str, str
 
 
 def best_trials(study: optuna.Study) -> list[FrozenTrial]:
-    """The feasible best trial (one objective) or the feasible Pareto front (two); empty when
-    no trial is feasible."""
-    done = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if _feasible(t) and t.values is not None
-            and Attr.DUPLICATE_OF not in t.user_attrs]
-    if not done:
+    """The feasible best trial (one objective) or the feasible Pareto front (two), as Optuna
+    itself (and so optuna-dashboard) computes them from the stored constraints; a duplicate
+    stands for the trial it repeats. Empty when no trial is feasible."""
+    try:
+        found = ([study.best_trial] if len(study.directions) == 1 else study.best_trials)
+    except ValueError:  # nothing complete, or nothing feasible
         return []
-    directions = [d.name.lower() for d in study.directions]
-    if len(directions) == 1:
-        sign = -1.0 if directions[0] == MAXIMIZE else 1.0
-        return [min(done, key=lambda t: (sign * t.values[0], t.number))]
-    return [t for t in done
-            if not any(_dominates(o.values, t.values, directions) for o in done if o is not t)]
+    by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
+    out: dict[int, FrozenTrial] = {}
+    for t in found:
+        origin = t.user_attrs.get(Attr.DUPLICATE_OF)
+        t = by_number.get(origin, t) if isinstance(origin, int) else t
+        if _feasible(t) and t.values is not None:
+            out.setdefault(t.number, t)
+    return sorted(out.values(), key=lambda t: t.number)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,12 +163,14 @@ def log_triton_model(
     tracking_uri: str | None = None,
     params: dict[str, str] | None = None,
     tags: dict[str, str] | None = None,
+    extend: Callable[[Model, Path], None] | None = None,
 ) -> LoggedTritonModel:
     """Log a Triton model directory as an MLflow model produced by run ``run_id``.
 
     Thread-safe: it only uses an explicit :class:`mlflow.MlflowClient`. ``params`` (the trial's
     knobs) and ``tags`` are stored on the logged model. Raises :class:`ModelError` for a bad
-    directory and :class:`DeployError` when MLflow refuses.
+    directory and :class:`DeployError` when MLflow refuses. ``extend(model, folder)`` may add
+    flavors and files to the saved model before it is uploaded (tracking/mlflow_model.py).
     """
     inspect_model_dir(model_dir)
     client = mlflow.MlflowClient(tracking_uri)
@@ -189,6 +192,8 @@ def log_triton_model(
                 model_uuid=logged.model_id,
                 model_id=logged.model_id,
             ))
+            if extend is not None:
+                extend(Model.load(str(local / "MLmodel")), local)
             client.log_model_artifacts(logged.model_id, str(local))
         client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
         client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracker import metrics as metrics_catalog
-from tracker.trial_attrs import TrialRecord
+from tracker.trial_attrs import TrialRecord, shown_params
 
 if TYPE_CHECKING:
     import optuna
@@ -56,7 +56,8 @@ class TrialRow:
 
 def trial_rows(study: optuna.Study) -> list[TrialRow]:
     """Every trial that ran (not the queued ones) as report rows, from the trial attributes
-    the tuning loop writes, read through :class:`tracker.trial_attrs.TrialRecord`."""
+    the tuning loop writes, read through :class:`tracker.trial_attrs.TrialRecord`. A baseline
+    knob the default config leaves out shows as ``unset`` (``shown_params``)."""
     from optuna.trial import TrialState
 
     rows = []
@@ -65,7 +66,8 @@ def trial_rows(study: optuna.Study) -> list[TrialRow]:
             continue
         record = TrialRecord.of(t)
         rows.append(TrialRow(
-            number=t.number, state=t.state.name, params=dict(t.params),
+            number=t.number, state=t.state.name,
+            params=shown_params(dict(t.params), record.exact_params),
             values=list(t.values) if t.values is not None else None,
             metrics=record.metrics, feasible=record.feasible, baseline=record.baseline,
             duplicate_of=record.duplicate_of, concurrency=record.concurrency,

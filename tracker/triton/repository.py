@@ -13,7 +13,7 @@ Two configs exist per trial and both are kept:
 Layout::
 
     <root>/<model>/config.pbtxt              served config (a header comment says which)
-    <root>/<model>/production.pbtxt          production config (shim only)
+    <root>/<model>/production_config.pbtxt   production config (shim only)
     <root>/<model>/<version>/model.onnx      hard link to the model file (copy across devices)
     <root>/<model>/<version>/model.py        the shim (shim only)
 """
@@ -39,7 +39,8 @@ SHIM = Path(__file__).resolve().parent / "shim" / "model.py"
 MODEL_FILE = "model.onnx"
 INTRA, INTER = "intra_op_thread_count", "inter_op_thread_count"
 SHIM_HEADER = ("# Served config: the onnxruntime shim on Triton's Python backend (this server has\n"
-               "# no onnxruntime backend). The production config is production.pbtxt.\n")
+               "# no onnxruntime backend). The production config is production_config.pbtxt\n"
+               "# (beside this file, and among the trial's MLflow artifacts).\n")
 
 
 def serving_choices(wanted: str, has_native: Callable[[], bool | None]) -> list[Serving]:
@@ -137,7 +138,7 @@ def write_repository(root: Path, info: ModelInfo, config: ModelConfig, *,
     text = mc.dumps(served)
     if serving == "python":
         shutil.copyfile(SHIM, version_dir / "model.py")
-        mc.save(prod, model_dir / "production.pbtxt")
+        mc.save(prod, model_dir / "production_config.pbtxt")
         text = SHIM_HEADER + text
     (model_dir / "config.pbtxt").write_text(text)
     return TrialRepository(path=root, model_name=config.name, production_config=prod,
