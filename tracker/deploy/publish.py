@@ -34,15 +34,23 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
+from tracker.deploy import server_log
 from tracker.deploy.inference import infer_version
 from tracker.errors import DeployError, ServerError
-from tracker.tracking.flavor import CONFIG_FILE, TritonModelDir, validate_model_name
+from tracker.tracking.flavor import (
+    CONFIG_FILE,
+    TritonModelDir,
+    is_model_name,
+    validate_model_name,
+)
 from tracker.triton import model_config as mc
-from tracker.triton.client import TritonClient
+
+if TYPE_CHECKING:
+    from tracker.deploy.transport import ControlClient
 
 Serving = Literal["auto", "native", "python"]
 SERVING_MODES: tuple[str, ...] = ("auto", "native", "python")
@@ -128,7 +136,7 @@ class Publisher:
     interleave their switches.
     """
 
-    def __init__(self, repository: str | Path, client: TritonClient, *,
+    def __init__(self, repository: str | Path, client: ControlClient, *,
                  serving: str = "auto", ready_timeout_s: float = 300.0,
                  server_log: str | Path | None = None,
                  log: Callable[[str], None] | None = None) -> None:
@@ -149,7 +157,7 @@ class Publisher:
         try:
             return self.client.repository_index()
         except ServerError as exc:
-            raise DeployError(f"cannot reach Triton at {self.client.endpoints.grpc}: "
+            raise DeployError(f"cannot reach Triton at {self.client.address}: "
                               f"{exc.reason}") from exc
 
     def _model_dir(self, name: str) -> Path:
@@ -177,12 +185,12 @@ class Publisher:
         return DeploymentState(name, ready, files, meta, "; ".join(r for r in reasons if r))
 
     def states(self) -> list[DeploymentState]:
-        """Every model of the repository (folders and what the server knows)."""
+        """Every model of the repository (folders and what the server knows); a name that is
+        no valid model name (``.git``, ``a b``) is no deployment."""
         index = self._index()
-        names = {e["name"] for e in index if not e.get("name", ".").startswith(".")}
-        names |= {p.name for p in self.repository.iterdir()
-                  if p.is_dir() and not p.name.startswith(".")}
-        found = [self.state(n, index) for n in sorted(names)]
+        names = {e["name"] for e in index if e.get("name")}
+        names |= {p.name for p in self.repository.iterdir() if p.is_dir()}
+        found = [self.state(n, index) for n in sorted(names) if is_model_name(n)]
         return [s for s in found if s is not None]
 
     # -- writing ---------------------------------------------------------------------------
@@ -318,42 +326,21 @@ class Publisher:
         return only
 
     def _load(self, name: str, step: str) -> None:
-        offset = self._log_size()
+        offset = server_log.size(self.server_log)
         try:
             self.client.load_model(name)
         except ServerError as exc:  # ModelLoadError included
-            raise _Failed(step, exc.reason + self._log_lines(name, offset)) from exc
-
-    def _log_size(self) -> int:
-        try:
-            return self.server_log.stat().st_size if self.server_log else 0
-        except OSError:
-            return 0
-
-    def _log_lines(self, name: str, offset: int) -> str:
-        """The server log's error lines about ``name`` since ``offset``: Triton answers a
-        config it refuses while reading the repository with only "failed to poll from model
-        repository"; the reason is in its log."""
-        if self.server_log is None:
-            return ""
-        try:
-            with open(self.server_log, "rb") as fh:
-                fh.seek(offset)
-                text = fh.read(1 << 20).decode(errors="replace")
-        except OSError:
-            return ""
-        lines = [line.split("] ", 1)[-1].strip() for line in text.splitlines()
-                 if line.startswith("E") and f"'{name}'" in line]
-        return ("; server log: " + " | ".join(dict.fromkeys(lines))) if lines else ""
+            raise _Failed(step, exc.reason + server_log.error_lines(self.server_log, name,
+                                                                    offset)) from exc
 
     def _check(self, name: str, version: int, served: ModelConfig) -> None:
         deadline = time.monotonic() + self.ready_timeout_s
         while True:
             try:
-                if self.client.grpc.is_model_ready(name, str(version)):
+                if self.client.version_ready(name, version):
                     break
-            except Exception as exc:  # tritonclient raises its own exception types
-                raise _Failed("waiting for READY", str(exc)) from exc
+            except ServerError as exc:
+                raise _Failed("waiting for READY", exc.reason) from exc
             if time.monotonic() > deadline:
                 raise _Failed("waiting for READY",
                               f"version {version} not READY after {self.ready_timeout_s:g} s")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -184,6 +184,50 @@ class TritonClient:
         except Exception as exc:
             raise ServerError(f"cannot ask {self.endpoints.grpc} whether model {name!r} "
                               f"is ready: {_triton_message(exc)}") from exc
+
+    @property
+    def address(self) -> str:
+        """The gRPC ``host:port``, for messages (as :class:`HttpTritonClient` has one)."""
+        return self.endpoints.grpc
+
+    def version_ready(self, name: str, version: int | None) -> bool:
+        """Whether ``version`` of ``name`` (any version when None) is READY."""
+        try:
+            return bool(self.grpc.is_model_ready(name, "" if version is None else str(version),
+                                                 client_timeout=self.timeout_s))
+        except Exception as exc:
+            raise ServerError(f"cannot ask {self.endpoints.grpc} whether model {name!r} "
+                              f"is ready: {_triton_message(exc)}") from exc
+
+    def infer_tensors(self, name: str, tensors: Mapping[str, tuple[str, np.ndarray[Any, Any]]],
+                      *, version: int | None = None,
+                      outputs: Sequence[str] = ()) -> dict[str, np.ndarray[Any, Any]]:
+        """One request: ``tensors`` is name -> (Triton datatype, array); every name in
+        ``outputs`` must come back. Raises :class:`ServerError` with Triton's message."""
+        import tritonclient.grpc as grpcclient
+
+        request = []
+        for inp_name, (datatype, array) in tensors.items():
+            tensor = grpcclient.InferInput(inp_name, list(array.shape), datatype)
+            tensor.set_data_from_numpy(array)
+            request.append(tensor)
+        wanted = [grpcclient.InferRequestedOutput(o) for o in outputs]
+        try:
+            result = self.grpc.infer(name, request, model_version="" if version is None
+                                     else str(version), outputs=wanted or None,
+                                     client_timeout=self.timeout_s)
+        except Exception as exc:  # tritonclient raises its own exception types
+            raise ServerError(f"inference on {name!r} failed: {_triton_message(exc)}") from exc
+        got: dict[str, np.ndarray[Any, Any]] = {}
+        for out in outputs:
+            try:
+                value = result.as_numpy(out)
+            except ValueError as exc:  # e.g. an empty tensor where a shape was promised
+                raise ServerError(f"output {out!r} of {name!r} is malformed: {exc}") from exc
+            if value is None:
+                raise ServerError(f"output {out!r} of {name!r} is missing from the response")
+            got[out] = value
+        return got
 
     # -- model control -------------------------------------------------------------------
     def load_model(self, name: str, config: ModelConfig | None = None) -> None:
