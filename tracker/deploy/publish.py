@@ -240,7 +240,8 @@ class Publisher:
                 except _Fallback as exc:
                     last = exc.error
                     if i + 1 < len(modes):
-                        self._log(f"{name}: the server has no {production.backend} backend; "
+                        self._log(f"{name}: the server has no "
+                                  f"{production.backend or production.platform} backend; "
                                   f"serving version {version} through the Python backend")
                     continue
                 self._write_meta(model_dir, name, version, mode, meta)
