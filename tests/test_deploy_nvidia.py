@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -156,8 +155,8 @@ def test_names_as_the_plugin_treats_them(
         with pytest.raises(MlflowException, match="Path traversal is not allowed in model's "
                                                   f"name: {bad}"):
             client.create_deployment(bad, "models:/dots/1", flavor="onnx")
-    assert sorted(p.name for p in tmp_path.iterdir() if p.name in ("x", "b", "etc")) == []
-    assert list(repo.iterdir()) == []
+    assert not (tmp_path / "x").exists() and not (repo / "b").exists()
+    assert list(repo.iterdir()) == []  # nothing was written for a refused name
 
     x = {"INPUT0": np.array([ROW], np.float32), "INPUT1": np.ones((1, 16), np.float32)}
     for name in ("...", "..my_model", "model..1", "model.version1"):
@@ -179,4 +178,3 @@ def test_names_as_the_plugin_treats_them(
     assert "'name': '...'" in mlflow_cli("list").stdout
     mlflow_cli("delete", "--name", "...")
     assert sorted(p.name for p in repo.iterdir()) == [LOCK_FILE]
-    shutil.rmtree(tmp_path / "models", ignore_errors=True)
