@@ -31,6 +31,7 @@ from mlflow.deployments import get_deploy_client
 from mlflow.exceptions import MlflowException
 
 from tracker.cli import cli
+from tracker.deploy import nvidia
 from tracker.deploy.publish import META_FILE
 from tracker.tracking import flavor, registry
 from tracker.triton import model_config as mc
@@ -156,7 +157,8 @@ def test_promote_switches_without_failed_requests_and_rolls_back_a_refused_confi
     index = [(m["version"], m.get("state")) for m in server.client().repository_index()
              if m["name"] == NAME and m.get("state") == "READY"]
     assert index == [("2", "READY")]
-    assert sorted(p.name for p in (repo / NAME).iterdir()) == ["2", "config.pbtxt", META_FILE]
+    assert sorted(p.name for p in (repo / NAME).iterdir()) == sorted(
+        ["2", "config.pbtxt", META_FILE, nvidia.META_FILE])
 
     # the refused v3: exit 1 with Triton's message, tagged failed, registry back on v2
     assert third.exit_code == 1
@@ -235,7 +237,7 @@ def test_target_create_update_get_predict_delete(
                           "triton", "--name", NAME, "--input-path", str(tmp_path / "in.json")],
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
-    np.testing.assert_allclose(np.array(json.loads(out.stdout)["predictions"]["OUTPUT0"]),
+    np.testing.assert_allclose(np.array(json.loads(out.stdout)["outputs"]["OUTPUT0"]),
                                expected, rtol=1e-5)
 
     target.delete_deployment(NAME)

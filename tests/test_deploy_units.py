@@ -39,7 +39,8 @@ def test_settings_come_from_config_then_target_uri_then_environment(
 @pytest.mark.parametrize(("config", "rule"), [
     ({"repositry": "/x"}, r"unknown triton target config 'repositry' \(did you mean "
                           r"'repository'\?\)"),
-    ({"url": "nohostport"}, "url must be the gRPC endpoint host:port, but got 'nohostport'"),
+    ({"url": "nohostport"}, r"url must be the server's endpoint host:port \(gRPC\) or "
+                            r"http\[s\]://host:port \(HTTP\), but config 'url' is 'nohostport'"),
     ({"serving": "gpu"}, "serving must be auto, native or python, but got 'gpu'"),
     ({"timeout_s": "soon"}, "timeout_s must be a number of seconds, but got 'soon'"),
     ({"timeout_s": "0"}, "timeout_s must be > 0"),
@@ -54,6 +55,7 @@ def test_bad_settings_name_the_rule_and_the_value(config: dict[str, str], rule: 
 
 def test_the_repository_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRACKER_TRITON_REPOSITORY", raising=False)
+    monkeypatch.delenv("TRITON_MODEL_REPO", raising=False)
     with pytest.raises(DeployError, match="TRACKER_TRITON_REPOSITORY"):
         resolve_settings()
 
@@ -107,7 +109,7 @@ def test_model_names_cannot_leave_the_repository(tmp_path: Path) -> None:
     (repo / "link").symlink_to(tmp_path / "outside")
     client = TritonClient(Endpoints.from_urls("127.0.0.1:1"))
     publisher = Publisher(repo, client)
-    for bad in ("../outside", "a/b", "..", ".hidden"):
+    for bad in ("../outside", "a/b", "..", ".", "a b"):
         with pytest.raises(DeployError, match="one path component"):
             publisher.state(bad)
     with pytest.raises(DeployError, match="would live outside the repository"):

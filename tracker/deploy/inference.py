@@ -2,6 +2,9 @@
 model's input tensors (shapes and types from its config), send it, return the outputs.
 
 DataFrame rules (``mlflow deployments predict`` reads its JSON input into one):
+- one column whose index labels are the model's inputs (what ``{"inputs": {"INPUT0": [[...]],
+  ...}}``, the input file of NVIDIA's mlflow-triton plugin, reads as): each cell is that
+  input's whole tensor, batch dimension included;
 - columns named after the model's inputs: one column per input, one row per batch item; a
   cell is a scalar or a (nested) list holding one item's tensor;
 - otherwise, for a model with exactly one input: each row is one item, the row's values
@@ -18,14 +21,15 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 
 from tracker.errors import DeployError
-from tracker.triton.client import DTYPES, TritonClient
+from tracker.triton.client import DTYPES, example_inputs
 
 if TYPE_CHECKING:
     import pandas as pd
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-Array = np.ndarray[Any, Any]
+    from tracker.deploy.transport import ControlClient
 
+Array = np.ndarray[Any, Any]
 
 
 def _fit(name: str, array: Array, dims: list[int], batching: bool, np_type: Any) -> Array:
@@ -53,7 +57,10 @@ def to_arrays(config: ModelConfig, data: pd.DataFrame | Mapping[str, Any]) -> di
     names = [i.name for i in config.input]
     raw: dict[str, Array] = {}
     if isinstance(data, pd.DataFrame):
-        if set(names) <= {str(c) for c in data.columns}:
+        if len(data.columns) == 1 and set(names) == {str(i) for i in data.index}:
+            column = data[data.columns[0]]
+            raw = {str(i): np.asarray(column[i]) for i in data.index}
+        elif set(names) <= {str(c) for c in data.columns}:
             for name in names:
                 col = data[name].tolist()
                 raw[name] = np.stack([np.asarray(v) for v in col]) if col else np.asarray(col)
@@ -83,7 +90,7 @@ def to_arrays(config: ModelConfig, data: pd.DataFrame | Mapping[str, Any]) -> di
     return out
 
 
-def infer_version(client: TritonClient, name: str, config: ModelConfig, *,
+def infer_version(client: ControlClient, name: str, config: ModelConfig, *,
                   version: int | None = None,
                   arrays: Mapping[str, Array] | None = None) -> dict[str, Array]:
     """One inference on ``name`` (``version``, or the newest ready one when None) with
@@ -91,4 +98,10 @@ def infer_version(client: TritonClient, name: str, config: ModelConfig, *,
 
     Raises :class:`ServerError` with Triton's message when the request or an output fails.
     """
-    return client.infer(name, config, arrays, version=version)
+    if arrays is None:
+        arrays = {k: v for k, (_, v) in example_inputs(config).items()}
+    types = {i.name: DTYPES[model_config_pb2.DataType.Name(i.data_type)][0]
+             for i in config.input}
+    tensors = {inp_name: (types[inp_name], array) for inp_name, array in arrays.items()}
+    return client.infer_tensors(name, tensors, version=version,
+                                outputs=[o.name for o in config.output])

@@ -14,10 +14,9 @@ version N of model ``name``:
 5. on any failure the previous config.pbtxt is restored and loaded, N's folder is removed, and
    :class:`DeployError` carries Triton's message: M serves as before (rollback).
 
-ONNX models: the registry holds the production config (``backend: "onnxruntime"``). A server
-without that backend (the nvidia-pytriton wheel's) gets the Python-backend variant made by
-:func:`tracker.triton.repository.write_repository` with ``serving="python"``; the config knobs
-(max_batch_size, instance_group, dynamic_batching, ...) are the production ones either way.
+ONNX models: the registry holds the production config (``backend: "onnxruntime"``); a server
+without that backend gets the Python-backend variant (``write_repository(serving="python")``)
+with the same knobs (max_batch_size, instance_group, dynamic_batching, ...).
 """
 
 from __future__ import annotations
@@ -34,17 +33,20 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tracker.deploy.inference import infer_version
 from tracker.errors import DeployError, ServerError
-from tracker.tracking.flavor import CONFIG_FILE, TritonModelDir, validate_model_name
+from tracker.tracking.flavor import CONFIG_FILE, is_model_name, validate_model_name
 from tracker.triton import model_config as mc
-from tracker.triton.client import TritonClient
 from tracker.triton.repository import serving_choices
 from tracker.triton.server.logs import error_messages, log_since, log_size
+
+if TYPE_CHECKING:
+    from tracker.deploy.transport import ControlClient
+    from tracker.tracking.flavor import TritonModelDir
 
 Serving = Literal["auto", "native", "python"]
 SERVING_MODES: tuple[str, ...] = ("auto", "native", "python")
@@ -130,7 +132,7 @@ class Publisher:
     interleave their switches.
     """
 
-    def __init__(self, repository: str | Path, client: TritonClient, *,
+    def __init__(self, repository: str | Path, client: ControlClient, *,
                  serving: str = "auto", ready_timeout_s: float = 300.0,
                  server_log: str | Path | None = None,
                  log: Callable[[str], None] | None = None) -> None:
@@ -151,7 +153,7 @@ class Publisher:
         try:
             return self.client.repository_index()
         except ServerError as exc:
-            raise DeployError(f"cannot reach Triton at {self.client.endpoints.grpc}: "
+            raise DeployError(f"cannot reach Triton at {self.client.address}: "
                               f"{exc.reason}") from exc
 
     def _model_dir(self, name: str) -> Path:
@@ -179,12 +181,12 @@ class Publisher:
         return DeploymentState(name, ready, files, meta, "; ".join(r for r in reasons if r))
 
     def states(self) -> list[DeploymentState]:
-        """Every model of the repository (folders and what the server knows)."""
+        """Every model of the repository (folders and what the server knows); a name that is
+        no valid model name (``.git``, ``a b``) is no deployment."""
         index = self._index()
-        names = {e["name"] for e in index if not e.get("name", ".").startswith(".")}
-        names |= {p.name for p in self.repository.iterdir()
-                  if p.is_dir() and not p.name.startswith(".")}
-        found = [self.state(n, index) for n in sorted(names)]
+        names = {e["name"] for e in index if e.get("name")}
+        names |= {p.name for p in self.repository.iterdir() if p.is_dir()}
+        found = [self.state(n, index) for n in sorted(names) if is_model_name(n)]
         return [s for s in found if s is not None]
 
     # -- writing ---------------------------------------------------------------------------
@@ -234,7 +236,8 @@ class Publisher:
                 except _Fallback as exc:
                     last = exc.error
                     if i + 1 < len(modes):
-                        self._log(f"{name}: the server has no {production.backend} backend; "
+                        self._log(f"{name}: the server has no "
+                                  f"{production.backend or production.platform} backend; "
                                   f"serving version {version} through the Python backend")
                     continue
                 self._write_meta(model_dir, name, version, mode, meta)
@@ -327,8 +330,7 @@ class Publisher:
         try:
             self.client.load_model(name)
         except ServerError as exc:  # ModelLoadError included
-            # Triton answers a config it refuses while reading the repository with only
-            # "failed to poll from model repository"; the reason is in its log
+            # the reason for "failed to poll from model repository" is in the log
             lines = error_messages(log_since(self.server_log, offset), name)
             detail = ("; server log: " + " | ".join(dict.fromkeys(lines))) if lines else ""
             raise _Failed(step, exc.reason + detail) from exc
@@ -337,7 +339,7 @@ class Publisher:
         deadline = time.monotonic() + self.ready_timeout_s
         while True:
             try:
-                if self.client.model_ready(name, version=version):
+                if self.client.version_ready(name, version):
                     break
             except ServerError as exc:
                 raise _Failed("waiting for READY", exc.reason) from exc

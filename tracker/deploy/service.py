@@ -19,12 +19,13 @@ from typing import Any
 
 import mlflow
 
+from tracker.deploy import nvidia
 from tracker.deploy.inference import infer_version, to_arrays
-from tracker.deploy.publish import DeploymentState, Publisher, PublishResult
+from tracker.deploy.publish import META_FILE, DeploymentState, Publisher, PublishResult
 from tracker.deploy.settings import TargetSettings
+from tracker.deploy.transport import ControlClient, make_client
 from tracker.errors import DeployError, ServerError
-from tracker.tracking import flavor, registry
-from tracker.triton.client import Endpoints, TritonClient
+from tracker.tracking import flavor, foreign, registry
 
 FLAVOR = flavor.FLAVOR_NAME
 _REGISTRY_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[^/]+))/?$")
@@ -56,43 +57,46 @@ def resolve_registry_uri(model_uri: str) -> RegistryRef | None:
     return RegistryRef(name=name, version=int(mv.version), run_id=mv.run_id)
 
 
-def make_client(settings: TargetSettings) -> TritonClient:
-    return TritonClient(Endpoints.from_urls(settings.url), timeout_s=min(settings.timeout_s, 60))
-
-
-def make_publisher(settings: TargetSettings, client: TritonClient,
+def make_publisher(settings: TargetSettings, client: ControlClient,
                    log: Callable[[str], None] | None = None) -> Publisher:
     return Publisher(settings.repository, client, serving=settings.serving,
                      ready_timeout_s=settings.timeout_s, server_log=settings.log, log=log)
 
 
 def describe(state: DeploymentState, settings: TargetSettings) -> dict[str, Any]:
-    """A deployment as ``mlflow deployments get|list`` show it."""
+    """A deployment as ``mlflow deployments get|list`` show it (with the keys of NVIDIA's
+    plugin: :func:`tracker.deploy.nvidia.entry_keys`)."""
     meta = dict(state.meta)
+    theirs = nvidia.entry_keys(settings.repository / state.name, state.state, meta, FLAVOR)
     return {
         "name": state.name,
-        "flavor": FLAVOR,
+        "flavor": theirs["flavor"],
         "state": state.state,
+        "status": theirs["status"],
         "version": state.version,
-        "model_uri": meta.get("model_uri"),
+        "model_uri": theirs["mlflow_model_uri"],
+        "mlflow_model_uri": theirs["mlflow_model_uri"],
+        "triton_model_path": theirs["triton_model_path"],
         "registered_model": meta.get("registered_model"),
         "registry_version": meta.get("registry_version"),
         "serving": meta.get("serving"),
         "deployed_at": meta.get("deployed_at"),
-        "url": settings.url,
+        "url": settings.endpoint,
         "repository": str(settings.repository),
         **({"reason": state.reason} if state.reason and not state.ready_versions else {}),
     }
 
 
 def deploy(settings: TargetSettings, name: str, model_uri: str, *,
-           exists: bool | None = None, log: Callable[[str], None] | None = None
-           ) -> dict[str, Any]:
+           exists: bool | None = None, log: Callable[[str], None] | None = None,
+           model_flavor: str | None = None) -> dict[str, Any]:
     """Publish ``model_uri`` as deployment ``name`` and record the outcome in the registry.
 
     ``exists``: True = update (the deployment must exist), False = create (it must not),
-    None = either. Raises :class:`DeployError` with Triton's message; the previous version keeps
-    serving and a registry version is tagged ``failed``.
+    None = either. ``model_flavor``: ``triton`` or ``onnx`` (None: the model's, see
+    :func:`tracker.tracking.foreign.load_deployable`). Raises :class:`DeployError` with
+    Triton's message; the previous version keeps serving and a registry version is tagged
+    ``failed``.
     """
     flavor.validate_model_name(name)
     ref = resolve_registry_uri(model_uri)
@@ -114,15 +118,18 @@ def deploy(settings: TargetSettings, name: str, model_uri: str, *,
                 "registry_version": str(ref.version) if ref else None,
                 "run_id": ref.run_id if ref else None}
         with tempfile.TemporaryDirectory(prefix="triton-deploy-") as tmp:
-            source = flavor.load_model(model_uri, dst_path=Path(tmp) / "model")
+            loaded = foreign.load_deployable(model_uri, Path(tmp), name=name,
+                                             flavor=model_flavor)
+            meta["flavor"] = loaded.flavor
             try:
-                result = publisher.publish(name, version, source, meta=meta)
+                result = publisher.publish(name, version, loaded.source, meta=meta)
             except DeployError as exc:
                 if ref is not None:
                     registry.mark_deployment(mlflow.MlflowClient(), ref.name, ref.version,
                                              registry.FAILED, message=str(exc),
                                              target=settings.describe())
                 raise
+        nvidia.write_meta(settings.repository / name, name, loaded.flavor, model_uri)
         if ref is not None:
             registry.mark_served(mlflow.MlflowClient(), ref.name, ref.version,
                                  target=settings.describe(), message=_summary(result))
@@ -138,8 +145,11 @@ def _summary(result: PublishResult) -> str:
 
 
 def list_deployments(settings: TargetSettings) -> list[dict[str, Any]]:
+    """The deployments of the repository: models with our record or NVIDIA's plugin's."""
     with make_client(settings) as client:
-        return [describe(s, settings) for s in make_publisher(settings, client).states()]
+        states = make_publisher(settings, client).states()
+    return [describe(s, settings) for s in states
+            if nvidia.has_record(settings.repository / s.name, META_FILE)]
 
 
 def get_deployment(settings: TargetSettings, name: str) -> dict[str, Any]:
@@ -181,6 +191,6 @@ def predict(settings: TargetSettings, name: str, inputs: Any) -> dict[str, Any]:
         try:
             outputs = infer_version(client, name, config, arrays=arrays)
         except ServerError as exc:
-            raise DeployError(str(exc)) from exc
+            raise DeployError(exc.reason) from exc
     return {k: v.tolist() for k, v in outputs.items()}
 

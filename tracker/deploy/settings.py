@@ -1,9 +1,11 @@
-"""Where the `triton` deployment target deploys: a Triton server (gRPC ``url``) in explicit model
-control mode and its model repository on a local path.
+"""Where the `triton` deployment target deploys: a Triton server (``url``, gRPC or HTTP) in
+explicit model control mode and its model repository on a local path.
 
 Each setting comes from, in order: the deployment ``config`` (``-C key=value``), the target URI
-(``triton:/HOST:PORT`` sets ``url``), an environment variable, the default. ``mlflow deployments
-list|get|delete`` take no config in some MLflow versions: use the environment variables there.
+(``triton:/HOST:PORT`` sets ``url``), our environment variable (``TRACKER_TRITON_*``), the one
+NVIDIA's mlflow-triton plugin reads (``TRITON_URL``: HTTP ``host:port``, ``https://`` for TLS;
+``TRITON_MODEL_REPO``), the default. ``mlflow deployments list|get|delete`` take no config in
+some MLflow versions: use the environment variables there.
 """
 
 from __future__ import annotations
@@ -23,10 +25,16 @@ ENV: dict[str, str] = {
     "timeout_s": "TRACKER_TRITON_TIMEOUT_S",
     "log": "TRACKER_TRITON_LOG",
 }
+#: What NVIDIA's mlflow-triton plugin reads; ours (ENV) win when both are set.
+NVIDIA_ENV: dict[str, str] = {"url": "TRITON_URL", "repository": "TRITON_MODEL_REPO"}
 DEFAULTS: dict[str, str] = {"url": "localhost:8001", "serving": "auto", "timeout_s": "300"}
+NVIDIA_DEFAULT_URL = "http://localhost:8000"  # NVIDIA's default, used in NVIDIA-only setups
 HELP: dict[str, str] = {
-    "url": "gRPC endpoint of the Triton server, host:port (default localhost:8001)",
-    "repository": "the server's model repository, a local folder (required)",
+    "url": "endpoint of the Triton server: host:port or grpc://host:port (gRPC, default "
+           "localhost:8001), http://host:port or https://host:port (HTTP; https = TLS). "
+           "TRITON_URL (NVIDIA's) is HTTP: host:port means http://host:port",
+    "repository": "the server's model repository, a local folder (required; also read from "
+                  "TRITON_MODEL_REPO)",
     "serving": "auto | native | python: how an ONNX model is served; auto tries the native "
                "onnxruntime backend and falls back to the Python-backend shim when the server "
                "lacks it (and keeps what an existing deployment uses)",
@@ -41,16 +49,25 @@ HELP: dict[str, str] = {
 
 @dataclass(frozen=True)
 class TargetSettings:
-    url: str
+    url: str  #: host:port
     repository: Path
     serving: str
     timeout_s: float
     version: int | None = None
     log: Path | None = None
+    protocol: str = "grpc"  #: "grpc" or "http"
+    ssl: bool = False  #: HTTP over TLS (an https:// url)
+
+    @property
+    def endpoint(self) -> str:
+        """The url with its protocol: ``host:port`` (gRPC) or ``http[s]://host:port``."""
+        if self.protocol == "http":
+            return f"{'https' if self.ssl else 'http'}://{self.url}"
+        return self.url
 
     def describe(self) -> str:
         """What the registry's ``tracker.deploy.target`` tag records."""
-        return f"triton:/{self.url} {self.repository}"
+        return f"triton:/{self.endpoint} {self.repository}"
 
 
 def _url_from_target(target_uri: str | None) -> str | None:
@@ -60,10 +77,40 @@ def _url_from_target(target_uri: str | None) -> str | None:
     return rest or None
 
 
+def _endpoint(url: str, source: str) -> tuple[str, str, bool]:
+    """(host:port, protocol, ssl) of a url; NVIDIA's TRITON_URL without a scheme is HTTP."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = ("http" if source == NVIDIA_ENV["url"] else "grpc"), url
+    scheme = scheme.lower()
+    if scheme not in ("grpc", "http", "https"):
+        raise DeployError(f"url must be host:port, grpc://, http:// or https://host:port, but "
+                          f"{source} is {url!r}")
+    host, sep, port = rest.rstrip("/").rpartition(":")
+    if not sep or not host or not port.isdigit() or "/" in host:
+        raise DeployError(f"url must be the server's endpoint host:port (gRPC) or "
+                          f"http[s]://host:port (HTTP), but {source} is {url!r}")
+    return f"{host}:{port}", "grpc" if scheme == "grpc" else "http", scheme == "https"
+
+
+def _local_repository(value: str, source: str) -> Path:
+    scheme, sep, rest = value.partition("://")
+    if sep and scheme.lower() == "file":
+        return Path(rest).expanduser()
+    if sep:
+        raise DeployError(
+            f"the model repository must be a local folder that this machine writes, but "
+            f"{source} is {value!r}: {scheme}:// repositories are not supported by this target "
+            "(supported: a local path or file:///path, which may be a mounted volume or shared "
+            "file system). Mount the bucket (e.g. mountpoint-s3, s3fs) and point both the "
+            "server and this setting at the mount")
+    return Path(value).expanduser()
+
+
 def resolve_settings(target_uri: str | None = "triton",
                      config: Mapping[str, object] | None = None) -> TargetSettings:
     """Settings from config, target URI and environment; :class:`DeployError` names the bad
-    key or value."""
+    key or value and where it came from."""
     config = dict(config or {})
     unknown = sorted(set(config) - set(HELP))
     if unknown:
@@ -72,23 +119,28 @@ def resolve_settings(target_uri: str | None = "triton",
         raise DeployError(f"unknown triton target config {', '.join(hints)}; known keys: "
                           f"{sorted(HELP)}")
 
-    def pick(key: str) -> str | None:
+    def pick_from(key: str) -> tuple[str | None, str]:
         if config.get(key) not in (None, ""):
-            return str(config[key])
+            return str(config[key]), f"config {key!r}"
         if key == "url" and (from_uri := _url_from_target(target_uri)):
-            return from_uri
-        if key in ENV and os.environ.get(ENV[key]):
-            return os.environ[ENV[key]]
-        return DEFAULTS.get(key)
+            return from_uri, f"target URI {target_uri!r}"
+        for env in (ENV.get(key), NVIDIA_ENV.get(key)):
+            if env and os.environ.get(env):
+                return os.environ[env], env
+        return DEFAULTS.get(key), "default"
 
-    url = pick("url") or DEFAULTS["url"]
-    host, sep, port = url.split("://", 1)[-1].rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise DeployError(f"url must be the gRPC endpoint host:port, but got {url!r}")
-    repository = pick("repository")
+    def pick(key: str) -> str | None:
+        return pick_from(key)[0]
+
+    repository, repo_source = pick_from("repository")
     if not repository:
         raise DeployError("the triton target needs the model repository folder: pass "
-                          f"-C repository=PATH or set {ENV['repository']}")
+                          f"-C repository=PATH or set {ENV['repository']} (or NVIDIA's "
+                          f"{NVIDIA_ENV['repository']})")
+    url, url_source = pick_from("url")
+    if url_source == "default" and repo_source == NVIDIA_ENV["repository"]:
+        url = NVIDIA_DEFAULT_URL  # an NVIDIA-only setup gets NVIDIA's default server
+    host_port, protocol, ssl = _endpoint(url or DEFAULTS["url"], url_source)
     serving = pick("serving") or "auto"
     if serving not in ("auto", "native", "python"):
         raise DeployError(f"serving must be auto, native or python, but got {serving!r}")
@@ -105,20 +157,23 @@ def resolve_settings(target_uri: str | None = "triton",
             raise DeployError(f"version must be a positive integer, but got {raw!r}")
         version = int(raw)
     log = pick("log")
-    return TargetSettings(url=f"{host}:{port}", repository=Path(repository).expanduser(),
+    return TargetSettings(url=host_port, repository=_local_repository(repository, repo_source),
                           serving=serving, timeout_s=timeout_s, version=version,
-                          log=Path(log).expanduser() if log else None)
+                          log=Path(log).expanduser() if log else None, protocol=protocol,
+                          ssl=ssl)
 
 
 def help_text() -> str:
     lines = [
-        "Target URI: triton  or  triton:/HOST:PORT (the server's gRPC endpoint).",
+        "Target URI: triton  or  triton:/HOST:PORT (the server's gRPC endpoint; "
+        "triton:/http://HOST:PORT for HTTP).",
         "The server must run in explicit model control mode over a model repository that this",
         "machine can write (a local path). Config keys (-C key=value), with environment",
         "variables as fallback:",
     ]
     for key, text in HELP.items():
-        env = f" [{ENV[key]}]" if key in ENV else ""
+        names = [n for n in (ENV.get(key), NVIDIA_ENV.get(key)) if n]
+        env = f" [{', then '.join(names)}]" if names else ""
         lines.append(f"  {key}{env}: {text}")
     lines.append("The deployment name is the Triton model name. See docs/deploy.md.")
     return "\n".join(lines)

@@ -1,12 +1,15 @@
 """The ``triton`` MLflow deployment target (entry point group ``mlflow.deployments``).
 
-    mlflow deployments create -t triton --name NAME -m models:/REG/3 -C repository=/models
+    mlflow deployments create -t triton [--flavor triton|onnx] --name NAME -m models:/REG/3 \
+        -C repository=/models
     mlflow deployments update -t triton --name NAME -m models:/REG@production
     mlflow deployments list   -t triton          (TRACKER_TRITON_REPOSITORY / _URL set)
     mlflow deployments get    -t triton --name NAME
-    mlflow deployments predict -t triton --name NAME --input-path input.json
+    mlflow deployments predict -t triton --name NAME --input-path in.json --output-path out.json
     mlflow deployments delete -t triton --name NAME
 
+It registers under the same entry point name as NVIDIA's mlflow-triton plugin and takes that
+plugin's settings and commands unchanged (:mod:`tracker.deploy.nvidia`).
 MLflow requires of this module exactly: ``target_help``, ``run_local`` and one subclass of
 ``BaseDeploymentClient`` (so no other subclass may be imported here). The work is in
 :mod:`tracker.deploy.service` and :mod:`tracker.deploy.publish`; settings in
@@ -24,15 +27,16 @@ from typing import Any
 from mlflow.deployments import BaseDeploymentClient, PredictionsResponse
 from mlflow.exceptions import MlflowException
 
-from tracker.deploy import service
+from tracker.deploy import nvidia, service
 from tracker.deploy.settings import help_text, resolve_settings
 from tracker.errors import TrackerError
 
 
-def _flavor_ok(flavor: str | None) -> None:
-    if flavor not in (None, "", service.FLAVOR):
-        raise MlflowException(f"the triton target deploys the {service.FLAVOR!r} flavor only, "
+def _flavor_ok(flavor: str | None) -> str | None:
+    if flavor not in (None, "", *nvidia.FLAVORS):
+        raise MlflowException(f"the triton target deploys the flavors {list(nvidia.FLAVORS)}, "
                               f"but got flavor {flavor!r}")
+    return flavor or None
 
 
 def _echo(line: str) -> None:
@@ -52,22 +56,24 @@ class TritonDeploymentClient(BaseDeploymentClient):
     def create_deployment(self, name: str, model_uri: str, flavor: str | None = None,
                           config: dict[str, Any] | None = None,
                           endpoint: str | None = None) -> dict[str, Any]:
-        _flavor_ok(flavor)
+        model_flavor = _flavor_ok(flavor)
         settings = self._settings(config)
         try:
-            return service.deploy(settings, name, model_uri, exists=False, log=_echo)
+            return service.deploy(settings, name, model_uri, exists=False, log=_echo,
+                                  model_flavor=model_flavor)
         except TrackerError as exc:
             raise MlflowException(str(exc)) from exc
 
     def update_deployment(self, name: str, model_uri: str | None = None,
                           flavor: str | None = None, config: dict[str, Any] | None = None,
                           endpoint: str | None = None) -> dict[str, Any]:
-        _flavor_ok(flavor)
+        model_flavor = _flavor_ok(flavor)
         settings = self._settings(config)
         try:
             if model_uri is None:  # nothing new to serve: report what serves
                 return service.get_deployment(settings, name)
-            return service.deploy(settings, name, model_uri, exists=True, log=_echo)
+            return service.deploy(settings, name, model_uri, exists=True, log=_echo,
+                                  model_flavor=model_flavor)
         except TrackerError as exc:
             raise MlflowException(str(exc)) from exc
 
@@ -94,14 +100,15 @@ class TritonDeploymentClient(BaseDeploymentClient):
     def predict(self, deployment_name: str | None = None, inputs: Any = None,
                 endpoint: str | None = None) -> PredictionsResponse:
         """``inputs``: a pandas DataFrame or a dict of numpy arrays (see
-        :mod:`tracker.deploy.inference`); returns ``{"predictions": {output: list}}``."""
+        :mod:`tracker.deploy.inference`); returns ``{"outputs": {output: nested list}}``
+        (``["predictions"]`` reads the same)."""
         if not deployment_name:
             raise MlflowException("predict needs the deployment name")
         try:
             outputs = service.predict(self._settings(), deployment_name, inputs)
         except TrackerError as exc:
             raise MlflowException(str(exc)) from exc
-        return PredictionsResponse({"predictions": outputs})
+        return nvidia.Predictions(outputs)
 
 
 def target_help() -> str:
@@ -116,7 +123,7 @@ def run_local(name: str, model_uri: str, flavor: str | None = None,
     repository (or ``-C repository=PATH``), deploy the model and serve until Ctrl-C."""
     from tracker.triton.server.local import LocalTritonServer
 
-    _flavor_ok(flavor)
+    model_flavor = _flavor_ok(flavor)
     config = dict(config or {})
     with tempfile.TemporaryDirectory(prefix="triton-run-local-") as tmp:
         repository = Path(config.pop("repository", tmp))
@@ -125,7 +132,7 @@ def run_local(name: str, model_uri: str, flavor: str | None = None,
             server.start(repository, explicit=True)
             settings = resolve_settings("triton", {**config, "repository": str(repository),
                                                    "url": server.endpoints.grpc})
-            service.deploy(settings, name, model_uri, log=_echo)
+            service.deploy(settings, name, model_uri, log=_echo, model_flavor=model_flavor)
             _echo(f"serving {name!r} at grpc {server.endpoints.grpc}, "
                   f"http {server.endpoints.http}; Ctrl-C stops")
             while server.running:

@@ -37,21 +37,35 @@ CONFIG_FILE = "config.pbtxt"
 #: The name under which a trial's model is logged: ``runs:/<trial run id>/model``.
 MODEL_ARTIFACT_PATH = "model"
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,127}$")
+_RULE = ("one path component of the model repository: letters, digits, '_', '.', '-', not "
+         "starting with '-', at most 128 characters")
 
 
 def validate_model_name(name: str) -> str:
     """Return ``name`` when it is a safe Triton model name, else raise :class:`DeployError`.
 
-    A model name becomes a folder of the model repository, so it must be one path component:
-    letters, digits, ``_``, ``.``, ``-``, not starting with ``.`` or ``-``, at most 128 chars.
+    A model name becomes a folder of the model repository, so it must be one path component.
+    As in NVIDIA's mlflow-triton plugin, an empty or whitespace-only name and a path (``..``,
+    ``../x``, ``a/../b``, ``/abs``) are refused, while names made of or starting with dots
+    (``...``, ``..my_model``, ``model..1``) are valid; ``.`` (the repository itself) is refused.
     """
-    if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise DeployError(
-            "a model name must match [A-Za-z0-9_][A-Za-z0-9_.-]* (one path component, at most "
-            f"128 characters, no '/', no leading '.'), but got {name!r}"
-        )
+    if not isinstance(name, str) or not name.strip():
+        raise DeployError(f"Model name cannot be empty: got {name!r}; a model name is {_RULE}")
+    if "/" in name or "\\" in name or name in (".", ".."):
+        raise DeployError(f"Path traversal is not allowed in model's name: {name} (a model name "
+                          f"is {_RULE})")
+    if not _NAME_RE.match(name):
+        raise DeployError(f"a model name must be {_RULE}, but got {name!r}")
     return name
+
+
+def is_model_name(name: str) -> bool:
+    """Whether :func:`validate_model_name` accepts ``name`` (``.git``, ``a b`` are not)."""
+    try:
+        return validate_model_name(name) == name
+    except DeployError:
+        return False
 
 
 @dataclass(frozen=True)

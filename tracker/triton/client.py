@@ -15,7 +15,7 @@ import contextlib
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -201,6 +201,44 @@ class TritonClient:
             return bool(self.grpc.is_model_ready(name, "" if version is None else str(version),
                                                  client_timeout=self.timeout_s))
 
+    @property
+    def address(self) -> str:
+        """The gRPC ``host:port``, for messages (as :class:`HttpTritonClient` has one)."""
+        return self.endpoints.grpc
+
+    def version_ready(self, name: str, version: int | None) -> bool:
+        """Whether ``version`` of ``name`` (any version when None) is READY (the deploy
+        transport's name for :meth:`model_ready`)."""
+        return self.model_ready(name, version)
+
+    def infer_tensors(self, name: str, tensors: Mapping[str, tuple[str, np.ndarray[Any, Any]]],
+                      *, version: int | None = None,
+                      outputs: Sequence[str] = ()) -> dict[str, np.ndarray[Any, Any]]:
+        """One request: ``tensors`` is name -> (Triton datatype, array); every name in
+        ``outputs`` must come back. Raises :class:`ServerError` with Triton's message."""
+        import tritonclient.grpc as grpcclient
+
+        request = []
+        for inp_name, (datatype, array) in tensors.items():
+            tensor = grpcclient.InferInput(inp_name, list(array.shape), datatype)
+            tensor.set_data_from_numpy(array)
+            request.append(tensor)
+        wanted = [grpcclient.InferRequestedOutput(o) for o in outputs]
+        with triton_errors(f"inference on {name!r} failed"):
+            result = self.grpc.infer(name, request, model_version="" if version is None
+                                     else str(version), outputs=wanted or None,
+                                     client_timeout=self.timeout_s)
+        got: dict[str, np.ndarray[Any, Any]] = {}
+        for out in outputs:
+            try:
+                value = result.as_numpy(out)
+            except ValueError as exc:  # e.g. an empty tensor where a shape was promised
+                raise ServerError(f"output {out!r} of {name!r} is malformed: {exc}") from exc
+            if value is None:
+                raise ServerError(f"output {out!r} of {name!r} is missing from the response")
+            got[out] = value
+        return got
+
     # -- model control -------------------------------------------------------------------
     def load_model(self, name: str, config: ModelConfig | None = None) -> None:
         """Load (or reload) ``name``; with ``config`` the server uses it instead of the
@@ -247,10 +285,8 @@ class TritonClient:
 
     def server_metadata(self) -> dict[str, Any]:
         """The server's name, version and extensions (Triton's server metadata)."""
-        try:
+        with triton_errors("server metadata failed"):
             resp = self.grpc.get_server_metadata(client_timeout=self.timeout_s)
-        except Exception as exc:
-            raise ServerError(f"server metadata failed: {_triton_message(exc)}") from exc
         return {"name": resp.name, "version": resp.version,
                 "extensions": list(resp.extensions)}
 

@@ -1,0 +1,128 @@
+"""Model control and inference over Triton's HTTP endpoint, for servers reached by their HTTP
+address only (NVIDIA's mlflow-triton plugin settings name the HTTP endpoint, ``TRITON_URL``).
+
+:class:`HttpTritonClient` has the methods of :class:`tracker.triton.client.TritonClient` that a
+deployment uses (``repository_index``, ``load_model``, ``unload_model``, ``model_config``,
+``model_ready``, ``version_ready``, ``infer_tensors``), with the same errors: a
+:class:`ServerError`, or a :class:`ModelLoadError` whose message is Triton's own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tracker.errors import ModelLoadError, ServerError
+from tracker.triton.client import triton_errors
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+    from tritonclient.http import InferenceServerClient
+
+Array = np.ndarray[Any, Any]
+
+
+class HttpTritonClient:
+    """Talks to one Triton server over HTTP (``ssl``: HTTPS). Not shared between threads."""
+
+    def __init__(self, host_port: str, *, ssl: bool = False, timeout_s: float = 30.0) -> None:
+        self.host_port = host_port
+        self.ssl = ssl
+        self.timeout_s = timeout_s
+        self._http: InferenceServerClient | None = None
+
+    @property
+    def address(self) -> str:
+        """``http[s]://host:port``, for messages."""
+        return f"{'https' if self.ssl else 'http'}://{self.host_port}"
+
+    @property
+    def http(self) -> InferenceServerClient:
+        if self._http is None:
+            import tritonclient.http as httpclient
+
+            self._http = httpclient.InferenceServerClient(
+                self.host_port, ssl=self.ssl, connection_timeout=self.timeout_s,
+                network_timeout=max(self.timeout_s, 600.0))  # a load may take minutes
+        return self._http
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+
+    def __enter__(self) -> HttpTritonClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def repository_index(self) -> list[dict[str, str]]:
+        with triton_errors(f"reading the repository index from {self.address} failed"):
+            index = self.http.get_model_repository_index()
+        return [{k: str(v) for k, v in m.items()} for m in index]
+
+    def load_model(self, name: str) -> None:
+        with triton_errors("", ModelLoadError):
+            self.http.load_model(name)
+
+    def unload_model(self, name: str, wait_s: float = 30.0) -> None:
+        """Unload ``name`` and wait (up to ``wait_s``) until Triton has finished unloading it."""
+        with triton_errors(f"unloading model {name!r} failed"):
+            self.http.unload_model(name)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            states = {m.get("state") for m in self.repository_index() if m.get("name") == name}
+            if not states & {"READY", "LOADING", "UNLOADING"}:
+                return
+            time.sleep(0.02)
+        raise ServerError(f"model {name!r} still unloading after {wait_s:g} s")
+
+    def model_config(self, name: str) -> ModelConfig:
+        from google.protobuf import json_format
+        from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+        with triton_errors(f"reading the config of model {name!r} failed"):
+            raw = self.http.get_model_config(name)
+        try:
+            return json_format.ParseDict(raw, ModelConfig(), ignore_unknown_fields=True)
+        except json_format.ParseError as exc:
+            raise ServerError(f"the config of model {name!r} that {self.address} returned "
+                              f"does not parse: {exc}") from exc
+
+    def model_ready(self, name: str) -> bool:
+        return self.version_ready(name, None)
+
+    def version_ready(self, name: str, version: int | None) -> bool:
+        with triton_errors(f"cannot ask {self.address} whether model {name!r} is ready"):
+            return bool(self.http.is_model_ready(name, "" if version is None else str(version)))
+
+    def infer_tensors(self, name: str, tensors: Mapping[str, tuple[str, Array]], *,
+                      version: int | None = None,
+                      outputs: Sequence[str] = ()) -> dict[str, Array]:
+        """One request: ``tensors`` is name -> (Triton datatype, array); every name in
+        ``outputs`` must come back. Raises :class:`ServerError` with Triton's message."""
+        import tritonclient.http as httpclient
+
+        request = []
+        for inp_name, (datatype, array) in tensors.items():
+            tensor = httpclient.InferInput(inp_name, list(array.shape), datatype)
+            tensor.set_data_from_numpy(array, binary_data=True)
+            request.append(tensor)
+        wanted = [httpclient.InferRequestedOutput(o, binary_data=True) for o in outputs]
+        with triton_errors(f"inference on {name!r} failed"):
+            result = self.http.infer(name, request, model_version="" if version is None
+                                     else str(version), outputs=wanted or None)
+        got: dict[str, Array] = {}
+        for out in outputs:
+            try:
+                value = result.as_numpy(out)
+            except ValueError as exc:
+                raise ServerError(f"output {out!r} of {name!r} is malformed: {exc}") from exc
+            if value is None:
+                raise ServerError(f"output {out!r} of {name!r} is missing from the response")
+            got[out] = value
+        return got
