@@ -11,13 +11,14 @@ The server log in the result is the part written since this measurement began.
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracker.errors import TrackerError
+from tracker.errors import MeasurementError, TrackerError
 from tracker.measure import csvio
 from tracker.measure.host import measured_tags, server_tags
 from tracker.measure.monitors import Monitor, close_monitors, default_monitors
@@ -36,6 +37,7 @@ from tracker.triton.repository import (
     shim_config,
     write_repository,
 )
+from tracker.triton.server.logs import error_messages
 
 if TYPE_CHECKING:
     from tracker.spec import StudySpec
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from tracker.triton.server.base import TritonServer
 
 LOG_HEAD, LOG_TAIL = 200_000, 300_000
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): \S")
 MonitorsFactory = Callable[["TritonServer"], Sequence[Monitor]]
 
 
@@ -98,6 +101,26 @@ def clip_log(text: str) -> str:
         text = (text[:LOG_HEAD] + f"\n... [{cut} characters of the log left out] ...\n"
                 + text[-LOG_TAIL:])
     return redact_text(text)
+
+
+def log_errors(log: str, limit: int = 3) -> list[str]:
+    """The last distinct error lines of a server log: Triton's own (``E1201 ...] message``,
+    the harmless GPU-probe noise left out) and the Python exceptions a backend stub printed
+    (``RuntimeError: ...``), oldest first."""
+    found = [*error_messages(log)]
+    found += [line.strip() for line in log.splitlines()
+              if _EXCEPTION_LINE.match(line.strip())]
+    unique = list(dict.fromkeys(found))
+    return unique[-limit:]
+
+
+def with_log_errors(err: TrackerError, log: str) -> TrackerError:
+    """``err`` with the server log's last error lines appended (the stub's or server's own
+    words on why requests failed), or ``err`` itself when the log has none."""
+    lines = log_errors(log)
+    if not lines:
+        return err
+    return MeasurementError(f"{err}; server log: {' | '.join(lines)}")
 
 
 def resolve_serving(spec: StudySpec, server: TritonServer) -> Serving:
@@ -172,8 +195,9 @@ def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer
                            backend=backend)
             choice = pick_best_level(result.measurements, spec.constraints, spec.objectives)
         except TrackerError as err:
-            raise ConfigFailed(f"measurement failed: {err}", err,
-                               server.log_text()[mark:]) from err
+            log = server.log_text()[mark:]
+            cause = with_log_errors(err, log)
+            raise ConfigFailed(f"measurement failed: {cause}", cause, log) from err
         finally:
             close_monitors(monitors)
         return ConfigMeasurement(repo, text, mc.dumps(repo.production_config), result, choice,

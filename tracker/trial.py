@@ -240,7 +240,7 @@ def _fail(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, Any]
     ctx.study.tell(trial, state=TrialState.FAIL)
     runs.finish_run(client, run_id, "FAILED", state="FAIL", note=reason)
     runs.set_tags(client, run_id, {tags.FAIL_REASON: reason[:500]})
-    return Outcome(trial.number, "FAIL", params, {}, None, note=reason.splitlines()[0][:200])
+    return Outcome(trial.number, "FAIL", params, {}, None, note=reason.splitlines()[0][:400])
 
 
 def abandon_trial(study: optuna.Study, trial: optuna.Trial, *, interrupted: bool,

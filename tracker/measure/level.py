@@ -100,6 +100,19 @@ def _window(prev: _Boundary, cur: _Boundary) -> Window:
     return w
 
 
+async def _first_request_error(load: Load, seen: list[Window]) -> str | None:
+    """The first failed request of an aborted level, from its windows or the requests answered
+    since the last one: often the cause (a crashed backend before the server went away), so
+    the level's reason names it first."""
+    first = next((w.first_error for w in seen if w.first_error), None)
+    if first is None:
+        try:
+            first = (await load.take(time.perf_counter_ns())).first_error
+        except Exception:  # the load is in trouble too; the abort's own reason stands
+            first = None
+    return first
+
+
 async def measure_level(load: Load, level: Level, settings: LevelSettings,
                         stats: StatsFn | None = None, sampler: Sampler | None = None,
                         ) -> Measurement:
@@ -130,7 +143,8 @@ async def measure_level(load: Load, level: Level, settings: LevelSettings,
 
         run = await run_windows(next_window, ws)
     except _Abort as exc:
-        reason = exc.reason
+        first = await _first_request_error(load, seen)
+        reason = f"request error: {first}; then {exc.reason}" if first else exc.reason
     finally:
         await load.stop()
     if run is None:

@@ -52,15 +52,16 @@ def better(a: float, b: float, direction: str) -> bool:
 
 
 def _why_invalid(measurements: Sequence[_Level]) -> str:
-    """What made the levels unusable, e.g. ``: concurrency 1: 100.0% of requests failed ...;
-    first error: ...`` (one line per distinct reason, so the user sees the cause)."""
+    """What made the levels unusable, e.g. ``; concurrency 1, concurrency 4: 40 of 40 requests
+    failed (...); first error: ...`` (each distinct reason once, on the message's first line,
+    so the progress line and the trial's note show the cause)."""
     reasons: dict[str, list[str]] = {}
     for level in measurements:
         reason = getattr(level, "invalid_reason", None) or (
             None if getattr(level, "valid", True) is not False else "invalid")
         if reason:
             reasons.setdefault(str(reason), []).append(str(getattr(level, "level", "?")))
-    return "".join(f"\n  {', '.join(names)}: {reason}" for reason, names in reasons.items())
+    return "".join(f"; {', '.join(names)}: {reason}" for reason, names in reasons.items())
 
 
 @dataclass(frozen=True)
