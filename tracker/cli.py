@@ -175,6 +175,37 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
         sys.exit(stop.exit_code)
 
 
+@cli.command("confirm")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
+@click.option("--study", "study_name", help="Study name (default: the spec's "
+              "search.study_name or model name).")
+@click.option("--storage", help="Optuna storage URL (default: as for tracker tune).")
+@click.option("--rounds", type=_Optional(int), help="Most rounds (default: confirm.rounds).")
+@click.option("--top-k", "top_k", type=_Optional(int),
+              help="Configurations besides the default (default: confirm.top_k).")
+def confirm_command(spec_path: Path, study_name: str | None, storage: str | None,
+                    rounds: int | None, top_k: int | None) -> None:
+    """Re-measure the best configurations of SPEC's finished study and the default in
+    interleaved rounds, on the spec's server, without running the search again; print the
+    verdict with its 95% intervals and rewrite the study's report. An interrupted
+    confirmation continues where it stopped when the command is run again."""
+    from tracker.confirm import confirm_study
+    from tracker.runner import Interrupted
+
+    for name, value in (("--rounds", rounds), ("--top-k", top_k)):
+        if value is not None and value < 1:
+            raise click.BadParameter(f"must be >= 1, but got {value}", param_hint=name)
+    try:
+        result = confirm_study(spec_path, study_name=_blank(study_name),
+                               storage=_blank(storage), rounds=rounds, top_k=top_k)
+    except Interrupted as stop:
+        click.echo(str(stop), err=True)
+        sys.exit(stop.exit_code)
+    click.echo(result.summary)
+    click.echo(f"verdict: {result.verdict or 'none (nothing to confirm)'}; MLflow parent run "
+               f"{result.parent_run_id}")
+
+
 @cli.command("profile")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 @click.option("--set", "assignments", multiple=True, metavar="PATH=VALUE",
@@ -295,12 +326,17 @@ def _tracking_uri(uri: str | None) -> Iterator[str]:
 @click.option("--stage", default="Production", show_default=True)
 @click.option("--alias", default="production", show_default=True)
 @click.option("--no-deploy", is_flag=True, help="Register, stage and alias only.")
+@click.option("--force", is_flag=True, help="Promote the best configuration even when the "
+              "confirmation found none measurably better than the default (no_better).")
 @_deploy_options
 def promote_command(spec_path: Path | None, study_name: str | None, storage: str | None,
                     registered_model: str | None, deployment_name: str | None, stage: str,
-                    alias: str, no_deploy: bool, url: str | None, repository: str | None,
+                    alias: str, no_deploy: bool, force: bool, url: str | None,
+                    repository: str | None,
                     serving: str | None, tracking_uri: str | None) -> None:
-    """Register the study's best feasible trial, move it to STAGE with ALIAS, deploy it.
+    """Register the study's best feasible trial (the confirmed one after a confirmation),
+    move it to STAGE with ALIAS, deploy it. A study whose confirmation says no_better is
+    refused unless --force.
 
     Exit status 1 with Triton's message when the deployment fails; the version that served
     before keeps serving and the new version is tagged tracker.deploy.status=failed.
@@ -339,7 +375,7 @@ def promote_command(spec_path: Path | None, study_name: str | None, storage: str
         result = promote(study, objectives=objectives, constraints=constraints,
                          registered_model=registered_model or study_name,
                          deployment_name=deployment_name or study_name, stage=stage,
-                         alias=alias, settings=settings,
+                         alias=alias, settings=settings, force=force,
                          log=lambda line: click.echo(line, err=True))
     served = (f"; serving as Triton model {result.deployment['name']!r} version "
               f"{result.deployment['version']}" if result.deployment else "")

@@ -29,6 +29,7 @@ from typing import Any
 import mlflow
 import optuna
 
+from tracker import confirm
 from tracker.conclude import finish_study
 from tracker.errors import TrackerError
 from tracker.progress import Progress
@@ -293,7 +294,7 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
             try:
                 st.enqueue_baseline(study, base.params, base.exact)
                 server = make_server(spec.server)
-                serving = _serving(spec, server)
+                serving = serving_for(spec, server)
                 work = Path(".tracker") / "work"
                 work.mkdir(parents=True, exist_ok=True)
                 progress = Progress(spec.search.n_trials, budget(study).complete,
@@ -308,6 +309,8 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
                               progress, worker_tags=worker.tags(),
                               log_models=options.log_models)
                 stop = _loop(ctx, storage, worker.id, started, grid_size)
+                if _last_worker(study):  # the confirmation round (tracker/confirm.py)
+                    confirm.after_search(ctx)
                 status = "FINISHED"
             except KeyboardInterrupt as exc:
                 signum = received_signal()
@@ -384,7 +387,8 @@ def _size(dists: dict[str, Any]) -> int | None:
     return size
 
 
-def _serving(spec: StudySpec, server: Any) -> Any:
+def serving_for(spec: StudySpec, server: Any) -> Any:
+    """How the trials serve the model: 'native' (onnxruntime backend) or 'python' (shim)."""
     wanted = spec.server.backend
     if wanted == "python":
         return "python"
