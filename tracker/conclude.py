@@ -55,7 +55,7 @@ def finish_study(ctx: Context, *, status: str, owner: bool, stop_reason: str,
     best = best_row(rows, objectives)
     verdict = confirmed.verdict(confirmed.load(ctx.study), objectives)
     if verdict is not None:  # the confirmation decides, not the single search measurement
-        text = text[:-1] + "; " + confirmed.sentence(verdict, objectives)
+        text = confirmed.study_summary(text, verdict, objectives)
         best = next((r for r in rows if r.number == confirmed.trial_of(verdict.chosen)), best)
         for row in rows:
             scored = verdict.scored.get(row.name)

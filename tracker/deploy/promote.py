@@ -120,7 +120,7 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
     description = summary(rows, objectives)
     if verdict is not None:
         tags.update(_verdict_tags(verdict, best.name, objectives))
-        description = description[:-1] + "; " + confirmed.sentence(verdict, objectives)
+        description = confirmed.study_summary(description, verdict, objectives)
     mv = registry.register_version(client, registered_model, registry.VersionRequest(
         source=source, run_id=best.run_id, model_id=model_id, tags=tags,
         description=description))

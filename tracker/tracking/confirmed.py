@@ -87,14 +87,23 @@ def _pct(iv: cs.Interval) -> str:
     return f"{iv.low:.0f} to {iv.high:.0f}%"
 
 
-def _value(metric: str, iv: cs.Interval) -> str:
+def _value(metric: str, iv: cs.Interval, *, inner: bool = False) -> str:
+    """``30.90 infer/s (95% CI 30.2-31.5)``; ``inner``: for use inside parentheses."""
     digits = fmt(metric, iv.estimate)
     low, high = fmt(metric, iv.low).split(" ")[0], fmt(metric, iv.high).split(" ")[0]
-    return f"{digits} (95% CI {low}-{high})"
+    ci = f"95% CI {low}{'-' if iv.low >= 0 else ' to '}{high}"
+    return f"{digits}, {ci}" if inner else f"{digits} ({ci})"
 
 
 def _names(keys: list[str]) -> str:
     return keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + " and " + keys[-1]
+
+
+def study_summary(search_text: str, v: cs.Verdict, objectives: Mapping[str, str]) -> str:
+    """The study's sentence once confirmed: the search's head ("In 21 measurements across 7
+    configurations"), then the confirmation instead of the single-measurement claim."""
+    head = search_text.split(", ", 1)[0]
+    return f"{head}, {sentence(v, objectives)}"
 
 
 def sentence(v: cs.Verdict, objectives: Mapping[str, str]) -> str:
@@ -105,7 +114,7 @@ def sentence(v: cs.Verdict, objectives: Mapping[str, str]) -> str:
     head = f"confirmed in {v.rounds} interleaved round{'s' if v.rounds != 1 else ''}: "
     if v.verdict == "no_better":
         text = (head + "no configuration is measurably better than the default configuration ("
-                + (_value(metric, base.value) if base.value else base_text) + ")")
+                + (_value(metric, base.value, inner=True) if base.value else base_text) + ")")
         win = v.scored.get(v.winner or "")
         if win is not None and win.improvement is not None:
             how = "better" if win.improvement.estimate >= 0 else "worse"
