@@ -29,6 +29,7 @@ import collections
 import json
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -78,21 +79,29 @@ def one_run(spec_path: Path, index: int, seed: int) -> dict[str, Any]:
                "PYTHONPATH": str(ROOT)}
         neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(seed)])
         started = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "tracker.cli", "tune", str(local),
+                                 "--no-bar"], cwd=folder, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
         try:
-            proc = subprocess.run([sys.executable, "-m", "tracker.cli", "tune", str(local),
-                                   "--no-bar"], cwd=folder, env=env, capture_output=True,
-                                  text=True, timeout=1800)
+            out, err = proc.communicate(timeout=1800)
         finally:
+            if proc.poll() is None:  # interrupted: let the study stop its server cleanly
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
             neighbour.terminate()
             neighbour.wait(timeout=10)
         wall = time.monotonic() - started
         if proc.returncode != 0:
-            raise SystemExit(f"run {index} failed ({proc.returncode}):\n{proc.stdout[-3000:]}"
-                             f"\n{proc.stderr[-3000:]}")
+            raise SystemExit(f"run {index} failed ({proc.returncode}):\n{out[-3000:]}"
+                             f"\n{err[-3000:]}")
         study = optuna.load_study(study_name=f"verdict-{index}",
                                   storage=f"sqlite:///{folder / 'optuna.db'}")
-        return {"wall_s": wall, **_verdicts(study, spec.get("objectives")
-                                            or {"perf_throughput": "maximize"})}
+        said = next((line for line in out.splitlines() if "confirmed in" in line), "")
+        return {"wall_s": wall, "summary": said, **_verdicts(
+            study, spec.get("objectives") or {"perf_throughput": "maximize"})}
 
 
 def _verdicts(study: optuna.Study, objectives: dict[str, str]) -> dict[str, Any]:
@@ -142,8 +151,8 @@ def main() -> None:
         results.append(r)
         print(f"run {i}: {r['wall_s']:.0f} s  confirmed {r['verdict']} {r['confirmed_winner']} "
               f"{r['confirmed_pct']:+.1f}% ({r['ci'][0]:.1f} to {r['ci'][1]:.1f}), "
-              f"{r['rounds']} rounds;  single {r['single_winner']} {r['single_pct']:+.1f}%",
-              flush=True)
+              f"{r['rounds']} rounds;  single {r['single_winner']} {r['single_pct']:+.1f}%\n"
+              f"  {r['summary']}", flush=True)
     wall = time.monotonic() - started
     conf_agree, conf_mode = _agreement([r["confirmed_winner"] for r in results],
                                        [r["tied_with"] for r in results])
