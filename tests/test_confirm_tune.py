@@ -128,14 +128,16 @@ def test_tune_confirms_then_tracker_confirm_reproduces_and_resumes(
 
 def test_a_study_where_nothing_beats_the_default_is_no_better(
         tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The only other configuration waits 20 ms for a batch that concurrency 1 never fills:
+    """The only other configuration (the grid is the default's delay 0, widened in, and 20 ms;
+    3 trials: the default, and both grid points, one a duplicate of the default) waits 20 ms
+    for a batch that concurrency 1 never fills:
     far slower than the default, so the verdict must be no_better, said plainly, and
     promotion is refused."""
     uri = env_for(tmp_path)["MLFLOW_TRACKING_URI"]
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
     spec = write_spec(tmp_path, model, {"dynamic_batching.max_queue_delay_microseconds": [20000],
-                                        "instance_group.count": [1]}, n_trials=2,
+                                        "instance_group.count": [1]}, n_trials=3,
                       confirm={**CONFIRM, "rounds": 2}, load={"concurrency": [1]})
     result = tune(spec, TuneOptions(bar=False, log_models=False))
     assert "no configuration is measurably better than the default" in result.summary
