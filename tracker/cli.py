@@ -180,21 +180,17 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
 @click.option("--study", "study_name", help="Study name (default: the spec's "
               "search.study_name or model name).")
 @click.option("--storage", help="Optuna storage URL (default: as for tracker tune).")
-@click.option("--rounds", type=_Optional(int), help="Most rounds (default: confirm.rounds).")
-@click.option("--top-k", "top_k", type=_Optional(int),
-              help="Configurations besides the default (default: confirm.top_k).")
+@click.option("--rounds", type=click.IntRange(min=1), help="Most rounds (confirm.rounds).")
+@click.option("--top-k", "top_k", type=click.IntRange(min=1),
+              help="Configurations besides the default (confirm.top_k).")
 def confirm_command(spec_path: Path, study_name: str | None, storage: str | None,
                     rounds: int | None, top_k: int | None) -> None:
     """Re-measure the best configurations of SPEC's finished study and the default in
-    interleaved rounds, on the spec's server, without running the search again; print the
-    verdict with its 95% intervals and rewrite the study's report. An interrupted
-    confirmation continues where it stopped when the command is run again."""
+    interleaved rounds (not the search), print the verdict with its 95% intervals, rewrite the
+    study's report. Run again, an interrupted confirmation continues where it stopped."""
     from tracker.confirm import confirm_study
     from tracker.runner import Interrupted
 
-    for name, value in (("--rounds", rounds), ("--top-k", top_k)):
-        if value is not None and value < 1:
-            raise click.BadParameter(f"must be >= 1, but got {value}", param_hint=name)
     try:
         result = confirm_study(spec_path, study_name=_blank(study_name),
                                storage=_blank(storage), rounds=rounds, top_k=top_k)
