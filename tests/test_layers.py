@@ -34,6 +34,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tracker.launch_modes": ("tracker.",),
     "tracker.feasibility": ("tracker.",),
     "tracker.cli_params": ("tracker.",),
+    "tracker.confirm_stats": ("tracker.",),  # pure statistics of the confirmation round
     # the spec package sits on the bottom
     "tracker.spec": _ABOVE_SPEC,
     "tracker.triton": ("tracker.measure", "tracker.search", "tracker.tracking", "tracker.deploy",
@@ -58,6 +59,10 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tracker.conclude": ("tracker.deploy", "tracker.runner", "tracker.profile", "tracker.cli"),
     "tracker.runner": ("tracker.deploy", "tracker.profile", "tracker.cli"),
     "tracker.profile": ("tracker.deploy", "tracker.cli"),
+    # the confirmation round: after the loop (runner.py calls it), before the command line
+    "tracker.confirm": ("tracker.deploy", "tracker.runner", "tracker.profile",
+                        "tracker.confirm_study", "tracker.cli"),
+    "tracker.confirm_study": ("tracker.deploy", "tracker.profile", "tracker.cli"),
     "tracker.cli": (),
 }
 

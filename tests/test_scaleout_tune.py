@@ -51,6 +51,7 @@ def _spec(tmp_path: Path, experiment: str) -> Path:
             "instance_group.count": [1, 2], "max_batch_size": [1, 8, 32],
             "dynamic_batching.max_queue_delay_microseconds": [0, 200]}},
         "mlflow": {"experiment": experiment},
+        "confirm": {"enabled": False},
     }
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(spec))

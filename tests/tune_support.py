@@ -30,7 +30,8 @@ def build_quickstart(folder: Path) -> Path:
 
 def write_spec(folder: Path, model: Path, space: dict[str, Any], *, n_trials: int,
                sampler: str = "grid", name: str = "quick", **extra: Any) -> Path:
-    """A study spec that measures fast: two concurrency levels, 200 ms windows."""
+    """A study spec that measures fast: two concurrency levels, 200 ms windows, no
+    confirmation round (``confirm={...}`` sets one)."""
     spec: dict[str, Any] = {
         "model": {"name": name, "path": str(model)},
         "load": {"concurrency": [1, 4], "window_ms": 200, "max_tries": 4,
@@ -38,6 +39,7 @@ def write_spec(folder: Path, model: Path, space: dict[str, Any], *, n_trials: in
         "objectives": {"perf_throughput": "maximize"},
         "constraints": {"perf_latency_p99": {"max": 1000}},
         "search": {"sampler": sampler, "n_trials": n_trials, "seed": 3, "space": space},
+        "confirm": {"enabled": False},  # tests/test_confirm_tune.py turns it on
     }
     for section, values in extra.items():
         spec.setdefault(section, {}).update(values)

@@ -6,9 +6,8 @@ also opens the study's storage), calls the package and prints the result.
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from tracker.cli_params import OptionalNumber as _Optional
 from tracker.cli_params import blank as _blank
 from tracker.cli_params import gpu_list as _gpu_list
 from tracker.cli_params import print_version as _print_version
+from tracker.cli_params import tracking_uri_env as _tracking_uri
 from tracker.errors import TrackerError
 from tracker.launch_modes import MODES
 
@@ -150,6 +150,33 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
         sys.exit(stop.exit_code)
 
 
+@cli.command("confirm")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
+@click.option("--study", "study_name", help="Study name (default: the spec's "
+              "search.study_name or model name).")
+@click.option("--storage", help="Optuna storage URL (default: as for tracker tune).")
+@click.option("--rounds", type=click.IntRange(min=1), help="Most rounds (confirm.rounds).")
+@click.option("--top-k", "top_k", type=click.IntRange(min=1),
+              help="Configurations besides the default (confirm.top_k).")
+def confirm_command(spec_path: Path, study_name: str | None, storage: str | None,
+                    rounds: int | None, top_k: int | None) -> None:
+    """Re-measure the best configurations of SPEC's finished study and the default in
+    interleaved rounds (not the search), print the verdict with its 95% intervals, rewrite the
+    study's report. Run again, an interrupted confirmation continues where it stopped."""
+    from tracker.confirm_study import confirm_study
+    from tracker.runner import Interrupted
+
+    try:
+        result = confirm_study(spec_path, study_name=_blank(study_name),
+                               storage=_blank(storage), rounds=rounds, top_k=top_k)
+    except Interrupted as stop:
+        click.echo(str(stop), err=True)
+        sys.exit(stop.exit_code)
+    click.echo(result.summary)
+    click.echo(f"verdict: {result.verdict or 'none (nothing to confirm)'}; MLflow parent run "
+               f"{result.parent_run_id}")
+
+
 @cli.command("profile")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 @click.option("--set", "assignments", multiple=True, metavar="PATH=VALUE",
@@ -234,27 +261,6 @@ def _deploy_settings(url: str | None, repository: str | None, serving: str | Non
     return resolve_settings("triton", {k: v for k, v in given.items() if v})
 
 
-@contextlib.contextmanager
-def _tracking_uri(uri: str | None) -> Iterator[str]:
-    """MLflow's tracking and registry URI for the command (through the environment, restored
-    afterwards, so that commands run in-process leave no global MLflow state behind)."""
-    import os
-
-    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
-    os.environ["MLFLOW_TRACKING_URI"] = uri
-    if not saved["MLFLOW_REGISTRY_URI"] or saved["MLFLOW_TRACKING_URI"] != uri:
-        os.environ["MLFLOW_REGISTRY_URI"] = uri
-    try:
-        yield uri
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 @cli.command("promote")
 @click.argument("spec_path", metavar="[SPEC]", required=False, type=click.Path(path_type=Path))
 @click.option("--study", "study_name", help="Study name (default: the spec's search.study_name "
@@ -268,12 +274,17 @@ def _tracking_uri(uri: str | None) -> Iterator[str]:
 @click.option("--stage", default="Production", show_default=True)
 @click.option("--alias", default="production", show_default=True)
 @click.option("--no-deploy", is_flag=True, help="Register, stage and alias only.")
+@click.option("--force", is_flag=True, help="Promote the best configuration even when the "
+              "confirmation found none measurably better than the default (no_better).")
 @_deploy_options
 def promote_command(spec_path: Path | None, study_name: str | None, storage: str | None,
                     registered_model: str | None, deployment_name: str | None, stage: str,
-                    alias: str, no_deploy: bool, url: str | None, repository: str | None,
+                    alias: str, no_deploy: bool, force: bool, url: str | None,
+                    repository: str | None,
                     serving: str | None, tracking_uri: str | None) -> None:
-    """Register the study's best feasible trial, move it to STAGE with ALIAS, deploy it.
+    """Register the study's best feasible trial (the confirmed one after a confirmation),
+    move it to STAGE with ALIAS, deploy it. A study whose confirmation says no_better is
+    refused unless --force.
 
     Exit status 1 with Triton's message when the deployment fails; the version that served
     before keeps serving and the new version is tagged tracker.deploy.status=failed.
@@ -312,7 +323,7 @@ def promote_command(spec_path: Path | None, study_name: str | None, storage: str
         result = promote(study, objectives=objectives, constraints=constraints,
                          registered_model=registered_model or study_name,
                          deployment_name=deployment_name or study_name, stage=stage,
-                         alias=alias, settings=settings,
+                         alias=alias, settings=settings, force=force,
                          log=lambda line: click.echo(line, err=True))
     served = (f"; serving as Triton model {result.deployment['name']!r} version "
               f"{result.deployment['version']}" if result.deployment else "")

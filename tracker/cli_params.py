@@ -1,10 +1,12 @@
-"""The command line's parameter types: MLproject passes every parameter, and an empty string
-means "not given" (the spec's value). Kept apart from cli.py so the commands stay readable."""
+"""The command line's parameter types and helpers: MLproject passes every parameter, and an
+empty string means "not given" (the spec's value). Kept apart from cli.py so the commands
+stay readable."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import click
@@ -80,3 +82,24 @@ def gpu_list(text: str | None) -> list[int] | str | None:
     except ValueError:
         raise click.BadParameter(f"must be 'all' or GPU indices like '0,1', but got {text!r}",
                                  param_hint="--gpus") from None
+
+
+@contextlib.contextmanager
+def tracking_uri_env(uri: str | None) -> Iterator[str]:
+    """MLflow's tracking and registry URI for the command (through the environment, restored
+    afterwards, so that commands run in-process leave no global MLflow state behind)."""
+    import os
+
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI")}
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    if not saved["MLFLOW_REGISTRY_URI"] or saved["MLFLOW_TRACKING_URI"] != uri:
+        os.environ["MLFLOW_REGISTRY_URI"] = uri
+    try:
+        yield uri
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -7,6 +7,11 @@ server used the Python-backend shim, ``best/served_config.pbtxt``; ``trials.csv`
 and ``report.html``; and the summary sentence as its description. Then the trials as an MLflow
 table (``trials.json``), the spec (``study.yaml``) and the saved view of the experiment that
 the printed link opens (tracking/study_record.py, tracking/view.py).
+
+After a confirmation (tracker/confirm.py) the best trial is the configuration it chose, the
+sentence carries its intervals, and the parent gets ``confirm/...``, ``improvement_pct`` with
+its interval, the tag ``tracker.verdict`` and ``confirm.csv``; each confirmed trial's run its
+own ``confirm/...`` metrics and ``tracker.confirm_rank``.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ import yaml
 from mlflow.entities import Param
 from mlflow.exceptions import MlflowException
 
+from tracker import confirm_stats as cs
 from tracker import tags
 from tracker.errors import TrackingError
-from tracker.tracking import runs, study_record, view
+from tracker.tracking import confirmed, runs, study_record, view
 from tracker.tracking.report import (
     TrialRow,
     best_row,
@@ -53,8 +59,18 @@ def finish_study(ctx: Context, *, status: str, owner: bool, stop_reason: str,
     objectives = dict(spec.objectives)
     text = summary(rows, objectives)
     best = best_row(rows, objectives)
+    verdict = confirmed.verdict(confirmed.load(ctx.study), objectives)
+    if verdict is not None:  # the confirmation decides, not the single search measurement
+        text = confirmed.study_summary(text, verdict, objectives)
+        best = next((r for r in rows if r.number == confirmed.trial_of(verdict.chosen)), best)
+        for row in rows:
+            scored = verdict.scored.get(row.name)
+            if scored is not None and scored.value is not None:
+                row.confirmed = (scored.value.estimate, scored.value.low, scored.value.high)
     try:
         _log_report(ctx, rows, best, text, stop_reason, wall_s)
+        if verdict is not None:
+            _log_verdict(ctx, rows, verdict)
     except (MlflowException, TrackingError, OSError, ValueError) as exc:
         ctx.progress.line(f"warning: the study report was not written: {exc}")
     link = None
@@ -118,7 +134,8 @@ def _log_report(ctx: Context, rows: list[TrialRow], best: TrialRow | None, text:
         parent_tags.update({tags.BEST_RUN: best.run_id or "", tags.BEST_TRIAL: best.number})
         parent_tags.update({f"{tags.BEST_PARAM_PREFIX}{k}": v for k, v in best.params.items()})
         metrics.update(best.metrics)
-        if base is not None and base.values and best.values:
+        if base is not None and base.values and best.values and \
+                confirmed.load(ctx.study) is None:  # else the confirmation's, _log_verdict
             pct = improvement_pct(best.values[0], base.values[0], objectives[metric])
             if pct is not None:
                 metrics["improvement_pct"] = pct
@@ -128,3 +145,35 @@ def _log_report(ctx: Context, rows: list[TrialRow], best: TrialRow | None, text:
             client.log_batch(parent.run_id, params=fresh)
     runs.set_tags(client, parent.run_id, parent_tags)
     runs.log_metrics(client, parent.run_id, metrics)
+
+
+def _log_verdict(ctx: Context, rows: list[TrialRow], verdict: cs.Verdict) -> None:
+    """The confirmation on the parent run (metrics, ``tracker.verdict``, ``confirm.csv``) and
+    on each confirmed trial's run (``confirm/...`` metrics, ``tracker.confirm_rank``)."""
+    client, parent = ctx.parent.client, ctx.parent
+    objectives = dict(ctx.spec.objectives)
+    metric = next(iter(objectives))
+    record = confirmed.load(ctx.study) or {}
+    runs.log_metrics(client, parent.run_id, confirmed.parent_metrics(verdict, objectives))
+    runs.set_tags(client, parent.run_id, {**confirmed.parent_tags(verdict),
+                                          tags.CONFIRM_STOP: record.get("stop", "")})
+    runs.log_files(client, parent.run_id, {"confirm.csv": confirmed.rounds_csv(record, metric)})
+    by_name = {r.name: r for r in rows}
+    for rank, key in enumerate(verdict.rank(), start=1):
+        row = by_name.get(key)
+        if row is None or not row.run_id:
+            continue
+        scored = verdict.scored[key]
+        runs.log_metrics(client, row.run_id, confirmed.scored_metrics(scored, metric))
+        values = confirmed.series(record, row.number, metric)
+        for step, value in enumerate(values, start=1):
+            if value is not None:
+                runs.log_metrics(client, row.run_id, {f"confirm/round_{metric}": value},
+                                 step=step)
+        runs.set_tags(client, row.run_id, {confirmed.RANK_TAG: rank,
+                                           tags.CONFIRM_ROLE: (
+                                               "default" if scored.baseline else
+                                               "chosen" if key == verdict.chosen else
+                                               "tied" if key in verdict.tied else
+                                               "winner" if key == verdict.winner else
+                                               "worse")})

@@ -29,6 +29,7 @@ from typing import Any
 import mlflow
 import optuna
 
+from tracker import confirm
 from tracker.conclude import finish_study
 from tracker.errors import TrackerError
 from tracker.measure.host import machine_tags
@@ -315,6 +316,8 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
                               progress, worker_tags={**worker.tags(), **machine},
                               log_models=options.log_models)
                 stop = _loop(ctx, storage, worker.id, started, grid_size)
+                if _last_worker(study):  # the confirmation round (tracker/confirm.py)
+                    confirm.after_search(ctx)
                 status = "FINISHED"
             except KeyboardInterrupt as exc:
                 signum = received_signal()

@@ -73,3 +73,11 @@ GPU_DRIVER = "tracker.gpu.driver"            # NVIDIA driver version (NVML)
 GPU_CUDA = "tracker.gpu.cuda"                # the CUDA version the driver supports (NVML)
 GPU_SOURCE = "tracker.gpu.source"            # where the server's GPU set came from
 GPU_MEMORY_SCOPE = "tracker.gpu.memory_scope"  # processes | device | processes+device
+
+# ---- the confirmation round (tracker/confirm.py, tracking/confirmed.py) ---------------------
+VERDICT = "tracker.verdict"             # parent: better | tied | no_better
+CONFIRMED_TRIAL = "tracker.confirmed_trial"  # parent: the trial the confirmation chose
+CONFIRM_TIED = "tracker.confirm_tied"   # parent: the configurations tied with it
+CONFIRM_STOP = "tracker.confirm_stop"   # parent: why the rounds stopped
+CONFIRM_RANK = "tracker.confirm_rank"   # a confirmed trial's run: its rank
+CONFIRM_ROLE = "tracker.confirm_role"   # a confirmed trial's run: default, chosen, tied, ...

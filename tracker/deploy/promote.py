@@ -1,7 +1,10 @@
 """``tracker promote``: the best feasible trial of a study becomes the served model.
 
-1. the best feasible trial (the one the study's summary sentence names: feasible, complete,
-   measured, best on the first objective) is found in the Optuna study;
+1. the best feasible trial (the one the study's summary sentence names: after a confirmation
+   the configuration it chose, else feasible, complete, measured, best on the first objective)
+   is found in the Optuna study; a confirmation that says ``no_better`` is refused unless
+   forced (then its best estimate is promoted); the version's tags then carry the verdict and
+   the confirmed figures with their 95% intervals;
 2. its model (logged on the trial's MLflow run as ``model``, see
    :func:`tracker.tracking.flavor.log_triton_model`) is registered as a new version of the
    spec's registered model, with tags (study, trial, run id, perf_throughput,
@@ -23,12 +26,13 @@ import mlflow
 import optuna
 from mlflow.exceptions import MlflowException
 
+from tracker import confirm_stats as cs
 from tracker.deploy import service, watch
 from tracker.deploy.settings import TargetSettings
 from tracker.errors import DeployError, TrackingError
-from tracker.tracking import flavor, model_files, registry
+from tracker.tracking import confirmed, flavor, model_files, registry
 from tracker.tracking.mlflow_model import log_winner_model
-from tracker.tracking.report import best_row, fmt, summary, trial_rows
+from tracker.tracking.report import TrialRow, best_row, fmt, summary, trial_rows
 from tracker.trial_attrs import Attr
 
 HEADLINE_TAGS = ("perf_throughput", "perf_latency_p99")
@@ -94,7 +98,7 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
             constraints: Mapping[str, BoundLike] | None, registered_model: str,
             deployment_name: str,
             stage: str = registry.PRODUCTION, alias: str = registry.PRODUCTION_ALIAS,
-            settings: TargetSettings | None = None,
+            settings: TargetSettings | None = None, force: bool = False,
             log: Callable[[str], None] = print) -> Promotion:
     """Register, stage, alias and (with ``settings``) deploy the study's best feasible trial.
     ``constraints``: the spec's (None when unknown: the tag then says only that it met the
@@ -105,6 +109,9 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
     flavor.validate_model_name(deployment_name)
     rows = trial_rows(study)
     best = best_row(rows, objectives)
+    verdict = confirmed.verdict(confirmed.load(study), objectives)
+    if verdict is not None:
+        best = _confirmed_row(study.study_name, rows, verdict, objectives, force) or best
     if best is None:
         known = "" if constraints is None else f"; constraints: {constraint_text({}, constraints)}"
         raise DeployError(f"study {study.study_name!r} has no feasible complete trial to "
@@ -121,6 +128,9 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
                                       else constraint_text(best.metrics, constraints)),
             **{m: repr(best.metrics[m]) for m in HEADLINE_TAGS if m in best.metrics}}
     description = summary(rows, objectives)
+    if verdict is not None:
+        tags.update(_verdict_tags(verdict, best.name, objectives))
+        description = confirmed.study_summary(description, verdict, objectives)
     mv = registry.register_version(client, registered_model, registry.VersionRequest(
         source=source, run_id=best.run_id, model_id=model_id, tags=tags,
         description=description))
@@ -174,3 +184,25 @@ def _headline(metrics: Mapping[str, float]) -> str:
     return ", ".join(fmt(m, metrics[m]) + (" p99" if m == "perf_latency_p99" else "")
                      for m in HEADLINE_TAGS if m in metrics) or "no metrics"
 
+
+
+def _confirmed_row(study_name: str, rows: list[TrialRow], verdict: cs.Verdict,
+                   objectives: Mapping[str, str], force: bool) -> TrialRow | None:
+    if verdict.verdict == "no_better":
+        if not force:
+            raise DeployError(f"study {study_name!r}: {confirmed.sentence(verdict, objectives)} "
+                              "Nothing promoted (--force promotes the best estimate anyway).")
+        name = verdict.winner or verdict.chosen
+    else:
+        name = verdict.chosen
+    return next((r for r in rows if r.name == name), None)
+
+
+def _verdict_tags(verdict: cs.Verdict, name: str, objectives: Mapping[str, str]) -> dict[str, str]:
+    metric = next(iter(objectives))
+    scored = verdict.scored.get(name)
+    tags = {confirmed.VERDICT_TAG: verdict.verdict}
+    if scored is not None:
+        tags.update({k: f"{v:.6g}" for k, v in confirmed.scored_metrics(scored, metric).items()
+                     if k.startswith(("confirm/improvement", f"confirm/{metric}"))})
+    return tags

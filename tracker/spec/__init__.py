@@ -32,6 +32,7 @@ from tracker.spec.sections import (
     DEFAULT_CONCURRENCY,
     Bound,
     ConcurrencyRange,
+    ConfirmSection,
     LoadSection,
     MlflowSection,
     ModelSection,
@@ -45,6 +46,7 @@ from tracker.spec.sections import (
 
 __all__ = [
     "DEFAULT_CONCURRENCY", "LOAD_KNOBS", "METRICS", "METRIC_BETTER", "Bound", "ConcurrencyRange",
+    "ConfirmSection",
     "Direction", "LoadSection", "MlflowSection", "ModelSection", "Range", "Scalar",
     "SearchSection", "ServerSection", "Space", "StudySpec", "ensure_model", "load_spec",
     "parse_spec",
@@ -90,6 +92,7 @@ class StudySpec(SpecModel):
     constraints: dict[MetricName, Bound] = Field(default_factory=dict)
     search: SearchSection = Field(default_factory=SearchSection)
     mlflow: MlflowSection = Field(default_factory=MlflowSection)
+    confirm: ConfirmSection = Field(default_factory=ConfirmSection)
 
     _source: Path | None = PrivateAttr(default=None)
     _base_dir: Path | None = PrivateAttr(default=None)
@@ -156,7 +159,8 @@ def parse_spec(data: object, *, base_dir: str | Path | None = None,
                          "(see docs/spec.md)"], label)
     if not isinstance(data, Mapping):
         raise SpecError([f"(top level): must be a mapping of sections (model, server, load, "
-                         f"objectives, constraints, search, mlflow), but got {show(data)}"], label)
+                         f"objectives, constraints, search, mlflow, confirm), but got "
+                         f"{show(data)}"], label)
     # Top-level `x-...` keys are free for YAML anchors (docker-compose's convention).
     data = {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("x-"))}
     base = Path(base_dir) if base_dir is not None else Path.cwd()

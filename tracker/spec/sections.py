@@ -355,3 +355,21 @@ class MlflowSection(SpecModel):
         return self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
 
 
+
+
+class ConfirmSection(SpecModel):
+    """The confirmation after the search: the best ``top_k`` configurations and the default
+    re-measured in interleaved rounds (docs/tuning.md, "Confirmation")."""
+
+    enabled: bool = True
+    top_k: PosInt = 3
+    rounds: PosInt = 5
+    min_rounds: PosInt = 3
+
+    @model_validator(mode="after")
+    def _rounds(self) -> ConfirmSection:
+        if self.min_rounds > self.rounds:
+            raise Problems([("min_rounds", f"`min_rounds <= rounds` must hold, but got "
+                                           f"(min_rounds={self.min_rounds}, "
+                                           f"rounds={self.rounds})")])
+        return self

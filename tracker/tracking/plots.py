@@ -88,6 +88,13 @@ def history(rows: Sequence[TrialRow], objectives: Mapping[str, str], out: Path) 
         ax.step(bx, by, where="post", color="tab:green", label="best so far")
     if base is not None and base.values:
         ax.axhline(base.values[0], color="grey", linestyle="--", label="default config")
+    conf = [r for r in done if r.confirmed is not None]
+    if conf:  # the confirmation's medians with their 95% intervals, beside the search points
+        mid = [c[0] for r in conf if (c := r.confirmed)]
+        err = [[c[0] - c[1] for r in conf if (c := r.confirmed)],
+               [c[2] - c[0] for r in conf if (c := r.confirmed)]]
+        ax.errorbar([r.number + 0.15 for r in conf], mid, yerr=err, fmt="D", color="tab:red",
+                    capsize=4, label="confirmed median, 95% CI")
     ax.set_xlabel("trial")
     ax.set_ylabel(_label(metric))
     ax.set_title("Optimization history")
@@ -104,6 +111,11 @@ def history(rows: Sequence[TrialRow], objectives: Mapping[str, str], out: Path) 
         pf.add_trace(go.Scatter(x=bx, y=by, mode="lines", line_shape="hv", name="best so far"))
     if base is not None and base.values:
         pf.add_hline(y=base.values[0], line_dash="dash", annotation_text="default config")
+    if conf:
+        pf.add_trace(go.Scatter(x=[r.number + 0.15 for r in conf], y=mid, mode="markers",
+                                marker_symbol="diamond", name="confirmed median, 95% CI",
+                                error_y={"type": "data", "symmetric": False,
+                                         "array": err[1], "arrayminus": err[0]}))
     pf.update_layout(title="Optimization history", xaxis_title="trial",
                      yaxis_title=_label(metric))
     return {"history.png": _save_png(fig, out / "history.png"),

@@ -44,6 +44,7 @@ class TrialRow:
     measurements: int = 0                       # levels measured (0: duplicate/failed early)
     run_id: str | None = None
     fail_reason: str | None = None
+    confirmed: tuple[float, float, float] | None = None  # median, 95% CI over confirmation
 
     @property
     def name(self) -> str:
