@@ -31,6 +31,7 @@ from tracker.errors import StudyError, TrackerError
 from tracker.measure import csvio
 from tracker.measure.monitors import default_monitors
 from tracker.measure.sweep import sweep
+from tracker.search import sweep_plan
 from tracker.search.objective import constraint_keys, pick_best_level
 from tracker.search.study import find_duplicate
 from tracker.search.workers import wait_for_duplicate
@@ -218,12 +219,19 @@ def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, A
         endpoints = server.endpoints
         monitors = default_monitors(endpoints.metrics, pids=server.pids)
 
+        # the guided sweep (search.sweep): Model Analyzer's first guess, pruned across trials
+        plan = None if levels is not None else sweep_plan.for_trial(
+            spec, params, sweep_plan.defaults_of(ctx.info.config), trial)
+
         def on_level(m: Any) -> None:
             ctx.progress.measuring(trial.number, f"{m.level}: {m.throughput:,.1f} infer/s")
+            if plan is not None:
+                plan.observe(m)
 
         try:
             result = sweep(endpoints, repo.model_name, repo.served_config, spec.load,
-                           spec.constraints, monitors, levels=levels, on_level=on_level)
+                           spec.constraints, monitors, levels=levels, on_level=on_level,
+                           plan=plan)
             choice = pick_best_level(result.measurements, spec.constraints, spec.objectives)
         except TrackerError as err:
             raise TrialFailed(f"measurement failed: {err}", server.log_text()[mark:]) from err

@@ -1,0 +1,192 @@
+"""Which concurrency level a trial measures next: Model Analyzer's first guess, then a walk.
+
+The plain sweep measures the spec's levels from the lowest up until a stop rule fires
+(tracker.measure.sweep.stop_reason). A configuration whose best level is high then pays for
+every level below it. :class:`LevelPlan` starts instead at Model Analyzer's concurrency
+formula, ``2 x max_batch_size x instance count`` (the level its quick search measures a
+configuration at; :func:`first_guess`), rounded to a sweep level, and walks from there:
+
+- up, one level at a time, while the sweep's stop rules let it (a broken latency constraint,
+  an invalid level, saturated throughput stop the climb);
+- down, when the first guess itself broke the latency constraint or was invalid, until a
+  level meets the constraints (the highest feasible level is then found) or the lowest level
+  is measured.
+
+:class:`BestAtLevelPruner` is the early stop across trials: each feasible level is reported to
+Optuna as an intermediate value (step = concurrency), and the climb stops when the trial is
+below the best trial's throughput at the same level: more load would not bring it past that
+trial, whose best level is at least as high. The trial still completes with the best level
+it measured (it is a result, not a failure).
+
+The replay (benchmarks/search_efficiency.py) measured each part on a recorded landscape of
+Model Analyzer's default space; docs/tuning.md has the figures.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import optuna
+from optuna.pruners import BasePruner
+from optuna.trial import FrozenTrial, TrialState
+
+from tracker.measure.sweep import stop_reason, violations
+from tracker.measure.types import Measurement
+
+
+def first_guess(params: Mapping[str, Any], defaults: Mapping[str, Any]) -> int:
+    """Model Analyzer's concurrency formula, 2 x max_batch_size x instance count, from the
+    trial's params (a knob the space leaves out takes the default config's value; an
+    unbatched model counts as batch 1)."""
+    mbs = int(params.get("max_batch_size", defaults.get("max_batch_size", 1)) or 1)
+    count = int(params.get("instance_group.count", defaults.get("instance_group.count", 1))
+                or 1)
+    return 2 * max(mbs, 1) * max(count, 1)
+
+
+def defaults_of(cfg: Any) -> dict[str, int]:
+    """The default config's max_batch_size and instance count (1 when it sets none), which
+    :func:`first_guess` uses for a knob the space leaves out."""
+    groups = list(getattr(cfg, "instance_group", []))
+    count = sum(int(g.count or 1) for g in groups) if groups else 1
+    return {"max_batch_size": int(cfg.max_batch_size), "instance_group.count": count}
+
+
+def nearest_index(levels: Sequence[int], target: int) -> int:
+    """The index of the highest level <= ``target`` (the lowest level when all are above)."""
+    return max(bisect.bisect_right(list(levels), target) - 1, 0)
+
+
+class LevelPlan:
+    """The levels of one trial's sweep, chosen one at a time (see the module docstring).
+
+    ``levels`` ascending; ``start`` the first level's index. Call :meth:`next` with the
+    measurements so far; None ends the sweep (:attr:`reason` says why)."""
+
+    def __init__(self, levels: Sequence[int], start: int,
+                 constraints: Mapping[str, Any] | None) -> None:
+        if not levels:
+            raise ValueError("a level plan needs at least one level")
+        self.levels = list(levels)
+        self.start = min(max(start, 0), len(self.levels) - 1)
+        self.constraints = constraints
+        self.reason = "all levels measured"
+        self._down = False
+        self._stopped = False
+
+    def stop(self, reason: str) -> None:
+        """End the sweep after the current level (the pruner's early stop)."""
+        self._stopped = True
+        self.reason = reason
+
+    def _ok(self, m: Measurement) -> bool:
+        return m.valid and not violations(m, self.constraints)
+
+    def next(self, done: Sequence[Measurement]) -> int | None:
+        if self._stopped:
+            return None
+        if not done:
+            return self.levels[self.start]
+        last = done[-1]
+        index = self.levels.index(int(last.concurrency or 0))
+        if self._down:
+            if self._ok(last):
+                self.reason = f"highest level meeting the constraints: {last.level}"
+                return None
+            if index == 0:
+                self.reason = "no level meets the constraints"
+                return None
+            return self.levels[index - 1]
+        climb = [m for m in done if self.levels.index(int(m.concurrency or 0)) >= self.start]
+        why = stop_reason(climb, self.constraints)
+        if why is not None:
+            if not any(self._ok(m) for m in done) and self.start > 0:
+                self._down = True  # the first guess was too much load: walk down
+                return self.levels[self.start - 1]
+            self.reason = why
+            return None
+        if index + 1 >= len(self.levels):
+            self.reason = "all levels up to the highest measured"
+            return None
+        return self.levels[index + 1]
+
+
+class BestAtLevelPruner(BasePruner):
+    """Prune (stop the climb of) a trial whose throughput at a level is below the best
+    completed trial's throughput at that same level, by more than ``margin`` (a share)."""
+
+    def __init__(self, margin: float = 0.0) -> None:
+        self.margin = margin
+
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
+        step = trial.last_step
+        if step is None:
+            return False
+        value = trial.intermediate_values[step]
+        best = _best_complete(study)
+        if best is None or best.number == trial.number:
+            return False
+        theirs = best.intermediate_values.get(step)
+        if theirs is None:
+            return False
+        return bool(value < theirs * (1.0 - self.margin))
+
+
+class GuidedSweep(LevelPlan):
+    """A trial's LevelPlan that reports each level meeting the constraints to the Optuna
+    trial (step = concurrency, value = throughput) and ends the climb when the study's
+    pruner says the trial cannot beat the best there (``trial`` None: no reporting)."""
+
+    def __init__(self, levels: Sequence[int], start: int,
+                 constraints: Mapping[str, Any] | None,
+                 trial: optuna.Trial | None = None) -> None:
+        super().__init__(levels, start, constraints)
+        self.trial = trial
+        self.pruned_at: int | None = None
+
+    def observe(self, m: Measurement) -> None:
+        """Call after each level (the sweep's ``on_level``)."""
+        if self.trial is None or not self._ok(m) or m.throughput <= 0:
+            return
+        self.trial.report(m.throughput, step=int(m.concurrency or 0))
+        if self.trial.should_prune():
+            self.pruned_at = int(m.concurrency or 0)
+            self.stop(f"pruned at {m.level}: below the best trial's throughput there")
+
+
+def applies(spec: Any) -> bool:
+    """Whether a study's trials use the guided sweep: ``search.sweep: guided`` (the
+    default), a concurrency sweep (not request rates), one objective, throughput maximized
+    (the pruner compares throughput), and ``concurrency`` not a knob of the space."""
+    return (getattr(spec.search, "sweep", "guided") == "guided"
+            and not getattr(spec.load, "request_rate", None)
+            and list(spec.objectives.items()) == [("perf_throughput", "maximize")]
+            and "concurrency" not in (spec.search.space or {}))
+
+
+def pruner(spec: Any) -> BasePruner:
+    """The study's pruner: BestAtLevelPruner when the guided sweep applies, else none."""
+    return BestAtLevelPruner() if applies(spec) else optuna.pruners.NopPruner()
+
+
+def for_trial(spec: Any, params: Mapping[str, Any], defaults: Mapping[str, Any],
+              trial: optuna.Trial) -> GuidedSweep | None:
+    """The trial's guided sweep over the spec's concurrency levels, starting at Model
+    Analyzer's first guess; None when it does not apply (the plain sweep runs)."""
+    if not applies(spec):
+        return None
+    levels = spec.load.concurrency_levels()
+    start = nearest_index(levels, first_guess(params, defaults))
+    return GuidedSweep(levels, start, spec.constraints, trial)
+
+
+def _best_complete(study: optuna.Study) -> FrozenTrial | None:
+    best: FrozenTrial | None = None
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.values is None or any(v > 0 for v in t.constraints.values()):
+            continue
+        if best is None or t.values[0] > best.values[0]:
+            best = t
+    return best
