@@ -8,10 +8,10 @@ the quickstart model on the embedded Triton (benchmarks/data/ma_landscape_study.
 server start per configuration, then every concurrency level measured with the tuner's own
 level runner (tracker.measure.level.measure_level), with no early stop, so that the replay in
 benchmarks/search_efficiency.py can answer any search strategy's request. Levels from
-concurrency 2 up are driven by ``load.processes`` load processes (concurrency 1 cannot be split): one Python
-client cannot keep 1024 requests in flight and still time them. ``client_limited`` marks a
-level where a load process was busy over the tuner's warning threshold (the client, not the
-server, may have set the throughput).
+concurrency 2 up are driven by ``load.processes`` load processes (concurrency 1 cannot be
+split): one Python client cannot keep 1024 requests in flight and still time them.
+``client_limited`` marks a level where a load process was busy over the tuner's warning
+threshold (the client, not the server, may have set the throughput).
 
 The CSV (benchmarks/data/ma_landscape_quickstart.csv) starts with comment lines holding the
 command, the date, the machine (cores, ``uptime`` before and after) and the wall time. Rows
@@ -26,6 +26,7 @@ import csv
 import datetime
 import os
 import platform
+import random
 import shlex
 import shutil
 import subprocess
@@ -115,6 +116,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--counts", default=",".join(map(str, COUNTS)))
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    parser.add_argument("--shuffle", type=int, default=None, metavar="SEED",
+                        help="measure the configurations in a seeded random order (a second "
+                             "pass whose load drift does not follow the grid order)")
     parser.add_argument("--multi-from", type=int, default=MULTI_FROM,
                         help="lowest concurrency driven by load.processes processes")
     args = parser.parse_args()
@@ -150,16 +154,17 @@ def main() -> None:
                  f"uptime before: {load_before}\n")
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(COLUMNS)
+        order = [(count, mbs) for count in counts for mbs in batches]
+        if args.shuffle is not None:
+            random.Random(args.shuffle).shuffle(order)
         try:
-            for count in counts:
-                for mbs in batches:
-                    cfg = mc.apply(info, {"instance_group.count": count, "max_batch_size": mbs,
-                                          "dynamic_batching.max_queue_delay_microseconds": 0})
-                    repo = write_repository(work / f"c{count}-b{mbs}", info, cfg,
-                                            serving="python")
-                    server.apply_trial(repo)
-                    asyncio.run(_measure_config(server, repo, spec, levels, writer, fh,
-                                                (count, mbs), args.multi_from))
+            for count, mbs in order:
+                cfg = mc.apply(info, {"instance_group.count": count, "max_batch_size": mbs,
+                                      "dynamic_batching.max_queue_delay_microseconds": 0})
+                repo = write_repository(work / f"c{count}-b{mbs}", info, cfg, serving="python")
+                server.apply_trial(repo)
+                asyncio.run(_measure_config(server, repo, spec, levels, writer, fh,
+                                            (count, mbs), args.multi_from))
         finally:
             server.stop()
             shutil.rmtree(work, ignore_errors=True)

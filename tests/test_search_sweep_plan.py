@@ -1,23 +1,21 @@
-"""The guided sweep: Model Analyzer's first guess, the walk from it, pruning across trials."""
+"""The guided sweep: Model Analyzer's first guess and the walk from it."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
 
-import optuna
 import pytest
 
 from tracker.measure.loadgen import Level
 from tracker.measure.sweep import _run
 from tracker.measure.types import Measurement
 from tracker.search.sweep_plan import (
-    BestAtLevelPruner,
-    GuidedSweep,
     LevelPlan,
     applies,
     defaults_of,
     first_guess,
+    for_trial,
     nearest_index,
 )
 from tracker.spec import parse_spec
@@ -37,8 +35,6 @@ def walk(plan: LevelPlan, measure: Callable[[int], Measurement]) -> list[int]:
     done: list[Measurement] = []
     while (c := plan.next(done)) is not None:
         done.append(measure(c))
-        if isinstance(plan, GuidedSweep):
-            plan.observe(done[-1])
     return [int(m.concurrency or 0) for m in done]
 
 
@@ -82,24 +78,6 @@ def test_from_the_lowest_level_it_is_the_plain_sweep() -> None:
     assert "saturated" in plan.reason
 
 
-def test_pruner_stops_a_trial_below_the_best_at_the_same_level() -> None:
-    study = optuna.create_study(direction="maximize", pruner=BestAtLevelPruner())
-    good = curve(lambda c: 100.0 * c, lambda c: float(c) / 4)   # feasible up to c=32 (p99 8)
-    poor = curve(lambda c: 50.0 * c, lambda c: float(c) / 4)
-    first = study.ask()
-    plan = GuidedSweep(LEVELS, 2, LIMIT, first)
-    assert walk(plan, good) == [4, 8, 16, 32, 64] and plan.pruned_at is None
-    study.tell(first, 3200.0)
-    second = study.ask()
-    plan = GuidedSweep(LEVELS, 2, LIMIT, second)
-    assert walk(plan, poor) == [4]  # below the best trial's 400 infer/s at concurrency 4
-    assert plan.pruned_at == 4 and plan.reason.startswith("pruned at concurrency 4")
-    assert second.storage.get_trial(second._trial_id).intermediate_values == {4: 200.0}
-    # a level the best trial never measured cannot prune
-    third = study.ask()
-    assert walk(GuidedSweep([3, 5], 0, LIMIT, third), poor) == [3, 5]
-
-
 def test_the_sweep_follows_a_plan() -> None:
     measure = curve(lambda c: 100.0 * c, lambda c: float(c))
     seen: list[int] = []
@@ -131,3 +109,13 @@ def test_which_studies_use_the_guided_sweep() -> None:
     assert not applies(parse_spec({**base, "objectives": {"perf_throughput": "maximize",
                                                           "perf_latency_p99": "minimize"}}))
     assert not applies(parse_spec({**base, "search": {"space": {"concurrency": [1, 4]}}}))
+
+
+def test_a_trial_plan_starts_at_the_guess_among_the_spec_levels() -> None:
+    spec = parse_spec({"model": {"name": "m", "path": "m.onnx"},
+                       "load": {"concurrency": {"start": 1, "stop": 64}},
+                       "constraints": {"perf_latency_p99": {"max": 5}}})
+    plan = for_trial(spec, {"instance_group.count": 3}, {"max_batch_size": 4})
+    assert plan is not None and plan.next([]) == 16  # 2 x 4 x 3 = 24 -> level 16
+    full = parse_spec({"model": {"name": "m", "path": "m.onnx"}, "search": {"sweep": "full"}})
+    assert for_trial(full, {}, {"max_batch_size": 4}) is None

@@ -33,7 +33,6 @@ from tracker.conclude import finish_study
 from tracker.errors import TrackerError
 from tracker.progress import Progress
 from tracker.search import study as st
-from tracker.search import sweep_plan
 from tracker.search.baseline import fit_baseline
 from tracker.search.space import check_space, distributions, resolve_space
 from tracker.search.storage import make_storage, storage_lock, worker_identity
@@ -273,8 +272,7 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
     storage = make_storage(storage_url, on_stale=on_stale, **beats)
     sampler = st.make_sampler(spec.search.sampler, seed=spec.search.seed,
                               n_objectives=len(spec.objectives), distributions=dists)
-    study = st.open_study(storage, spec.study_name, objectives=spec.objectives, sampler=sampler,
-                          pruner=sweep_plan.pruner(spec))
+    study = st.open_study(storage, spec.study_name, objectives=spec.objectives, sampler=sampler)
     # "study." keeps them apart from MLproject parameters (logged as given, '' included) and
     # from the best trial's field-path params
     params: dict[str, object] = {f"study.{k}": v for k, v in {

@@ -219,14 +219,12 @@ def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, A
         endpoints = server.endpoints
         monitors = default_monitors(endpoints.metrics, pids=server.pids)
 
-        # the guided sweep (search.sweep): Model Analyzer's first guess, pruned across trials
+        # the guided sweep (search.sweep): Model Analyzer's first guess, then a walk
         plan = None if levels is not None else sweep_plan.for_trial(
-            spec, params, sweep_plan.defaults_of(ctx.info.config), trial)
+            spec, params, sweep_plan.defaults_of(ctx.info.config))
 
         def on_level(m: Any) -> None:
             ctx.progress.measuring(trial.number, f"{m.level}: {m.throughput:,.1f} infer/s")
-            if plan is not None:
-                plan.observe(m)
 
         try:
             result = sweep(endpoints, repo.model_name, repo.served_config, spec.load,

@@ -109,8 +109,7 @@ def make_sampler(kind: str, *, seed: int | None, n_objectives: int,
 # ---- the study -----------------------------------------------------------------------------
 
 def open_study(storage: str | optuna.storages.BaseStorage, name: str, *,
-               objectives: Mapping[str, str], sampler: BaseSampler,
-               pruner: optuna.pruners.BasePruner | None = None) -> optuna.Study:
+               objectives: Mapping[str, str], sampler: BaseSampler) -> optuna.Study:
     """Create the study, or load it when it exists (a rerun resumes). StudyError when the
     stored study optimises in other directions than the spec asks."""
     if isinstance(storage, str):
@@ -123,7 +122,6 @@ def open_study(storage: str | optuna.storages.BaseStorage, name: str, *,
                          f"{dict(objectives)}")
     try:
         study = optuna.create_study(storage=storage, study_name=name, sampler=sampler,
-                                    pruner=pruner,
                                     directions=directions,  # type: ignore[arg-type]
                                     load_if_exists=True)
     except Exception as exc:

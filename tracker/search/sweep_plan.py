@@ -12,11 +12,10 @@ configuration at; :func:`first_guess`), rounded to a sweep level, and walks from
   level meets the constraints (the highest feasible level is then found) or the lowest level
   is measured.
 
-:class:`BestAtLevelPruner` is the early stop across trials: each feasible level is reported to
-Optuna as an intermediate value (step = concurrency), and the climb stops when the trial is
-below the best trial's throughput at the same level: more load would not bring it past that
-trial, whose best level is at least as high. The trial still completes with the best level
-it measured (it is a result, not a failure).
+Not here, because the replay showed it hurts: Optuna pruning across trials (each level an
+intermediate value, the climb stopped where a trial is below the best trial at the same
+level). On a noisy landscape it judges a configuration by one low reading and never measures
+it again; benchmarks/replay.py keeps it as an ablation.
 
 The replay (benchmarks/search_efficiency.py) measured each part on a recorded landscape of
 Model Analyzer's default space; docs/tuning.md has the figures.
@@ -27,10 +26,6 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-import optuna
-from optuna.pruners import BasePruner
-from optuna.trial import FrozenTrial, TrialState
 
 from tracker.measure.sweep import stop_reason, violations
 from tracker.measure.types import Measurement
@@ -77,7 +72,7 @@ class LevelPlan:
         self._stopped = False
 
     def stop(self, reason: str) -> None:
-        """End the sweep after the current level (the pruner's early stop)."""
+        """End the sweep after the current level (e.g. an early stop across trials)."""
         self._stopped = True
         self.reason = reason
 
@@ -113,80 +108,23 @@ class LevelPlan:
         return self.levels[index + 1]
 
 
-class BestAtLevelPruner(BasePruner):
-    """Prune (stop the climb of) a trial whose throughput at a level is below the best
-    completed trial's throughput at that same level, by more than ``margin`` (a share)."""
-
-    def __init__(self, margin: float = 0.0) -> None:
-        self.margin = margin
-
-    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
-        step = trial.last_step
-        if step is None:
-            return False
-        value = trial.intermediate_values[step]
-        best = _best_complete(study)
-        if best is None or best.number == trial.number:
-            return False
-        theirs = best.intermediate_values.get(step)
-        if theirs is None:
-            return False
-        return bool(value < theirs * (1.0 - self.margin))
-
-
-class GuidedSweep(LevelPlan):
-    """A trial's LevelPlan that reports each level meeting the constraints to the Optuna
-    trial (step = concurrency, value = throughput) and ends the climb when the study's
-    pruner says the trial cannot beat the best there (``trial`` None: no reporting)."""
-
-    def __init__(self, levels: Sequence[int], start: int,
-                 constraints: Mapping[str, Any] | None,
-                 trial: optuna.Trial | None = None) -> None:
-        super().__init__(levels, start, constraints)
-        self.trial = trial
-        self.pruned_at: int | None = None
-
-    def observe(self, m: Measurement) -> None:
-        """Call after each level (the sweep's ``on_level``)."""
-        if self.trial is None or not self._ok(m) or m.throughput <= 0:
-            return
-        self.trial.report(m.throughput, step=int(m.concurrency or 0))
-        if self.trial.should_prune():
-            self.pruned_at = int(m.concurrency or 0)
-            self.stop(f"pruned at {m.level}: below the best trial's throughput there")
-
-
 def applies(spec: Any) -> bool:
     """Whether a study's trials use the guided sweep: ``search.sweep: guided`` (the
     default), a concurrency sweep (not request rates), one objective, throughput maximized
-    (the pruner compares throughput), and ``concurrency`` not a knob of the space."""
+    (the climb's stop rules are about throughput), and ``concurrency`` not a knob of the
+    space."""
     return (getattr(spec.search, "sweep", "guided") == "guided"
             and not getattr(spec.load, "request_rate", None)
             and list(spec.objectives.items()) == [("perf_throughput", "maximize")]
             and "concurrency" not in (spec.search.space or {}))
 
 
-def pruner(spec: Any) -> BasePruner:
-    """The study's pruner: BestAtLevelPruner when the guided sweep applies, else none."""
-    return BestAtLevelPruner() if applies(spec) else optuna.pruners.NopPruner()
-
-
-def for_trial(spec: Any, params: Mapping[str, Any], defaults: Mapping[str, Any],
-              trial: optuna.Trial) -> GuidedSweep | None:
+def for_trial(spec: Any, params: Mapping[str, Any], defaults: Mapping[str, Any]
+              ) -> LevelPlan | None:
     """The trial's guided sweep over the spec's concurrency levels, starting at Model
     Analyzer's first guess; None when it does not apply (the plain sweep runs)."""
     if not applies(spec):
         return None
     levels = spec.load.concurrency_levels()
     start = nearest_index(levels, first_guess(params, defaults))
-    return GuidedSweep(levels, start, spec.constraints, trial)
-
-
-def _best_complete(study: optuna.Study) -> FrozenTrial | None:
-    best: FrozenTrial | None = None
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.values is None or any(v > 0 for v in t.constraints.values()):
-            continue
-        if best is None or t.values[0] > best.values[0]:
-            best = t
-    return best
+    return LevelPlan(levels, start, spec.constraints)
