@@ -163,6 +163,10 @@ class Budget:
     def done(self) -> bool:
         return len(self.reached) == len(TARGETS) or len(self.measured) >= len(self.land.table)
 
+    def end(self) -> tuple[int, float]:
+        """(measurements made, best feasible throughput found as a share of the best)."""
+        return len(self.measured), max(self.found, 0.0) / self.best
+
     def result(self) -> dict[float, tuple[int, float, bool]]:
         """Per target: (measurements, seconds, reached); a search that never got there
         counts as the whole space (brute force)."""
@@ -238,7 +242,7 @@ class Ours:
     ``search.sweep: guided``) instead of the lowest level; ``prune``: BestAtLevelPruner's
     margin (None: no pruning, as the tuner runs)."""
 
-    startup: int = 3
+    startup: int = 1               # tracker.search.study.TPE_STARTUP_TRIALS
     ordered: str = "none"
     guess: bool = True
     prune: float | None = None
