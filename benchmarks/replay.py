@@ -144,6 +144,7 @@ class Budget:
         self.seconds = 0.0
         self.found = -math.inf
         self.reached: dict[float, tuple[int, float]] = {}
+        self.trace: list[float] = []    # best feasible found after each measurement
 
     def measure(self, key: Key) -> Point:
         point = self.land.point(key)
@@ -154,6 +155,7 @@ class Budget:
             self.seconds += point.seconds
             if self.land.feasible(key):
                 self.found = max(self.found, point.throughput)
+            self.trace.append(max(self.found, 0.0))
             for t in TARGETS:
                 if t not in self.reached and self.found >= t * self.best:
                     self.reached[t] = (len(self.measured), self.seconds)
@@ -166,6 +168,13 @@ class Budget:
     def end(self) -> tuple[int, float]:
         """(measurements made, best feasible throughput found as a share of the best)."""
         return len(self.measured), max(self.found, 0.0) / self.best
+
+    def found_after(self, n: int) -> float:
+        """The best feasible throughput found within the first ``n`` measurements, as a
+        share of the best (a run that stopped earlier keeps its last value)."""
+        if not self.trace or n < 1:
+            return 0.0
+        return self.trace[min(n, len(self.trace)) - 1] / self.best
 
     def result(self) -> dict[float, tuple[int, float, bool]]:
         """Per target: (measurements, seconds, reached); a search that never got there

@@ -89,15 +89,17 @@ def ma_runs(python: Path, mode: str, seeds: int, p99_max: float,
 
 
 def evaluate(land: Landscape, search: Search | list[Search], seeds: int
-             ) -> tuple[list[dict[float, tuple[int, float, bool]]], list[tuple[int, float]]]:
-    runs, ends = [], []
+             ) -> tuple[list[dict[float, tuple[int, float, bool]]], list[tuple[int, float]],
+                        list[Budget]]:
+    runs, ends, budgets = [], [], []
     for seed in range(seeds):
         budget = Budget(land)
         run = search[seed] if isinstance(search, list) else search
         run(land, budget, seed)
         runs.append(budget.result())
         ends.append(budget.end())
-    return runs, ends
+        budgets.append(budget)
+    return runs, ends, budgets
 
 
 def row(name: str, runs: list[dict[float, tuple[int, float, bool]]],
@@ -175,10 +177,18 @@ def main() -> None:
           "measurement seconds to reach")
     print(f"{'search':<22} {'95% of the best':<36} {'98% of the best':<36} reached 98%  "
           "at end: measured, best found (medians)")
-    results, ended = {}, {}
+    results, ended, budgets = {}, {}, {}
     for name, search in searches.items():
-        results[name], ended[name] = evaluate(land, search, args.seeds)
+        results[name], ended[name], budgets[name] = evaluate(land, search, args.seeds)
         print(row(name, results[name], ended[name], space), flush=True)
+    same_budget = {}
+    for peer in ("ma_quick", "ma_optuna"):
+        n = int(statistics.median(e[0] for e in ended[peer]))
+        same_budget[peer] = (n, statistics.median(b.found_after(n) for b in budgets["ours"]),
+                             statistics.median(b.found_after(n) for b in budgets["random"]))
+        print(f"after {n} measurements (where {peer} stopped): ours had found a median "
+              f"{same_budget[peer][1]:.1%} of the best, random {same_budget[peer][2]:.1%}, "
+              f"{peer} {statistics.median(e[1] for e in ended[peer]):.1%}")
     print(json.dumps({
         "space_points": space,
         "p99_max_ms": args.p99_max,
@@ -192,6 +202,7 @@ def main() -> None:
            for n in ("ma_quick", "ma_optuna")},
         **{f"{n}_best_found_share": round(statistics.median(e[1] for e in ended[n]), 4)
            for n in ("ma_quick", "ma_optuna")},
+        **{f"ours_found_at_{n}_budget": round(v[1], 4) for n, v in same_budget.items()},
         "landscape_best": round(land.best, 1),
     }))
 
