@@ -35,10 +35,14 @@ def first_guess(params: Mapping[str, Any], defaults: Mapping[str, Any]) -> int:
     """Model Analyzer's concurrency formula, 2 x max_batch_size x instance count, from the
     trial's params (a knob the space leaves out takes the default config's value; an
     unbatched model counts as batch 1)."""
-    mbs = int(params.get("max_batch_size", defaults.get("max_batch_size", 1)) or 1)
-    count = int(params.get("instance_group.count", defaults.get("instance_group.count", 1))
-                or 1)
-    return 2 * max(mbs, 1) * max(count, 1)
+    def number(key: str) -> int:
+        value = params.get(key, defaults.get(key, 1))
+        try:
+            return max(int(value or 1), 1)
+        except (TypeError, ValueError):
+            return 1  # not a number (cannot happen for these fields): no guess from it
+
+    return 2 * number("max_batch_size") * number("instance_group.count")
 
 
 def defaults_of(cfg: Any) -> dict[str, int]:
