@@ -1,201 +1,210 @@
-"""How many measurements each sampler needs to find a near-best configuration.
+"""How many measurements each search needs to find a near-best configuration, side by side
+with Model Analyzer's own search algorithms, on a landscape of Model Analyzer's default space.
 
-    .venv/bin/python benchmarks/search_efficiency.py             # replay the recorded grid
-    .venv/bin/python benchmarks/search_efficiency.py --record    # measure the grid again
+    .venv/bin/python benchmarks/search_efficiency.py                # replay, all searches
+    .venv/bin/python benchmarks/search_efficiency.py --ablations    # + each part of ours off
 
-``--record`` runs the study in benchmarks/data/landscape_study.yaml (the grid sampler over all
-105 configurations of a realistic space for the quickstart model) on the embedded Triton with
-the tuner itself, and writes benchmarks/data/landscape_quickstart.csv: one row per
-configuration with its throughput and p99 latency at its best feasible concurrency (the
-command and the date are in the file's first comment lines). It takes ~10 minutes.
+The landscape (benchmarks/data/ma_landscape_quickstart.csv, made by
+benchmarks/record_ma_landscape.py) holds every point of instance_group.count 1-5 x
+max_batch_size 1..128 x concurrency 1..1024 (powers of two), dynamic batching on, for the
+quickstart model: 440 points. A measurement is one configuration at one concurrency level,
+the unit both tools pay for; a point asked again is free. Feasible: p99 <= --p99-max ms (60 by
+default: it binds from concurrency 32-64 up, of 1..1024).
 
-The replay runs each sampler as the tuner sets it up (tracker.search.study.make_sampler, the
-space widened to hold the default config, the default config measured first) for 20 seeds on
-an in-memory study whose trials are answered from the landscape: a configuration's first
-suggestion is a measurement, a repeated one is free (the tuner reuses the result). It prints,
-per sampler, the median number of measurements until the best feasible throughput found
-reaches 95% and 98% of the grid's best feasible throughput, as a share of the grid size (a
-run that never gets there counts as the whole grid). Model Analyzer's quick search claims 95%
-within 10% of the space; the target here is 98% within 10%. Last line: one JSON object.
+Searches, 20 seeds each:
+- ours: the tuner's TPE (tracker.search.study.make_sampler), the default config first, each
+  trial's sweep planned by tracker.search.sweep_plan (Model Analyzer's concurrency formula as
+  the first level, then a walk: ``search.sweep: guided``); ``--ablations`` adds ours with one
+  part changed (ordered integers instead of categories, the sweep from the lowest level,
+  Optuna pruning across trials, other start-up counts);
+- ma_quick / ma_optuna: Model Analyzer's own generators (``triton-model-analyzer`` from PyPI,
+  installed on first use into benchmarks/.ma-venv, since it pins optuna 3.6.1), driven by
+  benchmarks/ma_driver.py and answered from the landscape; quick search is deterministic, so
+  its 20 seeds agree;
+- random: points drawn uniformly; brute: every point in Model Analyzer's brute-force order.
+
+Printed: per search, the median measurements (and share of the 440) and median measurement
+seconds until the best feasible throughput found reaches 95% / 98% of the landscape's best
+(a run that never gets there counts as the whole space), with min-max, and how many seeds got
+there; and where each search ended (it stops at 98%, or when its own rules stop it, as Model
+Analyzer's do): median measurements made and best feasible throughput found, as a share of the
+landscape's best. Last line: one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime
 import json
-import math
 import statistics
+import subprocess
 import sys
 import tempfile
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import optuna
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from replay import TARGETS, Budget, Landscape, Ours, brute, random_points, replay_points
+
 HERE = Path(__file__).resolve().parent
-SPEC = HERE / "data" / "landscape_study.yaml"
-LANDSCAPE = HERE / "data" / "landscape_quickstart.csv"
+LANDSCAPES = [HERE / "data" / "ma_landscape_quickstart.csv",
+              HERE / "data" / "ma_landscape_quickstart_pass2.csv"]
+MA_VENV = HERE / ".ma-venv"
+MA_PACKAGE = "triton-model-analyzer"
 SEEDS = 20
-TARGETS = (0.95, 0.98)
+P99_MAX = 60.0
+
+Search = Callable[[Landscape, Budget, int], None]
 
 
-# ---- recording -----------------------------------------------------------------------------
-
-def record(out: Path) -> None:
-    from tracker.conclude import trial_rows
-    from tracker.runner import TuneOptions, tune
-
-    started = datetime.datetime.now(datetime.timezone.utc)
-    with tempfile.TemporaryDirectory(prefix="landscape-") as tmp:
-        import os
-
-        old = Path.cwd()
-        os.chdir(tmp)
-        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{tmp}/mlflow.db"
-        try:
-            tune(SPEC, TuneOptions(bar=False, log_models=False))
-            study = optuna.load_study(study_name="landscape", storage=f"sqlite:///{tmp}/optuna.db")
-            rows = trial_rows(study)
-        finally:
-            os.chdir(old)
-    knobs = sorted({k for r in rows for k in r.params})
-    seen: set[tuple[Any, ...]] = set()
-    with out.open("w", newline="") as fh:
-        fh.write(f"# recorded {started:%Y-%m-%d %H:%M} UTC with: .venv/bin/python "
-                 f"benchmarks/search_efficiency.py --record  (spec: {SPEC.name})\n")
-        fh.write("# one row per configuration: throughput and p99 at its best feasible "
-                 "concurrency; feasible = perf_latency_p99 <= the spec's limit\n")
-        writer = csv.writer(fh, lineterminator="\n")
-        writer.writerow([*knobs, "perf_throughput", "perf_latency_p99", "concurrency",
-                         "feasible", "state"])
-        for r in sorted(rows, key=lambda r: r.number):
-            key = tuple(r.params.get(k) for k in knobs)
-            if key in seen or r.duplicate_of is not None:
-                continue  # the default config is trial 0; its grid point reused its result
-            seen.add(key)
-            writer.writerow([*key, r.metrics.get("perf_throughput", ""),
-                             r.metrics.get("perf_latency_p99", ""), r.concurrency or "",
-                             str(bool(r.feasible)).lower(), r.state])
-    print(f"wrote {out} ({len(seen)} configurations)")
+def ma_python() -> Path:
+    """The Model Analyzer venv's interpreter, made on first use."""
+    python = MA_VENV / "bin" / "python"
+    if not python.exists():
+        print(f"installing {MA_PACKAGE} into {MA_VENV} (first use) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(MA_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", MA_PACKAGE], check=True)
+    return python
 
 
-# ---- replay --------------------------------------------------------------------------------
-
-def load_landscape(path: Path) -> tuple[list[str], dict[tuple[Any, ...], tuple[float, bool]]]:
-    lines = [ln for ln in path.read_text().splitlines() if not ln.startswith("#")]
-    reader = csv.DictReader(lines)
-    knobs = [f for f in reader.fieldnames or [] if f not in
-             ("perf_throughput", "perf_latency_p99", "concurrency", "feasible", "state")]
-    table: dict[tuple[Any, ...], tuple[float, bool]] = {}
-    for row in reader:
-        key = tuple(_number(row[k]) for k in knobs)
-        ok = row["state"] == "COMPLETE" and row["perf_throughput"] != ""
-        table[key] = (float(row["perf_throughput"]) if ok else 0.0,
-                      ok and row["feasible"] == "true")
-    return knobs, table
+def ma_version(python: Path) -> str:
+    out = subprocess.run([str(python), "-m", "pip", "show", MA_PACKAGE, "optuna"],
+                         capture_output=True, text=True, check=True).stdout
+    found = [ln.split(":", 1)[1].strip() for ln in out.splitlines()
+             if ln.startswith(("Name:", "Version:"))]
+    return ", ".join(f"{found[i]} {found[i + 1]}" for i in range(0, len(found) - 1, 2))
 
 
-def _number(text: str) -> Any:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            continue
-    return text
+def ma_runs(python: Path, mode: str, seeds: int, p99_max: float,
+            landscape: Path) -> list[list[list[int]]]:
+    """The points Model Analyzer's ``mode`` search asked for, one list per seed."""
+    out = subprocess.run([str(python), str(HERE / "ma_driver.py"), str(landscape), "--mode",
+                          mode, "--seeds", str(seeds), "--p99-max", f"{p99_max:g}"],
+                         capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        sys.exit(f"Model Analyzer's {mode} search failed to run:\n{out.stderr[-3000:]}")
+    return [json.loads(ln)["points"] for ln in out.stdout.splitlines() if ln.startswith("{")]
 
 
-def product_space() -> tuple[dict[str, Any], dict[str, Any]]:
-    """The distributions and the baseline's params exactly as the tuner builds them."""
-    from tracker.search.baseline import fit_baseline
-    from tracker.search.space import distributions, resolve_space
-    from tracker.spec import ensure_model, load_spec
-    from tracker.triton.model_config import model_info
-
-    spec = load_spec(SPEC)
-    ensure_model(spec)
-    info = model_info(spec.model)
-    dists, base = fit_baseline(distributions(resolve_space(spec.search.space, info)),
-                               info.config)
-    return dists, base.params
-
-
-def replay(make: Callable[[int], optuna.samplers.BaseSampler], seed: int, knobs: list[str],
-           table: dict[tuple[Any, ...], tuple[float, bool]], dists: dict[str, Any],
-           baseline: dict[str, Any], best: float) -> dict[float, int]:
-    """Measurements until each target share of ``best`` is reached (grid size if never)."""
-    from tracker.trial import suggest
-
-    study = optuna.create_study(direction="maximize", sampler=make(seed))
-    study.enqueue_trial(baseline)
-    measured: set[tuple[Any, ...]] = set()
-    reached: dict[float, int] = {}
-    found = -math.inf
-    grid = len(table)
-    for _ in range(20 * grid):
-        trial = study.ask()
-        params = {name: suggest(trial, name, d) for name, d in dists.items()}
-        key = tuple(params[k] for k in knobs)
-        throughput, feasible = table.get(key, (0.0, False))
-        measured.add(key)
-        trial.set_constraint("perf_latency_p99.max", -1.0 if feasible else 1.0)
-        study.tell(trial, throughput)
-        if feasible:
-            found = max(found, throughput)
-        for t in TARGETS:
-            if t not in reached and found >= t * best:
-                reached[t] = len(measured)
-        if len(reached) == len(TARGETS) or len(measured) >= grid:
-            break
-    return {t: reached.get(t, grid) for t in TARGETS}
+def evaluate(land: Landscape, search: Search | list[Search], seeds: int
+             ) -> tuple[list[dict[float, tuple[int, float, bool]]], list[tuple[int, float]],
+                        list[Budget]]:
+    runs, ends, budgets = [], [], []
+    for seed in range(seeds):
+        budget = Budget(land)
+        run = search[seed] if isinstance(search, list) else search
+        run(land, budget, seed)
+        runs.append(budget.result())
+        ends.append(budget.end())
+        budgets.append(budget)
+    return runs, ends, budgets
 
 
-def samplers(dists: dict[str, Any]) -> dict[str, Callable[[int], optuna.samplers.BaseSampler]]:
-    from tracker.search.study import make_sampler
+def row(name: str, runs: list[dict[float, tuple[int, float, bool]]],
+        ends: list[tuple[int, float]], space: int) -> str:
+    cells = []
+    for t in TARGETS:
+        counts = [r[t][0] for r in runs]
+        secs = [r[t][1] for r in runs]
+        med = statistics.median(counts)
+        cells.append(f"{med:6.1f} ({med / space:5.1%}) [{min(counts)}-{max(counts)}] "
+                     f"{statistics.median(secs):6.1f} s")
+    hits = sum(r[0.98][2] for r in runs)
+    made = statistics.median(e[0] for e in ends)
+    share = statistics.median(e[1] for e in ends)
+    return (f"{name:<22} {cells[0]:<36} {cells[1]:<36} {hits:>2}/{len(runs)}   "
+            f"{made:5.1f}  {share:6.1%}")
 
-    return {
-        "tpe": lambda s: make_sampler("tpe", seed=s, n_objectives=1, distributions=dists),
-        "random": lambda s: make_sampler("random", seed=s, n_objectives=1),
-        "grid": lambda s: make_sampler("grid", seed=s, n_objectives=1, distributions=dists),
-    }
+
+def median_share(runs: list[dict[float, tuple[int, float, bool]]], t: float,
+                 space: int) -> float:
+    return round(statistics.median(r[t][0] for r in runs) / space, 4)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--record", action="store_true", help="measure the grid again first")
+    parser.add_argument("--landscape", type=Path, nargs="+", default=LANDSCAPES,
+                        help="recordings of the landscape (averaged per point)")
     parser.add_argument("--seeds", type=int, default=SEEDS)
+    parser.add_argument("--p99-max", type=float, default=P99_MAX)
+    parser.add_argument("--ablations", action="store_true",
+                        help="also replay ours with each of its parts changed")
     args = parser.parse_args()
-    if args.record:
-        record(LANDSCAPE)
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-    knobs, table = load_landscape(LANDSCAPE)
-    dists, baseline = product_space()
-    if set(knobs) != set(dists):
-        sys.exit(f"landscape knobs {knobs} differ from the spec's {sorted(dists)}: re-record")
-    best = max(v for v, ok in table.values() if ok)
-    default = table.get(tuple(baseline[k] for k in knobs), (float("nan"), False))[0]
-    grid = len(table)
-    print(f"landscape: {grid} configurations, {sum(ok for _, ok in table.values())} feasible; "
-          f"best feasible {best:,.1f} infer/s, default config {default:,.1f} infer/s")
-    results: dict[str, dict[float, float]] = {}
-    for name, make in samplers(dists).items():
-        runs = [replay(make, seed, knobs, table, dists, baseline, best)
-                for seed in range(args.seeds)]
-        results[name] = {t: statistics.median(r[t] for r in runs) / grid for t in TARGETS}
-        print(f"{name:<7} median share of the grid measured to reach 95%: "
-              f"{results[name][0.95]:6.1%}   98%: {results[name][0.98]:6.1%}   "
-              f"({args.seeds} seeds; measurements to 98%: min "
-              f"{min(r[0.98] for r in runs)}, max {max(r[0.98] for r in runs)})")
-    print(json.dumps({"grid_size": grid,
-                      "tpe_share_to_95": round(results["tpe"][0.95], 4),
-                      "tpe_share_to_98": round(results["tpe"][0.98], 4),
-                      "random_share_to_98": round(results["random"][0.98], 4),
-                      "random_share_to_95": round(results["random"][0.95], 4),
-                      "grid_share_to_98": round(results["grid"][0.98], 4)}))
+    land = Landscape.load(args.landscape, args.p99_max)
+    space = len(land.table)
+    best = land.best_key
+    names = " + ".join(p.name for p in args.landscape)
+    print(f"landscape: {names}: {space} points, "
+          f"{sum(land.feasible(k) for k in land.table)} feasible at p99 <= {args.p99_max:g} ms; "
+          f"best feasible {land.best:,.0f} infer/s at count={best[0]} max_batch_size={best[1]} "
+          f"concurrency={best[2]}; {land.within(0.98)} points within 2% of it, "
+          f"{land.within(0.95)} within 5%; recording {land.seconds:.0f} measurement seconds; "
+          f"{sum(p.client_limited for p in land.table.values())} points client-limited")
+    spread = land.pass_spread()
+    if spread is not None:
+        print(f"  two recordings of each point differ by a median {spread:.1%} in throughput")
+    for line in land.header:
+        print(f"  {line}")
+    python = ma_python()
+    merged = Path(tempfile.mkdtemp(prefix="landscape-")) / "landscape.csv"
+    land.write(merged)
+    print(f"Model Analyzer: {ma_version(python)} (real generators, driven offline)")
+    from tracker.search.study import TPE_STARTUP_TRIALS
+
+    if Ours().startup != TPE_STARTUP_TRIALS:
+        sys.exit("benchmarks/replay.py's Ours() must use the tuner's TPE_STARTUP_TRIALS")
+    searches: dict[str, Search | list[Search]] = {"ours": Ours()}
+    for mode in ("quick", "optuna"):
+        searches[f"ma_{mode}"] = [replay_points(p) for p in
+                                  ma_runs(python, mode, args.seeds, args.p99_max, merged)]
+    searches["random"] = random_points
+    searches["brute"] = brute
+    if args.ablations:
+        searches.update({
+            "ours: ordered batch": Ours(ordered="batch"),
+            "ours: ordered both": Ours(ordered="both"),
+            "ours: sweep from 1": Ours(guess=False),
+            "ours: + pruning": Ours(prune=0.0),
+            "ours: + pruning 10%": Ours(prune=0.10),
+            "ours: startup 3": Ours(startup=3),
+            "ours: startup 10": Ours(startup=10),
+        })
+    print(f"\n{args.seeds} seeds; median measurements (share of {space}) [min-max] and median "
+          "measurement seconds to reach")
+    print(f"{'search':<22} {'95% of the best':<36} {'98% of the best':<36} reached 98%  "
+          "at end: measured, best found (medians)")
+    results, ended, budgets = {}, {}, {}
+    for name, search in searches.items():
+        results[name], ended[name], budgets[name] = evaluate(land, search, args.seeds)
+        print(row(name, results[name], ended[name], space), flush=True)
+    same_budget = {}
+    for peer in ("ma_quick", "ma_optuna"):
+        n = int(statistics.median(e[0] for e in ended[peer]))
+        same_budget[peer] = (n, statistics.median(b.found_after(n) for b in budgets["ours"]),
+                             statistics.median(b.found_after(n) for b in budgets["random"]))
+        print(f"after {n} measurements (where {peer} stopped): ours had found a median "
+              f"{same_budget[peer][1]:.1%} of the best, random {same_budget[peer][2]:.1%}, "
+              f"{peer} {statistics.median(e[1] for e in ended[peer]):.1%}")
+    print(json.dumps({
+        "space_points": space,
+        "p99_max_ms": args.p99_max,
+        "seeds": args.seeds,
+        **{f"{n}_share_to_98": median_share(results[n], 0.98, space)
+           for n in ("ours", "ma_quick", "ma_optuna", "random")},
+        **{f"{n}_share_to_95": median_share(results[n], 0.95, space)
+           for n in ("ours", "ma_quick", "ma_optuna", "random")},
+        "brute_share_to_98": median_share(results["brute"], 0.98, space),
+        **{f"{n}_measured": statistics.median(e[0] for e in ended[n])
+           for n in ("ma_quick", "ma_optuna")},
+        **{f"{n}_best_found_share": round(statistics.median(e[1] for e in ended[n]), 4)
+           for n in ("ma_quick", "ma_optuna")},
+        **{f"ours_found_at_{n}_budget": round(v[1], 4) for n, v in same_budget.items()},
+        "landscape_best": round(land.best, 1),
+    }))
 
 
 if __name__ == "__main__":

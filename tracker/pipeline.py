@@ -22,7 +22,7 @@ from tracker.errors import MeasurementError, TrackerError
 from tracker.measure import csvio
 from tracker.measure.host import measured_tags, server_tags
 from tracker.measure.monitors import Monitor, close_monitors, default_monitors
-from tracker.measure.sweep import sweep
+from tracker.measure.sweep import LevelPlanner, sweep
 from tracker.measure.types import Measurement, SweepResult
 from tracker.metrics import load_levels_from
 from tracker.search.objective import LevelChoice, pick_best_level
@@ -157,6 +157,7 @@ def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer
                           cfg: ModelConfig, workdir: Path, *,
                           serving: Serving | None = None,
                           levels: Sequence[float] | None = None,
+                          plan: LevelPlanner | None = None,
                           monitors_factory: MonitorsFactory | None = None,
                           on_level: Callable[[Measurement], None] | None = None,
                           on_phase: Callable[[str], None] | None = None,
@@ -165,7 +166,8 @@ def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer
 
     Writes the repository into ``workdir`` (removed again when the measurement fails), serves
     it with the server's strategy, sweeps ``levels`` (None: the spec's load levels;
-    ``[c]`` measures one concurrency) with the spec's load settings and constraints, and
+    ``[c]`` measures one concurrency; ``plan``: a planner that picks the levels one at a time,
+    search/sweep_plan.py) with the spec's load settings and constraints, and
     chooses the level by the spec's objectives and constraints (search/objective.py).
     ``serving``: None resolves it (:func:`resolve_serving`); ``monitors_factory(server)``:
     the monitors sampled during the sweep (default: process tree + metrics endpoint + NVML);
@@ -192,7 +194,7 @@ def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer
         try:
             result = sweep(server.endpoints, repo.model_name, repo.served_config, spec.load,
                            spec.constraints, monitors, levels=levels, on_level=on_level,
-                           backend=backend)
+                           backend=backend, plan=plan)
             choice = pick_best_level(result.measurements, spec.constraints, spec.objectives)
         except TrackerError as err:
             log = server.log_text()[mark:]

@@ -38,6 +38,7 @@ from tracker.pipeline import (
     ort_threads,
     served_text,
 )
+from tracker.search import sweep_plan
 from tracker.search.study import find_duplicate
 from tracker.search.workers import wait_for_duplicate
 from tracker.tracking import runs
@@ -189,9 +190,13 @@ def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, A
         ctx.progress.measuring(trial.number, f"{m.level}: {m.throughput:,.1f} infer/s")
 
     try:
+        levels = levels_for(load)
+        # the guided sweep (search.sweep): Model Analyzer's first guess, then a walk
+        plan = None if levels is not None else sweep_plan.for_trial(
+            spec, params, sweep_plan.defaults_of(ctx.info.config))
         done = measure_configuration(
             spec, ctx.info, ctx.server, cfg, repo_root, serving=ctx.serving,
-            levels=levels_for(load), on_level=on_level,
+            levels=levels, plan=plan, on_level=on_level,
             on_phase=lambda phase: ctx.progress.measuring(trial.number, phase))
     except ConfigFailed as failed:
         raise TrialFailed(failed.reason, failed.log) from failed.cause

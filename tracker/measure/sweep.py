@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from tracker.errors import MeasurementError
 from tracker.feasibility import stops_sweep
@@ -31,6 +31,15 @@ from tracker.triton.client import Endpoints
 
 MIN_GAIN = 0.05
 GAIN_LEVELS = 3
+
+
+class LevelPlanner(Protocol):
+    """Chooses the sweep's levels one at a time instead of the list's order (the search's
+    tracker.search.sweep_plan.LevelPlan): the next concurrency, or None to stop, and why."""
+
+    reason: str
+
+    def next(self, done: Sequence[Measurement]) -> int | None: ...
 
 
 def stop_reason(done: Sequence[Measurement], constraints: Mapping[str, Any] | None) -> str | None:
@@ -78,9 +87,21 @@ def settings_from(load: Any) -> LevelSettings:
 
 async def _run(levels: Sequence[Level], measure: Callable[[Level], Awaitable[Measurement]],
                constraints: Mapping[str, Any] | None,
-               on_level: Callable[[Measurement], None] | None) -> SweepResult:
+               on_level: Callable[[Measurement], None] | None,
+               plan: LevelPlanner | None = None) -> SweepResult:
     done: list[Measurement] = []
     reason = "all levels measured"
+    if plan is not None:
+        by_concurrency = {lvl.concurrency: lvl for lvl in levels}
+        while (c := plan.next(done)) is not None:
+            if c not in by_concurrency:
+                raise MeasurementError(f"the level plan asked for concurrency {c}, which is "
+                                       f"not one of the sweep's levels")
+            m = await measure(by_concurrency[c])
+            done.append(m)
+            if on_level is not None:
+                on_level(m)
+        return SweepResult(done, plan.reason)
     for level in levels:
         m = await measure(level)
         done.append(m)
@@ -95,8 +116,8 @@ async def _run(levels: Sequence[Level], measure: Callable[[Level], Awaitable[Mea
 
 async def _builtin(endpoints: Endpoints, model_name: str, config: Any, load: Any,
                    levels: Sequence[Level], constraints: Mapping[str, Any] | None,
-                   sampler: Sampler, on_level: Callable[[Measurement], None] | None
-                   ) -> SweepResult:
+                   sampler: Sampler, on_level: Callable[[Measurement], None] | None,
+                   plan: LevelPlanner | None = None) -> SweepResult:
     url = endpoints.grpc if load.protocol == "grpc" else endpoints.http
     if url is None:
         raise MeasurementError(f"load.protocol is {load.protocol!r} but the server's "
@@ -120,7 +141,7 @@ async def _builtin(endpoints: Endpoints, model_name: str, config: Any, load: Any
         async def measure(level: Level) -> Measurement:
             return await measure_level(loaded, level, settings, transport.stats, sampler)
 
-        return await _run(levels, measure, constraints, on_level)
+        return await _run(levels, measure, constraints, on_level, plan)
     finally:
         if driver is not None and driver.processes > 1:
             await driver.close()
@@ -130,18 +151,21 @@ async def _builtin(endpoints: Endpoints, model_name: str, config: Any, load: Any
 def sweep(endpoints: Endpoints, model_name: str, config: Any, load: Any,
           constraints: Mapping[str, Any] | None = None, monitors: Sequence[Monitor] = (),
           *, levels: Sequence[float] | None = None, backend: str = "builtin",
-          on_level: Callable[[Measurement], None] | None = None) -> SweepResult:
+          on_level: Callable[[Measurement], None] | None = None,
+          plan: LevelPlanner | None = None) -> SweepResult:
     """Measure ``model_name`` on the server at ``endpoints`` over the load levels of ``load``
     (a LoadSection; ``levels`` overrides its list). ``config`` is the served ModelConfig (it
     shapes the random inputs). ``backend`` is "builtin" or "perf_analyzer" (the binary on
-    PATH). ``monitors`` are sampled during the windows and left open for the caller."""
+    PATH). ``monitors`` are sampled during the windows and left open for the caller.
+    ``plan`` (concurrency levels only) picks the levels one at a time instead of measuring the
+    list from the lowest up with the stop rules above."""
     level_list = load_levels(load, levels)
     sampler = Sampler(monitors)
     sampler.start()
     try:
         if backend == "builtin":
             return asyncio.run(_builtin(endpoints, model_name, config, load, level_list,
-                                        constraints, sampler, on_level))
+                                        constraints, sampler, on_level, plan))
         if backend == "perf_analyzer":
             from tracker.measure.perf_analyzer import PerfAnalyzer
 
@@ -154,7 +178,7 @@ def sweep(endpoints: Endpoints, model_name: str, config: Any, load: Any,
             async def measure(level: Level) -> Measurement:
                 return await asyncio.to_thread(pa.measure, level, sampler)
 
-            return asyncio.run(_run(level_list, measure, constraints, on_level))
+            return asyncio.run(_run(level_list, measure, constraints, on_level, plan))
         raise MeasurementError(f"backend must be 'builtin' or 'perf_analyzer', but got "
                                f"{backend!r}")
     finally:

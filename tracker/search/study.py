@@ -33,12 +33,15 @@ from tracker.search.objective import better
 from tracker.search.space import doublings
 from tracker.trial_attrs import Attr
 
-# TPE setup, chosen with benchmarks/search_efficiency.py (docs/tuning.md): few random start-up
-# trials (the default config is measured first anyway) and more EI candidates suit budgets of
-# 10-30 trials; on the recorded 105-point landscape (100 seeds) startup 3 / 64 candidates
-# reached 98% of the best in a median 9.5% of the grid, Optuna's defaults (10 / 24) in 13.3%.
-TPE_STARTUP_TRIALS = 3
+# TPE setup, chosen with benchmarks/search_efficiency.py (docs/tuning.md): one random start-up
+# trial after the default config, and more EI candidates than Optuna's default, suit budgets of
+# 10-40 trials. On the Model Analyzer-shaped 440-point landscape (p99 <= 60 ms, 20 seeds) one
+# start-up trial reached 98% of the best in a median 35.5 measurements, three in 37.5, ten in
+# 45.5 (on its second recording alone at 40 ms: 56, 76.5, 94); on the earlier 105-point
+# landscape three beat Optuna's ten. The candidate count was within the noise there.
+TPE_STARTUP_TRIALS = 1
 TPE_EI_CANDIDATES = 64
+NSGA2_POPULATION = 6
 GRID_LIMIT = 100_000
 
 
@@ -103,7 +106,7 @@ def make_sampler(kind: str, *, seed: int | None, n_objectives: int,
     if kind == "grid":
         return _AskTellGridSampler(grid_of(distributions or {}), seed=seed)
     if kind == "nsga2":
-        return NSGAIISampler(seed=seed, population_size=max(4, min(20, n_startup_trials * 2)))
+        return NSGAIISampler(seed=seed, population_size=NSGA2_POPULATION)
     raise StudyError(f"sampler must be one of tpe, random, grid, nsga2, but got {kind!r}")
 
 

@@ -1,0 +1,135 @@
+"""Which concurrency level a trial measures next: Model Analyzer's first guess, then a walk.
+
+The plain sweep measures the spec's levels from the lowest up until a stop rule fires
+(tracker.measure.sweep.stop_reason). A configuration whose best level is high then pays for
+every level below it. :class:`LevelPlan` starts instead at Model Analyzer's concurrency
+formula, ``2 x max_batch_size x instance count`` (the level its quick search measures a
+configuration at; :func:`first_guess`), rounded to a sweep level, and walks from there:
+
+- up, one level at a time, while the sweep's stop rules let it (a broken latency constraint,
+  an invalid level, saturated throughput stop the climb);
+- down, when the first guess itself broke the latency constraint or was invalid, until a
+  level meets the constraints (the highest feasible level is then found) or the lowest level
+  is measured.
+
+Not here, because the replay showed it hurts: Optuna pruning across trials (each level an
+intermediate value, the climb stopped where a trial is below the best trial at the same
+level). On a noisy landscape it judges a configuration by one low reading and never measures
+it again; benchmarks/replay.py keeps it as an ablation.
+
+The replay (benchmarks/search_efficiency.py) measured each part on a recorded landscape of
+Model Analyzer's default space; docs/tuning.md has the figures.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tracker.feasibility import broken
+from tracker.measure.sweep import stop_reason
+from tracker.measure.types import Measurement
+
+
+def first_guess(params: Mapping[str, Any], defaults: Mapping[str, Any]) -> int:
+    """Model Analyzer's concurrency formula, 2 x max_batch_size x instance count, from the
+    trial's params (a knob the space leaves out takes the default config's value; an
+    unbatched model counts as batch 1)."""
+    def number(key: str) -> int:
+        value = params.get(key, defaults.get(key, 1))
+        try:
+            return max(int(value or 1), 1)
+        except (TypeError, ValueError):
+            return 1  # not a number (cannot happen for these fields): no guess from it
+
+    return 2 * number("max_batch_size") * number("instance_group.count")
+
+
+def defaults_of(cfg: Any) -> dict[str, int]:
+    """The default config's max_batch_size and instance count (1 when it sets none), which
+    :func:`first_guess` uses for a knob the space leaves out."""
+    groups = list(getattr(cfg, "instance_group", []))
+    count = sum(int(g.count or 1) for g in groups) if groups else 1
+    return {"max_batch_size": int(cfg.max_batch_size), "instance_group.count": count}
+
+
+def nearest_index(levels: Sequence[int], target: int) -> int:
+    """The index of the highest level <= ``target`` (the lowest level when all are above)."""
+    return max(bisect.bisect_right(list(levels), target) - 1, 0)
+
+
+class LevelPlan:
+    """The levels of one trial's sweep, chosen one at a time (see the module docstring).
+
+    ``levels`` ascending; ``start`` the first level's index. Call :meth:`next` with the
+    measurements so far; None ends the sweep (:attr:`reason` says why)."""
+
+    def __init__(self, levels: Sequence[int], start: int,
+                 constraints: Mapping[str, Any] | None) -> None:
+        if not levels:
+            raise ValueError("a level plan needs at least one level")
+        self.levels = list(levels)
+        self.start = min(max(start, 0), len(self.levels) - 1)
+        self.constraints = constraints
+        self.reason = "all levels measured"
+        self._down = False
+        self._stopped = False
+
+    def stop(self, reason: str) -> None:
+        """End the sweep after the current level (e.g. an early stop across trials)."""
+        self._stopped = True
+        self.reason = reason
+
+    def _ok(self, m: Measurement) -> bool:
+        return m.valid and not broken(m.metrics(), self.constraints)
+
+    def next(self, done: Sequence[Measurement]) -> int | None:
+        if self._stopped:
+            return None
+        if not done:
+            return self.levels[self.start]
+        last = done[-1]
+        index = self.levels.index(int(last.concurrency or 0))
+        if self._down:
+            if self._ok(last):
+                self.reason = f"highest level meeting the constraints: {last.level}"
+                return None
+            if index == 0:
+                self.reason = "no level meets the constraints"
+                return None
+            return self.levels[index - 1]
+        climb = [m for m in done if self.levels.index(int(m.concurrency or 0)) >= self.start]
+        why = stop_reason(climb, self.constraints)
+        if why is not None:
+            if not any(self._ok(m) for m in done) and self.start > 0:
+                self._down = True  # the first guess was too much load: walk down
+                return self.levels[self.start - 1]
+            self.reason = why
+            return None
+        if index + 1 >= len(self.levels):
+            self.reason = "all levels up to the highest measured"
+            return None
+        return self.levels[index + 1]
+
+
+def applies(spec: Any) -> bool:
+    """Whether a study's trials use the guided sweep: ``search.sweep: guided`` (the
+    default), a concurrency sweep (not request rates), one objective, throughput maximized
+    (the climb's stop rules are about throughput), and ``concurrency`` not a knob of the
+    space."""
+    return (getattr(spec.search, "sweep", "guided") == "guided"
+            and not getattr(spec.load, "request_rate", None)
+            and list(spec.objectives.items()) == [("perf_throughput", "maximize")]
+            and "concurrency" not in (spec.search.space or {}))
+
+
+def for_trial(spec: Any, params: Mapping[str, Any], defaults: Mapping[str, Any]
+              ) -> LevelPlan | None:
+    """The trial's guided sweep over the spec's concurrency levels, starting at Model
+    Analyzer's first guess; None when it does not apply (the plain sweep runs)."""
+    if not applies(spec):
+        return None
+    levels = spec.load.concurrency_levels()
+    start = nearest_index(levels, first_guess(params, defaults))
+    return LevelPlan(levels, start, spec.constraints)
