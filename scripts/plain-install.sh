@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The plain install, as a new user does it: a fresh venv with its bundled pip (not upgraded),
-# `pip install -e .` without the lock, then the tests that run a real Triton on that set. The
-# bundled pip resolves a different set than the lock (e.g. nvidia-pytriton 0.7.0 + numpy 1
-# instead of 0.5.7 + numpy 2): a resolution that breaks measurement fails here.
+# `pip install -e .` without the lock, then the tests that run a real Triton on that set. Which
+# set pip resolves depends on the pip and on what the environment holds: the lock pins
+# nvidia-pytriton 0.7.0 with numpy 1, and Python 3.11's bundled pip resolves 0.5.7 with numpy 2,
+# whose stub needs the shim's other tensor path. A resolution that breaks measurement fails
+# here.
 # Called by scripts/test.sh (so by CI); extra arguments go to pytest.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
