@@ -21,9 +21,6 @@ from onnx import TensorProto, helper
 
 from tracker.triton.server.local import LocalTritonServer
 
-#: mlflow.pyfunc (imported by mlflow.onnx) warns about its own type hints once, on import
-MLFLOW_IMPORT_WARNING = "ignore:.*Any type hint is inferred as AnyType:UserWarning"
-
 #: the config.pbtxt of the plugin's example model, as users log it (no name, version policy)
 TWO_IN_TWO_OUT_CONFIG = """platform: "onnxruntime_onnx"
 max_batch_size: 8

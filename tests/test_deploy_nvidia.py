@@ -22,7 +22,6 @@ import pytest
 from mlflow.deployments import get_deploy_client
 from mlflow.exceptions import MlflowException
 from nvidia_support import (
-    MLFLOW_IMPORT_WARNING,
     TWO_IN_TWO_OUT_CONFIG,
     log_nvidia_triton,
     log_onnx,
@@ -38,7 +37,7 @@ from tracker.tracking import registry
 from tracker.triton import model_config as mc
 from tracker.triton.server.local import LocalTritonServer
 
-pytestmark = [pytest.mark.triton, pytest.mark.filterwarnings(MLFLOW_IMPORT_WARNING)]
+pytestmark = pytest.mark.triton
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ROW = [float(i) for i in range(1, 17)]
 INPUT = {"inputs": {"INPUT0": [ROW], "INPUT1": [ROW]}}  # the plugin's examples/input.json

@@ -13,7 +13,6 @@ import onnx
 import pandas as pd
 import pytest
 from nvidia_support import (
-    MLFLOW_IMPORT_WARNING,
     TWO_IN_TWO_OUT_CONFIG,
     log_nvidia_triton,
     two_in_two_out,
@@ -27,7 +26,6 @@ from tracker.tracking import flavor, foreign
 from tracker.triton import model_config as mc
 
 OURS = ("TRACKER_TRITON_URL", "TRACKER_TRITON_REPOSITORY")
-pytestmark = pytest.mark.filterwarnings(MLFLOW_IMPORT_WARNING)
 
 
 @pytest.fixture()
