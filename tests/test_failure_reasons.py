@@ -65,11 +65,14 @@ def test_profile_exits_1_with_the_stubs_error(tmp_path: Path, mlflow_uri: str,
     assert "Traceback" not in result.output
     message = result.output.split("error: ", 1)[1]
     assert "no concurrency level measured the objective `perf_throughput`" in message
-    # the level's own reason (the server went away after the stub's crash), the request error
-    # that came first (Triton's "Stub process ... is not healthy", or the refused connection
-    # when the server went first) and Triton's own log line about the stub
-    assert "concurrency 1: request error: " in message
-    assert "server log: Stub process is unhealthy and it will be restarted." in message
+    # the level's own reason and the stub's error in Triton's words. Which words depends on
+    # the wheel: nvidia-pytriton 0.7.0 keeps serving and answers every request with "Stub
+    # process 'quick_0' is not healthy"; 0.5.7's server goes away after the crash, so the
+    # level names the first failed request, then the server log's "Stub process is unhealthy"
+    assert "concurrency 1: " in message
+    assert "requests failed" in message or "request error: " in message
+    assert ("Stub process 'quick_0' is not healthy" in message
+            or "server log: Stub process is unhealthy and it will be restarted." in message)
 
 
 @pytest.mark.triton
@@ -83,10 +86,11 @@ def test_a_trial_fails_with_the_cause_in_its_note(tmp_path: Path, mlflow_uri: st
     assert got and all(t.state == TrialState.FAIL for t in got)
     reason = got[0].user_attrs["fail_reason"]
     assert reason.startswith("measurement failed: no concurrency level measured")
-    assert "request error: " in reason and "server log: Stub process is unhealthy" in reason
+    assert "Stub process" in reason
     run = MlflowClient(mlflow_uri).get_run(got[0].user_attrs["mlflow_run_id"])
     assert run.info.status == "FAILED"
-    assert "server log: Stub process is unhealthy" in run.data.tags["mlflow.note.content"]
+    assert "Stub process" in run.data.tags["mlflow.note.content"]
     # the progress line carries the cause too (its first line, within 400 characters)
     progress = [line for line in capsys.readouterr().out.splitlines() if "FAIL" in line]
-    assert progress and "request error: " in progress[0], progress
+    assert progress and ("requests failed" in progress[0] or "request error: " in progress[0]), \
+        progress
