@@ -13,9 +13,9 @@ VENV="$ROOT/.venv-plain"
 rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 echo "plain install: $("$VENV/bin/python" -m pip --version | cut -d' ' -f1-2) (bundled), no lock..." >&2
-"$VENV/bin/python" -m pip install -q -e "$ROOT" 2>&1 | grep -v "^WARNING: Location" >&2 || true
+"$VENV/bin/python" -m pip install -q --no-compile -e "$ROOT" 2>&1 | grep -v "^WARNING: Location" >&2 || true
 "$VENV/bin/python" -m pip check >&2
-"$VENV/bin/python" -m pip install -q pytest 2>&1 | grep -v "^WARNING: Location" >&2 || true
+"$VENV/bin/python" -m pip install -q --no-compile pytest 2>&1 | grep -v "^WARNING: Location" >&2 || true
 "$VENV/bin/tracker" --version
 cd "$ROOT"
 # Docker tests build their image from the locked venv; PostgreSQL tests do not depend on it.
