@@ -107,9 +107,10 @@ def log_errors(log: str, limit: int = 3) -> list[str]:
     """The last distinct error lines of a server log: Triton's own (``E1201 ...] message``,
     the harmless GPU-probe noise left out) and the Python exceptions a backend stub printed
     (``RuntimeError: ...``), oldest first."""
-    found = [*error_messages(log)]
-    found += [line.strip() for line in log.splitlines()
-              if _EXCEPTION_LINE.match(line.strip())]
+    found: list[str] = []
+    for line in log.splitlines():
+        text = line.strip()
+        found.extend([text] if _EXCEPTION_LINE.match(text) else error_messages(line))
     unique = list(dict.fromkeys(found))
     return unique[-limit:]
 
