@@ -128,7 +128,7 @@ def main() -> None:
     from tracker.spec import ensure_model, load_spec
     from tracker.triton import model_config as mc
     from tracker.triton.repository import write_repository
-    from tracker.triton.server.base import make_server
+    from tracker.triton.server.modes import make_server
 
     spec = load_spec(SPEC)
     ensure_model(spec)
