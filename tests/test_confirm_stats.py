@@ -25,6 +25,9 @@ def test_level_is_the_median_with_the_t_interval_of_the_mean() -> None:
     assert (iv.low, iv.high) == pytest.approx((13 - half, 13 + half), abs=1e-3)
     one = cs.level([5.0])
     assert (one.low, one.estimate, one.high, one.n) == (5.0, 5.0, 5.0, 1)
+    wide = cs.level([1.0, 2.0, 30.0])                # mean - half is about -30
+    assert wide.low == 0.0
+    assert wide.high == pytest.approx(11 + 4.3027 * math.sqrt(271 / 3), abs=1e-3)
 
 
 def test_cv_across_rounds() -> None:

@@ -10,7 +10,8 @@ round's measurement failed), and the default configuration's values in the same 
   the Student t-interval of the mean (``mean +- t(0.975, n-1) * s / sqrt(n)``). With 3 to 5
   rounds a distribution-free interval for the median cannot reach 95% (the widest one, min to
   max, covers 75% with 3 rounds and 94% with 5), so the t-interval is the honest choice; it
-  assumes roughly symmetric round-to-round noise, which is what a shared machine gives.
+  assumes roughly symmetric round-to-round noise, which is what a shared machine gives. Its
+  low end is cut at 0 (throughput and latency are not negative).
 - **Improvement over the default, paired by round**: per round the ratio of the configuration
   to the default *in that round* (``x / default`` to maximize, ``default / x`` to minimize),
   so drift that hits a whole round cancels. The t-interval is taken on the log-ratios and
@@ -73,9 +74,11 @@ def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
 
 
 def level(values: Sequence[float]) -> Interval:
-    """The median of ``values`` with the 95% t-interval of their mean (see the module doc)."""
+    """The median of ``values`` with the 95% t-interval of their mean (see the module doc).
+    What it is used for (throughput, latency) cannot be negative, so neither can the
+    interval's low end: a wide interval from few rounds is cut at 0."""
     _, low, high = mean_interval(values)
-    return Interval(statistics.median(values), low, high, len(values))
+    return Interval(statistics.median(values), max(low, 0.0), high, len(values))
 
 
 def cv_pct(values: Sequence[float]) -> float:
