@@ -75,3 +75,22 @@ def test_report_files_png_and_html_without_network(tmp_path: Path) -> None:
 def test_no_plots_before_the_first_complete_trial(tmp_path: Path) -> None:
     files = write_report([row(0, None, levels=0, fail_reason="x")], MAX, {}, tmp_path)
     assert set(files) == {"trials.csv", "report.html"}
+
+
+def test_both_plots_mark_the_confirmed_medians_with_their_intervals(tmp_path: Path) -> None:
+    rows = [row(0, 168.0, baseline=True, confirmed=(170.0, 160.0, 181.0), confirmed_p99=6.5),
+            row(1, 250.0, count=2), row(3, 323.0, 8.0, count=3,
+                                        confirmed=(301.0, 290.5, 312.0), confirmed_p99=8.25)]
+    files = write_report(rows, MAX, P99, tmp_path)
+    for name in ("history", "tradeoff"):
+        page = files[f"plots/{name}.html"].read_text()
+        assert "confirmed median, 95% CI" in page, name
+        assert "290.5" in page or "10.5" in page, name      # the interval reached the plot
+    tradeoff = files["plots/tradeoff.html"].read_text()
+    assert "8.25" in tradeoff                                 # at the confirmed p99
+    plain = write_report([row(0, 168.0, baseline=True), row(1, 250.0)], MAX, P99,
+                         tmp_path / "plain")
+    assert "confirmed median" not in plain["plots/tradeoff.html"].read_text()
+    latency = {"perf_latency_p99": "minimize"}   # `confirmed` then holds p99, not throughput
+    other = write_report(rows, latency, {}, tmp_path / "latency")
+    assert "confirmed median" not in other["plots/tradeoff.html"].read_text()

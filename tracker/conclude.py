@@ -67,6 +67,7 @@ def finish_study(ctx: Context, *, status: str, owner: bool, stop_reason: str,
             scored = verdict.scored.get(row.name)
             if scored is not None and scored.value is not None:
                 row.confirmed = (scored.value.estimate, scored.value.low, scored.value.high)
+                row.confirmed_p99 = scored.p99.estimate if scored.p99 is not None else None
     try:
         _log_report(ctx, rows, best, text, stop_reason, wall_s)
         if verdict is not None:

@@ -140,8 +140,18 @@ def _front(points: list[tuple[float, float, TrialRow]]) -> list[tuple[float, flo
     return front
 
 
-def tradeoff(rows: Sequence[TrialRow], constraints: Mapping[str, object],
-             out: Path) -> dict[str, Path]:
+def _confirmed_points(rows: Sequence[TrialRow], objectives: Mapping[str, str]
+                      ) -> list[tuple[float, float, float, float, TrialRow]]:
+    """(median p99, median throughput, its 95% CI low and high, row) of the confirmed
+    trials; none unless the first objective, the one ``confirmed`` holds, is throughput."""
+    if next(iter(objectives), None) != THROUGHPUT:
+        return []
+    return [(r.confirmed_p99, *r.confirmed, r) for r in rows
+            if r.confirmed is not None and r.confirmed_p99 is not None]
+
+
+def tradeoff(rows: Sequence[TrialRow], objectives: Mapping[str, str],
+             constraints: Mapping[str, object], out: Path) -> dict[str, Path]:
     import plotly.graph_objects as go
 
     done = [r for r in _complete(rows) if THROUGHPUT in r.metrics and P99 in r.metrics]
@@ -166,6 +176,11 @@ def tradeoff(rows: Sequence[TrialRow], constraints: Mapping[str, object],
     if front:
         ax.plot([p[0] for p in front], [p[1] for p in front], color="tab:green",
                 drawstyle="steps-post", label="Pareto front")
+    conf = _confirmed_points(done, objectives)
+    if conf:
+        ax.errorbar([c[0] for c in conf], [c[1] for c in conf],
+                    yerr=[[c[1] - c[2] for c in conf], [c[3] - c[1] for c in conf]], fmt="D",
+                    color="tab:red", capsize=4, label="confirmed median, 95% CI")
     if p99_max is not None:
         ax.axvline(p99_max, color="red", linestyle="--", label=f"p99 limit {p99_max:g} ms")
     if thr_min is not None:
@@ -185,6 +200,13 @@ def tradeoff(rows: Sequence[TrialRow], constraints: Mapping[str, object],
     if front:
         pf.add_trace(go.Scatter(x=[p[0] for p in front], y=[p[1] for p in front],
                                 mode="lines", line_shape="hv", name="Pareto front"))
+    if conf:
+        pf.add_trace(go.Scatter(x=[c[0] for c in conf], y=[c[1] for c in conf], mode="markers",
+                                marker_symbol="diamond", name="confirmed median, 95% CI",
+                                text=[_hover(c[4]) for c in conf],
+                                error_y={"type": "data", "symmetric": False,
+                                         "array": [c[3] - c[1] for c in conf],
+                                         "arrayminus": [c[1] - c[2] for c in conf]}))
     if p99_max is not None:
         pf.add_vline(x=p99_max, line_dash="dash", line_color="red",
                      annotation_text=f"p99 limit {p99_max:g} ms")
@@ -269,6 +291,6 @@ def make_all(rows: Sequence[TrialRow], objectives: Mapping[str, str],
         return {}
     files: dict[str, Path] = {}
     files.update(history(rows, objectives, out))
-    files.update(tradeoff(rows, constraints, out))
+    files.update(tradeoff(rows, objectives, constraints, out))
     files.update(parallel(rows, objectives, out))
     return files

@@ -45,6 +45,7 @@ class TrialRow:
     run_id: str | None = None
     fail_reason: str | None = None
     confirmed: tuple[float, float, float] | None = None  # median, 95% CI over confirmation
+    confirmed_p99: float | None = None          # the confirmation's median p99 (ms)
 
     @property
     def name(self) -> str:
