@@ -4,6 +4,7 @@ study where nothing beats the default."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from pathlib import Path
@@ -13,12 +14,22 @@ import optuna
 import pytest
 from click.testing import CliRunner
 from mlflow import MlflowClient
-from tune_support import TRACKER, all_runs, build_quickstart, env_for, trials, wait_for, write_spec
+from tune_support import (
+    REPO,
+    TRACKER,
+    all_runs,
+    build_quickstart,
+    env_for,
+    trials,
+    wait_for,
+    write_spec,
+)
 
 from tracker.cli import cli
 from tracker.deploy.promote import promote
 from tracker.errors import DeployError
 from tracker.runner import TuneOptions, tune
+from tracker.tags import STUDY_RUN_ID
 from tracker.tracking import confirmed, runs
 
 pytestmark = pytest.mark.triton
@@ -44,8 +55,7 @@ def _measured(record: dict[str, Any]) -> list[tuple[int, str, float]]:
 
 
 def _parent(uri: str) -> Any:
-    parents = [r for r in all_runs(uri) if runs.PARENT_TAG not in r.data.tags
-               and r.data.tags.get(runs.ROLE) != "profile"]
+    parents = [r for r in all_runs(uri) if r.data.tags.get(runs.ROLE) == "study"]
     assert len(parents) == 1
     return parents[0]
 
@@ -91,16 +101,25 @@ def test_tune_confirms_then_tracker_confirm_reproduces_and_resumes(
     for n in numbers:
         assert "confirm/perf_throughput_ci_high" in kids[str(n)].data.metrics
 
-    # tracker confirm on the finished study: a new confirmation, no new trial
-    cli_result = CliRunner().invoke(cli, ["confirm", str(spec), "--rounds", "2"])
-    assert cli_result.exit_code == 0, cli_result.output
-    assert "verdict: " in cli_result.output and "95% CI" in cli_result.output
+    # the MLproject's confirm entry point on the finished study: a new confirmation, no new
+    # trial; MLflow's own run for it points at the study's parent run
+    env["PATH"] = f"{Path(TRACKER).parent}{os.pathsep}{env.get('PATH', '')}"
+    proc = subprocess.run([str(Path(TRACKER).parent / "mlflow"), "run", str(REPO), "-e",
+                           "confirm", "--env-manager", "local", "-P", f"spec={spec}",
+                           "-P", "rounds=2"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "verdict: " in proc.stdout and "95% CI" in proc.stdout
     again = _record(storage)
     assert again["started"] != record["started"] and len(again["rounds"]) == 2
     assert len(trials(storage)) == searched
     parent = _parent(uri)
-    assert parent.data.tags[runs.NOTE_TAG] in cli_result.output
+    assert parent.data.tags[runs.NOTE_TAG] in proc.stdout
     assert parent.data.metrics["confirm/rounds"] == 2
+    own = [r for r in all_runs(uri) if r.data.tags.get(runs.ROLE) == "confirm"]
+    assert len(own) == 1 and own[0].info.status == "FINISHED"
+    assert own[0].data.tags[STUDY_RUN_ID] == parent.info.run_id
+    assert own[0].data.tags[confirmed.VERDICT_TAG] == parent.data.tags[confirmed.VERDICT_TAG]
 
     # interrupted after its first measurement, it continues where it stopped
     proc = subprocess.Popen([TRACKER, "confirm", str(spec), "--rounds", "3"], cwd=tmp_path,

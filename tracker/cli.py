@@ -152,11 +152,11 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
 
 @cli.command("confirm")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
-@click.option("--study", "study_name", help="Study name (default: the spec's "
+@click.option("--study", "--study_name", "study_name", help="Study name (default: the spec's "
               "search.study_name or model name).")
 @click.option("--storage", help="Optuna storage URL (default: as for tracker tune).")
 @click.option("--rounds", type=click.IntRange(min=1), help="Most rounds (confirm.rounds).")
-@click.option("--top-k", "top_k", type=click.IntRange(min=1),
+@click.option("--top-k", "--top_k", "top_k", type=click.IntRange(min=1),
               help="Configurations besides the default (confirm.top_k).")
 def confirm_command(spec_path: Path, study_name: str | None, storage: str | None,
                     rounds: int | None, top_k: int | None) -> None:

@@ -5,6 +5,7 @@ report is written again with the verdict."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,5 +103,11 @@ def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
                           stop_reason=str(prun.data.tags.get(tags.STOP_REASON, "")),
                           wall_s=float(prun.data.metrics.get("wall_s", 0.0)))
     verdict = confirmed.verdict(confirmed.load(study), dict(spec.objectives))
+    own = os.environ.get("MLFLOW_RUN_ID")
+    if own and own != parent.run_id:  # `mlflow run -e confirm` made a run of its own
+        runs.set_tags(client, own, {tags.ROLE: "confirm", tags.STUDY: spec.study_name,
+                                    tags.STUDY_RUN_ID: parent.run_id,
+                                    tags.NOTE: result.summary,
+                                    confirmed.VERDICT_TAG: verdict.verdict if verdict else ""})
     return ConfirmResult(spec.study_name, parent.run_id,
                          verdict.verdict if verdict else None, result.summary)
