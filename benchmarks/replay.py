@@ -247,22 +247,27 @@ class Ours:
     categories), "batch" (max_batch_size as an ordered integer, its index in the ascending
     list) or "both" (the instance count too); ``startup``: TPE's random start-up trials;
     ``guess``: start each
-    sweep at Model Analyzer's formula (tracker.search.sweep_plan.LevelPlan, the tuner's
-    ``search.sweep: guided``) instead of the lowest level; ``prune``: BestAtLevelPruner's
+    sweep where the tuner's ``search.sweep: guided`` does (tracker.search.sweep_plan.
+    start_index: the best feasible trial's level, Model Analyzer's formula before there is
+    one) instead of the lowest level; ``incumbent``: False starts every sweep at the formula
+    (the setup before the best trial's level was used); ``prune``: BestAtLevelPruner's
     margin (None: no pruning, as the tuner runs)."""
 
     startup: int = 1               # tracker.search.study.TPE_STARTUP_TRIALS
     ordered: str = "none"
     guess: bool = True
+    incumbent: bool = True
     prune: float | None = None
     max_trials: int = 200
 
     def __call__(self, land: Landscape, budget: Budget, seed: int) -> None:
+        from tracker.feasibility import constraint_keys
         from tracker.measure.types import Measurement
-        from tracker.search.objective import constraint_keys, pick_best_level
+        from tracker.search.objective import pick_best_level
         from tracker.search.study import make_sampler
-        from tracker.search.sweep_plan import LevelPlan, first_guess, nearest_index
+        from tracker.search.sweep_plan import LevelPlan, incumbent_level, start_index
         from tracker.trial import suggest
+        from tracker.trial_attrs import write_measured
 
         counts, batches, levels = land.axes()
         constraints = {"perf_latency_p99": {"max": land.p99_max}}
@@ -274,7 +279,7 @@ class Ours:
             "tpe", seed=seed, n_objectives=1, distributions=dists, n_startup_trials=self.startup))
         default = {"instance_group.count": 1, "max_batch_size": 4}
         study.enqueue_trial(self.encode(default))
-        told: dict[tuple[int, int], tuple[list[float], dict[str, float]]] = {}
+        told: dict[tuple[int, int], tuple[list[float], dict[str, float], int]] = {}
         repeats = 0
         for _ in range(self.max_trials):
             trial = study.ask()
@@ -284,13 +289,16 @@ class Ours:
                 repeats += 1
                 if repeats >= 40:
                     return  # the sampler keeps proposing what it has measured
-                values, cons = told[cfg]
-                for k, v in cons.items():
-                    trial.set_constraint(k, v)
+                values, cons, judged = told[cfg]
+                write_measured(trial, cons, feasible=all(v <= 0 for v in cons.values()),
+                               concurrency=judged, metrics={}, measurements=0)
                 study.tell(trial, values)
                 continue
             repeats = 0
-            start = nearest_index(levels, first_guess(params, default)) if self.guess else 0
+            done_trials = study.get_trials(deepcopy=False, states=(
+                optuna.trial.TrialState.COMPLETE,)) if self.incumbent else []
+            start = start_index(levels, params, default, incumbent_level(done_trials)) \
+                if self.guess else 0
             plan = LevelPlan(levels, start, constraints)
             done: list[Measurement] = []
             while (level := plan.next(done)) is not None:  # as tracker.measure.sweep runs it
@@ -308,10 +316,10 @@ class Ours:
                     return
             choice = pick_best_level(done, constraints, objectives)
             cons = {k: choice.violations[k] for k in constraint_keys(constraints)}
-            for k, v in cons.items():
-                trial.set_constraint(k, v)
+            write_measured(trial, cons, feasible=choice.feasible, concurrency=choice.concurrency,
+                           metrics=choice.metrics, measurements=len(done))
             study.tell(trial, choice.values)
-            told[cfg] = (choice.values, cons)
+            told[cfg] = (choice.values, cons, choice.concurrency)
             if len(told) >= len(counts) * len(batches):
                 return  # every configuration measured
 

@@ -13,9 +13,10 @@ default: it binds from concurrency 32-64 up, of 1..1024).
 
 Searches, 20 seeds each:
 - ours: the tuner's TPE (tracker.search.study.make_sampler), the default config first, each
-  trial's sweep planned by tracker.search.sweep_plan (Model Analyzer's concurrency formula as
-  the first level, then a walk: ``search.sweep: guided``); ``--ablations`` adds ours with one
-  part changed (ordered integers instead of categories, the sweep from the lowest level,
+  trial's sweep planned by tracker.search.sweep_plan (``search.sweep: guided``: the first
+  level is the best feasible trial's, Model Analyzer's concurrency formula before there is
+  one, then a walk); ``--ablations`` adds ours with one part changed (ordered integers
+  instead of categories, the sweep from the lowest level, every sweep from the formula,
   Optuna pruning across trials, other start-up counts);
 - ma_quick / ma_optuna: Model Analyzer's own generators (``triton-model-analyzer`` from PyPI,
   installed on first use into benchmarks/.ma-venv, since it pins optuna 3.6.1), driven by
@@ -168,6 +169,7 @@ def main() -> None:
             "ours: ordered batch": Ours(ordered="batch"),
             "ours: ordered both": Ours(ordered="both"),
             "ours: sweep from 1": Ours(guess=False),
+            "ours: formula start": Ours(incumbent=False),
             "ours: + pruning": Ours(prune=0.0),
             "ours: + pruning 10%": Ours(prune=0.10),
             "ours: startup 3": Ours(startup=3),

@@ -1,4 +1,5 @@
-"""The guided sweep: Model Analyzer's first guess and the walk from it."""
+"""The guided sweep: where it starts (the best trial's level, else Model Analyzer's first
+guess) and the walk from there."""
 
 from __future__ import annotations
 
@@ -122,3 +123,35 @@ def test_a_trial_plan_starts_at_the_guess_among_the_spec_levels() -> None:
     assert plan is not None and plan.next([]) == 16  # 2 x 4 x 3 = 24 -> level 16
     full = parse_spec({"model": {"name": "m", "path": "m.onnx"}, "search": {"sweep": "full"}})
     assert for_trial(full, {}, {"max_batch_size": 4}) is None
+
+
+def test_after_a_feasible_trial_the_sweep_starts_at_the_best_trials_level() -> None:
+    import optuna
+
+    from tracker.search.sweep_plan import incumbent_level, start_index
+    from tracker.trial_attrs import write_measured
+
+    study = optuna.create_study(direction="maximize")
+    assert incumbent_level(study.get_trials()) is None
+    for value, feasible, level in ((300.0, True, 8), (500.0, True, 32), (900.0, False, 64)):
+        trial = study.ask()
+        write_measured(trial, {"perf_latency_p99": 0.0 if feasible else 5.0},
+                       feasible=feasible, concurrency=level, metrics={}, measurements=2)
+        study.tell(trial, [value])
+    failed = study.ask()
+    study.tell(failed, state=optuna.trial.TrialState.FAIL)
+    trials = study.get_trials()
+    assert incumbent_level(trials) == 32  # the best feasible one, not the infeasible 900
+    guess = {"instance_group.count": 1, "max_batch_size": 1}  # the formula says 2
+    assert start_index(LEVELS, guess, {}, None) == LEVELS.index(2)
+    assert start_index(LEVELS, guess, {}, 32) == LEVELS.index(32)
+    assert start_index(LEVELS, guess, {}, 24) == LEVELS.index(16)  # rounded down to a level
+    spec = parse_spec({"model": {"name": "m", "path": "m.onnx"},
+                       "load": {"concurrency": LEVELS}, "constraints": LIMIT})
+    plan = for_trial(spec, guess, {}, trials)
+    assert plan is not None and plan.next([]) == 32
+    # the walk from there: up while the limit holds, down when that level breaks it
+    assert walk(plan, curve(lambda c: 100.0 * c, lambda c: c / 4)) == [32, 64]
+    again = for_trial(spec, guess, {}, trials)
+    assert again is not None
+    assert walk(again, curve(lambda c: 100.0 * c, lambda c: c / 2)) == [32, 16]

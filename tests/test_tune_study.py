@@ -12,6 +12,7 @@ from mlflow import MlflowClient
 from optuna.trial import TrialState
 from tune_support import REPO, all_runs, build_quickstart, env_for, trials, write_spec
 
+from tracker import tags
 from tracker.runner import TuneOptions, tune
 from tracker.tracking import runs
 
@@ -54,7 +55,9 @@ def test_mlflow_run_one_parent_with_a_child_per_trial(tmp_path: Path, model: Pat
         assert "instance_group.count" in kid.data.params
         names = {a.path for a in client.list_artifacts(kid.info.run_id)}
         assert "config.pbtxt" in names
-    measured = [k for k in kids if "tracker.duplicate_of" not in k.data.tags]
+    measured = sorted((k for k in kids if "tracker.duplicate_of" not in k.data.tags),
+                      key=lambda k: int(k.data.tags[tags.TRIAL]))
+    best: tuple[float, int] | None = None   # (throughput, level) of the best feasible so far
     for kid in measured:
         config = client.download_artifacts(kid.info.run_id, "config.pbtxt", str(tmp_path))
         count = kid.data.params["instance_group.count"]
@@ -62,11 +65,15 @@ def test_mlflow_run_one_parent_with_a_child_per_trial(tmp_path: Path, model: Pat
         if kid.data.tags.get("tracker.baseline") == "false":
             assert f"count: {count}" in text
         assert kid.data.tags["tracker.stable"] in {"true", "false"}
-        # the guided sweep starts at Model Analyzer's 2 x max_batch_size x count, rounded
-        # down to a level ([1, 4]), and climbs from there
+        # the guided sweep starts at the best feasible trial's level, before there is one at
+        # Model Analyzer's 2 x max_batch_size x count rounded down to a level ([1, 4]), and
+        # climbs from there (nothing binds here)
         sweep = client.get_metric_history(kid.info.run_id, "sweep/perf_throughput")
-        guess = 2 * int(kid.data.params["max_batch_size"]) * int(count)
-        assert sorted(m.step for m in sweep) == ([4] if guess >= 4 else [1, 4])
+        start = best[1] if best else 2 * int(kid.data.params["max_batch_size"]) * int(count)
+        assert sorted(m.step for m in sweep) == ([4] if start >= 4 else [1, 4])
+        if kid.data.tags[tags.FEASIBLE] == "true" and (
+                best is None or kid.data.metrics["perf_throughput"] > best[0]):
+            best = (kid.data.metrics["perf_throughput"], int(kid.data.tags[tags.CONCURRENCY]))
     top = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"trials.csv", "best", "plots", "report.html"} <= top
     assert "best/config.pbtxt" in {a.path for a in client.list_artifacts(parent.info.run_id,

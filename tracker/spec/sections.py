@@ -306,9 +306,10 @@ class SearchSection(SpecModel):
     study_name: Annotated[str, Field(min_length=1)] | None = None
     storage: str | None = None
     space: dict[SpaceKey, SpaceValue] = Field(default_factory=dict)
-    # "guided": each trial's sweep starts at Model Analyzer's concurrency formula and stops
-    # when it cannot beat the best trial (tracker/search/sweep_plan.py); "full": every level
-    # from the lowest up, with the sweep's stop rules
+    # "guided": each trial's sweep starts at the best feasible trial's level (before there is
+    # one, at Model Analyzer's concurrency formula) and walks from there
+    # (tracker/search/sweep_plan.py); "full": every level from the lowest up, with the
+    # sweep's stop rules
     sweep: Literal["guided", "full"] = "guided"
 
     @field_validator("storage")
