@@ -112,9 +112,14 @@ def _verdicts(study: optuna.Study, objectives: dict[str, str]) -> dict[str, Any]
     base = next(r for r in rows if r.baseline)
     single = improvement_pct((best.values or [0])[0], (base.values or [0])[0], direction) \
         if best is not None and base.values else None
-    v = confirmed.verdict(confirmed.load(study), objectives)
-    if v is None:
+    record = confirmed.load(study)
+    v = confirmed.verdict(record, objectives) if record else None
+    if v is None or record is None:
         raise SystemExit("the study has no confirmation (is confirm.enabled false?)")
+    metric = next(iter(objectives))
+    rounds = {names[confirmed.key(int(c["trial"]))]: confirmed.series(record, int(c["trial"]),
+                                                                      metric)
+              for c in record.get("candidates", [])}
     metrics = confirmed.parent_metrics(v, objectives)
     group = {names[k] for k in [v.chosen, *([v.winner] if v.winner else []), *v.tied]}
     if v.verdict == "no_better":
@@ -125,7 +130,7 @@ def _verdicts(study: optuna.Study, objectives: dict[str, str]) -> dict[str, Any]
             "confirmed_pct": metrics.get("improvement_pct", 0.0),
             "ci": (metrics.get("improvement_pct_ci_low", 0.0),
                    metrics.get("improvement_pct_ci_high", 0.0)),
-            "rounds": v.rounds}
+            "rounds": v.rounds, "per_round": rounds}
 
 
 def _agreement(winners: list[str], groups: list[set[str]]) -> tuple[float, str]:
@@ -153,6 +158,9 @@ def main() -> None:
               f"{r['confirmed_pct']:+.1f}% ({r['ci'][0]:.1f} to {r['ci'][1]:.1f}), "
               f"{r['rounds']} rounds;  single {r['single_winner']} {r['single_pct']:+.1f}%\n"
               f"  {r['summary']}", flush=True)
+        for name, got in r["per_round"].items():
+            print(f"  {name:<58} " + " ".join("   -  " if x is None else f"{x:6.2f}"
+                                                for x in got), flush=True)
     wall = time.monotonic() - started
     conf_agree, conf_mode = _agreement([r["confirmed_winner"] for r in results],
                                        [r["tied_with"] for r in results])
