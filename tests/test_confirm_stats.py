@@ -47,6 +47,19 @@ def test_pairing_by_round_cancels_drift_that_hits_a_whole_round() -> None:
     assert cs.level(conf).overlaps(cs.level(base))
 
 
+def test_the_improvement_is_the_median_ratio_with_the_interval_of_the_mean_log_ratio() -> None:
+    """One round hit by a burst (the default at half speed) moves the median ratio little;
+    the interval, on the mean, widens to show it."""
+    base = [100.0, 100.0, 50.0, 100.0, 100.0]
+    conf = [120.0, 118.0, 121.0, 122.0, 119.0]
+    imp = cs.improvement(conf, base)
+    assert imp is not None and imp.estimate == pytest.approx(20.0)  # 120 / 100, the median
+    logs = [math.log(v / b) for v, b in zip(conf, base, strict=True)]
+    mean, low, high = cs.mean_interval(logs)
+    assert (imp.low, imp.high) == pytest.approx((100 * math.expm1(low), 100 * math.expm1(high)))
+    assert 100 * math.expm1(mean) > 35                       # what the mean would have said
+
+
 def test_improvement_to_minimize_and_missing_rounds() -> None:
     imp = cs.improvement([90.0, None, 80.0], [100.0, 100.0, None], direction="minimize")
     assert imp is not None and imp.n == 1           # only the first round has both

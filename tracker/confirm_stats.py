@@ -14,8 +14,10 @@ round's measurement failed), and the default configuration's values in the same 
   low end is cut at 0 (throughput and latency are not negative).
 - **Improvement over the default, paired by round**: per round the ratio of the configuration
   to the default *in that round* (``x / default`` to maximize, ``default / x`` to minimize),
-  so drift that hits a whole round cancels. The t-interval is taken on the log-ratios and
-  turned back into percent: ``100 * (exp(mean) - 1)`` with ``100 * (exp(mean +- h) - 1)``.
+  so drift that hits a whole round cancels. As for a configuration, the point estimate is the
+  median (of the per-round ratios: one round that a burst on the machine hit hard does not
+  move it) and the 95% interval is the t-interval of the mean log-ratio, in percent:
+  ``100 * (median ratio - 1)`` with ``100 * (exp(mean +- h) - 1)``.
 - **Noise**: the coefficient of variation across rounds, ``s / mean``, in percent.
 - **Verdict**: the winner is the eligible configuration with the largest improvement estimate.
   A configuration whose improvement interval overlaps the winner's is *tied* with it. If the
@@ -104,8 +106,8 @@ def improvement(values: Sequence[float | None], base: Sequence[float | None],
     if not pairs:
         return None
     logs = [math.log(v / b) if direction == "maximize" else math.log(b / v) for v, b in pairs]
-    mean, low, high = mean_interval(logs)
-    return Interval(100.0 * math.expm1(mean), 100.0 * math.expm1(low),
+    _, low, high = mean_interval(logs)
+    return Interval(100.0 * math.expm1(statistics.median(logs)), 100.0 * math.expm1(low),
                     100.0 * math.expm1(high), len(logs))
 
 
