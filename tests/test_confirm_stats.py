@@ -118,6 +118,24 @@ def test_a_tied_configuration_not_itself_above_the_default_is_not_chosen() -> No
     assert v.chosen == "trial-1"                     # trial-2 is cheaper but not measurably better
 
 
+def test_a_larger_estimate_that_is_not_proven_does_not_hide_one_that_is() -> None:
+    """A run of benchmarks/verdict_stability.py: 3 x 1 has the larger median improvement but
+    one burst-hit round puts its interval below 0; 2 x 1 beat the default in every round.
+    The verdict is tied with 2 x 1 chosen, not no_better."""
+    default = [14.30, 15.91, 16.28, 12.24, 16.96]
+    v = cs.decide([_cand("trial-0", default, baseline=True),
+                   _cand("trial-3", [18.86, 19.56, 19.92, 20.91, 19.59], instances=2),
+                   _cand("trial-4", [21.73, 22.27, 20.94, 18.57, 13.90], instances=3)])
+    imp3, imp4 = v.scored["trial-3"].improvement, v.scored["trial-4"].improvement
+    assert imp3 is not None and imp4 is not None
+    assert imp4.estimate > imp3.estimate and imp4.low <= 0 < imp3.low
+    assert (v.verdict, v.winner, v.chosen, v.tied) == ("tied", "trial-3", "trial-3",
+                                                       ["trial-4"])
+    none = cs.decide([_cand("trial-0", default, baseline=True),
+                      _cand("trial-4", [21.73, 22.27, 20.94, 18.57, 13.90], instances=3)])
+    assert (none.verdict, none.winner, none.chosen) == ("no_better", "trial-4", "trial-0")
+
+
 def test_identical_configurations_are_no_better_and_keep_the_default() -> None:
     same = [100.0, 97.0, 103.0, 99.0]
     v = cs.decide([_cand("trial-0", [101.0, 98.0, 100.0, 102.0], baseline=True),

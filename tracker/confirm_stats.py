@@ -19,13 +19,16 @@ round's measurement failed), and the default configuration's values in the same 
   move it) and the 95% interval is the t-interval of the mean log-ratio, in percent:
   ``100 * (median ratio - 1)`` with ``100 * (exp(mean +- h) - 1)``.
 - **Noise**: the coefficient of variation across rounds, ``s / mean``, in percent.
-- **Verdict**: the winner is the eligible configuration with the largest improvement estimate.
-  A configuration whose improvement interval overlaps the winner's is *tied* with it. If the
-  winner's interval does not lie above 0, nothing is measurably better: ``no_better`` and the
-  default configuration is kept. Otherwise the chosen configuration is the cheapest among the
-  winner and the tied configurations whose own interval lies above 0 (lower median p99, then
-  fewer instances, then the better estimate); the verdict is ``tied`` when any configuration
-  is tied with the winner, else ``better``.
+- **Verdict**: a configuration is *measurably better* when its improvement interval lies
+  above 0. The winner is the measurably better eligible configuration with the largest
+  improvement estimate; a configuration whose improvement interval overlaps the winner's is
+  *tied* with it (whether or not it is itself measurably better: its estimate may even be
+  larger). If no configuration is measurably better: ``no_better`` (the winner named is then
+  the one with the largest estimate) and the default configuration is kept. Otherwise the
+  chosen configuration is the cheapest among the winner and the tied configurations that are
+  measurably better themselves (lower median p99, then fewer instances, then the better
+  estimate); the verdict is ``tied`` when any configuration is tied with the winner, else
+  ``better``.
 """
 
 from __future__ import annotations
@@ -181,12 +184,17 @@ def decide(candidates: Sequence[Candidate], direction: str = "maximize") -> Verd
     pool = [s for s in scored.values() if s.eligible and s.improvement is not None]
     if not pool:
         return Verdict("no_better", base, None, [], scored, rounds)
-    win = max(pool, key=lambda s: (s.improvement.estimate if s.improvement else -math.inf,
-                                   -s.instances))
+
+    def best(among: list[Scored]) -> Scored:
+        return max(among, key=lambda s: (s.improvement.estimate if s.improvement else -math.inf,
+                                         -s.instances))
+
+    proven = [s for s in pool if s.improvement is not None and s.improvement.low > 0]
+    win = best(proven or pool)
     assert win.improvement is not None
     tied = [s.key for s in pool if s.key != win.key and s.improvement is not None
             and s.improvement.overlaps(win.improvement)]
-    if win.improvement.low <= 0:
+    if not proven:
         return Verdict("no_better", base, win.key, tied, scored, rounds)
     choices = [win, *(scored[k] for k in tied
                       if (imp := scored[k].improvement) is not None and imp.low > 0)]
