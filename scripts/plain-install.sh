@@ -20,4 +20,4 @@ echo "plain install: $("$VENV/bin/python" -m pip --version | cut -d' ' -f1-2) (b
 cd "$ROOT"
 # Docker tests build their image from the locked venv; PostgreSQL tests do not depend on it.
 exec "$VENV/bin/python" -m pytest -q -m "triton and not docker and not postgres" \
-    -p no:cacheprovider "$@"
+    -p no:cacheprovider --durations=10 "$@"

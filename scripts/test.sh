@@ -11,6 +11,8 @@ cd "$ROOT"
 if [ $# -gt 0 ]; then
     exec python -m pytest "$@"
 fi
-python -m pytest
-echo "== plain install leg (scripts/plain-install.sh)" >&2
+echo "== set-up done at ${SECONDS} s" >&2
+python -m pytest --durations=15   # the slowest tests, to keep the suite inside CI's budget
+echo "== pytest done at ${SECONDS} s; plain install leg (scripts/plain-install.sh)" >&2
 bash "$ROOT/scripts/plain-install.sh"
+echo "== plain install leg done at ${SECONDS} s" >&2
