@@ -62,7 +62,9 @@ def _interrupt(cmd: list[str], cwd: Path, env: dict[str, str], storage: str, fir
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+        proc.wait()
+        if proc.stdout is not None:  # not read when the wait failed: close it all the same
+            proc.stdout.close()
     return proc.returncode, out, proc.pid, seen[-1]
 
 
@@ -82,7 +84,10 @@ def _check_clean_stop(uri: str, storage: str, number: int, pid: int) -> None:
 
 def test_interrupt_and_resume_without_repeating_finished_trials(tmp_path: Path) -> None:
     model = build_quickstart(tmp_path)
-    spec = write_spec(tmp_path, model, {"instance_group.count": [1, 2, 3]}, n_trials=3)
+    # 1 s windows: a trial the guided sweep starts at the best trial's level may measure one
+    # level only, and must still last long enough to be caught in the middle
+    spec = write_spec(tmp_path, model, {"instance_group.count": [1, 2, 3]}, n_trials=3,
+                      load={"window_ms": 1000})
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     env = env_for(tmp_path)
     uri = env["MLFLOW_TRACKING_URI"]
