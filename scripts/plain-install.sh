@@ -18,6 +18,17 @@ echo "plain install: $("$VENV/bin/python" -m pip --version | cut -d' ' -f1-2) (b
 "$VENV/bin/python" -m pip install -q --no-compile pytest 2>&1 | grep -v "^WARNING: Location" >&2 || true
 "$VENV/bin/tracker" --version
 cd "$ROOT"
-# Docker tests build their image from the locked venv; PostgreSQL tests do not depend on it.
+# The real-Triton tests whose outcome depends on the resolved set: the shim's tensor path
+# (numpy 1 or 2), the wheel's tritonserver (its version differs per nvidia-pytriton) started,
+# reloaded and read, the load generator, tune / profile / a failing stub end to end, and
+# deployment with explicit model control. Left to the locked run (the same code on the same
+# server, nothing that the resolution changes): the NVIDIA plugin's CLI (187 s here), the
+# confirmation (111 s), Ctrl-C handling (64 s), the deployment watcher, the fake-NVML GPU
+# study. Docker tests build their image from the locked venv; PostgreSQL tests do not
+# depend on it.
 exec "$VENV/bin/python" -m pytest -q -m "triton and not docker and not postgres" \
-    -p no:cacheprovider --durations=10 "$@"
+    -p no:cacheprovider --durations=10 \
+    tests/test_server_shim.py tests/test_measure_profile_cli.py tests/test_failure_reasons.py \
+    tests/test_tune_study.py tests/test_measure_loadgen.py tests/test_server_local.py \
+    tests/test_server_contract.py tests/test_deploy_triton.py tests/test_model_config_triton.py \
+    "$@"
