@@ -84,8 +84,11 @@ def test_wheel_server_is_prepared_for_this_python() -> None:
 
 def test_stop_kills_the_whole_group_and_shared_memory(tmp_path: Path) -> None:
     server = LocalTritonServer(gpus=[3])
+    envs = processes.python_envs()
     with server:
         server.start(add_repo(tmp_path, count=2))
+        made = processes.python_envs() - envs
+        assert made, "the Python backend makes a /tmp/python_env_* folder per start"
         pids = server.pids()
         assert len(pids) == 3, "tritonserver + one Python stub per instance"
         assert {os.getpgid(p) for p in pids} == {pids[0]}, "one process group"
@@ -99,6 +102,7 @@ def test_stop_kills_the_whole_group_and_shared_memory(tmp_path: Path) -> None:
                 assert conn.laddr.ip in ("127.0.0.1", "::ffff:127.0.0.1"), conn
     assert not _alive(pids)
     assert not list(Path("/dev/shm").glob(prefix + "*"))
+    assert not [p for p in made if p.exists()], "the backend's /tmp folder outlived the stop"
     assert "Started GRPCInferenceService" in server.log_text()  # the log outlives the server
 
 

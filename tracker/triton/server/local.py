@@ -130,6 +130,7 @@ class LocalTritonServer(Launcher):
         self._log_path: Path | None = None
         self._record: Path | None = None
         self._shm_prefix = ""
+        self._envs_before: set[Path] | None = None  # the Python backend's /tmp folders
         self._starts = 0
 
     @classmethod
@@ -190,6 +191,7 @@ class LocalTritonServer(Launcher):
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._log_path = self.log_dir / f"server-{self._starts}.log"
         self._log_file = self._log_path.open("wb")
+        self._envs_before = processes.python_envs()
         try:
             self._proc = processes.spawn(argv, env, self._log_file, cwd=str(self.log_dir))
         except OSError as exc:
@@ -216,6 +218,9 @@ class LocalTritonServer(Launcher):
             processes.kill_group(proc.pid)
             proc.wait()
         processes.remove_shm(self._shm_prefix)
+        if self._envs_before is not None:
+            processes.remove_python_envs(self._envs_before)
+            self._envs_before = None
         if self._record is not None:
             with contextlib.suppress(OSError):
                 self._record.unlink()

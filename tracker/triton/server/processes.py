@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import glob
 import json
 import os
 import queue
@@ -157,6 +158,25 @@ def remove_shm(prefix: str) -> None:
     for path in shm.glob(prefix + "*"):
         with contextlib.suppress(OSError):
             path.unlink()
+
+
+PYTHON_ENV_GLOB = "/tmp/python_env_*"  # the Python backend's, a fixed path in Triton's source
+
+
+def python_envs() -> set[Path]:
+    """The Python backend's ``/tmp/python_env_XXXXXX`` folders that exist now. The backend
+    makes one per server start and removes it only when the server exits cleanly after
+    unloading, which a stop past ``--exit-timeout-secs`` or a kill never does."""
+    return {Path(p) for p in glob.glob(PYTHON_ENV_GLOB)}
+
+
+def remove_python_envs(before: set[Path]) -> None:
+    """Remove the empty ones made since ``before`` (:func:`python_envs`). Only an empty
+    folder goes (``rmdir``): the backend uses one only to unpack an ``EXECUTION_ENV_PATH``
+    archive, which our repositories never set."""
+    for path in python_envs() - before:
+        with contextlib.suppress(OSError):
+            path.rmdir()
 
 
 def reap_leftovers() -> list[int]:
