@@ -295,10 +295,8 @@ class Ours:
                 study.tell(trial, values)
                 continue
             repeats = 0
-            done_trials = study.get_trials(deepcopy=False, states=(
-                optuna.trial.TrialState.COMPLETE,)) if self.incumbent else []
-            start = start_index(levels, params, default, incumbent_level(done_trials)) \
-                if self.guess else 0
+            incumbent = incumbent_level(study) if self.incumbent else None
+            start = start_index(levels, params, default, incumbent) if self.guess else 0
             plan = LevelPlan(levels, start, constraints)
             done: list[Measurement] = []
             while (level := plan.next(done)) is not None:  # as tracker.measure.sweep runs it

@@ -132,7 +132,7 @@ def test_after_a_feasible_trial_the_sweep_starts_at_the_best_trials_level() -> N
     from tracker.trial_attrs import write_measured
 
     study = optuna.create_study(direction="maximize")
-    assert incumbent_level(study.get_trials()) is None
+    assert incumbent_level(study) is None
     for value, feasible, level in ((300.0, True, 8), (500.0, True, 32), (900.0, False, 64)):
         trial = study.ask()
         write_measured(trial, {"perf_latency_p99": 0.0 if feasible else 5.0},
@@ -140,18 +140,17 @@ def test_after_a_feasible_trial_the_sweep_starts_at_the_best_trials_level() -> N
         study.tell(trial, [value])
     failed = study.ask()
     study.tell(failed, state=optuna.trial.TrialState.FAIL)
-    trials = study.get_trials()
-    assert incumbent_level(trials) == 32  # the best feasible one, not the infeasible 900
+    assert incumbent_level(study) == 32  # the best feasible one, not the infeasible 900
     guess = {"instance_group.count": 1, "max_batch_size": 1}  # the formula says 2
     assert start_index(LEVELS, guess, {}, None) == LEVELS.index(2)
     assert start_index(LEVELS, guess, {}, 32) == LEVELS.index(32)
     assert start_index(LEVELS, guess, {}, 24) == LEVELS.index(16)  # rounded down to a level
     spec = parse_spec({"model": {"name": "m", "path": "m.onnx"},
                        "load": {"concurrency": LEVELS}, "constraints": LIMIT})
-    plan = for_trial(spec, guess, {}, trials)
+    plan = for_trial(spec, guess, {}, study)
     assert plan is not None and plan.next([]) == 32
     # the walk from there: up while the limit holds, down when that level breaks it
     assert walk(plan, curve(lambda c: 100.0 * c, lambda c: c / 4)) == [32, 64]
-    again = for_trial(spec, guess, {}, trials)
+    again = for_trial(spec, guess, {}, study)
     assert again is not None
     assert walk(again, curve(lambda c: 100.0 * c, lambda c: c / 2)) == [32, 16]

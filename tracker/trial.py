@@ -194,8 +194,7 @@ def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, A
         # the guided sweep (search.sweep): from the best trial's level (Model Analyzer's
         # first guess before any is feasible), then a walk
         plan = None if levels is not None else sweep_plan.for_trial(
-            spec, params, sweep_plan.defaults_of(ctx.info.config),
-            ctx.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+            spec, params, sweep_plan.defaults_of(ctx.info.config), ctx.study)
         done = measure_configuration(
             spec, ctx.info, ctx.server, cfg, repo_root, serving=ctx.serving,
             levels=levels, plan=plan, on_level=on_level,

@@ -31,12 +31,15 @@ measurements on the default landscape, and from 73 to 44 on the third recording)
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import optuna
 
 from tracker.feasibility import broken
 from tracker.measure.sweep import stop_reason
 from tracker.measure.types import Measurement
+from tracker.search.study import best_trials
 from tracker.trial_attrs import TrialRecord
 
 
@@ -67,18 +70,12 @@ def nearest_index(levels: Sequence[int], target: int) -> int:
     return max(bisect.bisect_right(list(levels), target) - 1, 0)
 
 
-def incumbent_level(trials: Iterable[Any]) -> int | None:
-    """The concurrency the best feasible trial so far was judged by (the highest throughput,
-    the one objective the guided sweep serves), from the complete trials' records; None
-    before any trial is feasible."""
-    best: tuple[float, int] | None = None
-    for t in trials:
-        rec = TrialRecord.of(t)
-        values = getattr(t, "values", None)
-        if (getattr(t.state, "name", None) == "COMPLETE" and rec.feasible and values
-                and rec.concurrency is not None and (best is None or values[0] > best[0])):
-            best = (float(values[0]), int(rec.concurrency))
-    return None if best is None else best[1]
+def incumbent_level(study: optuna.Study) -> int | None:
+    """The concurrency the study's best feasible trial so far was judged by
+    (:func:`tracker.search.study.best_trials`, the one objective the guided sweep serves);
+    None before any trial is feasible."""
+    best = best_trials(study)
+    return TrialRecord.of(best[0]).concurrency if best else None
 
 
 def start_index(levels: Sequence[int], params: Mapping[str, Any], defaults: Mapping[str, Any],
@@ -155,12 +152,13 @@ def applies(spec: Any) -> bool:
 
 
 def for_trial(spec: Any, params: Mapping[str, Any], defaults: Mapping[str, Any],
-              trials: Iterable[Any] = ()) -> LevelPlan | None:
+              study: optuna.Study | None = None) -> LevelPlan | None:
     """The trial's guided sweep over the spec's concurrency levels, starting at the level of
-    the best of ``trials`` (the study's so far) or at Model Analyzer's first guess; None when
-    it does not apply (the plain sweep runs)."""
+    the study's best feasible trial so far or at Model Analyzer's first guess; None when it
+    does not apply (the plain sweep runs)."""
     if not applies(spec):
         return None
     levels = spec.load.concurrency_levels()
-    start = start_index(levels, params, defaults, incumbent_level(trials))
+    start = start_index(levels, params, defaults,
+                        incumbent_level(study) if study is not None else None)
     return LevelPlan(levels, start, spec.constraints)
