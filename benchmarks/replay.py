@@ -266,7 +266,7 @@ class Ours:
         from tracker.search.objective import pick_best_level
         from tracker.search.study import make_sampler
         from tracker.search.sweep_plan import LevelPlan, incumbent_level, start_index
-        from tracker.trial import suggest
+        from tracker.study.trial import suggest
         from tracker.trial_attrs import write_measured
 
         counts, batches, levels = land.axes()

@@ -28,7 +28,7 @@ from tune_support import (
 from tracker.cli import cli
 from tracker.deploy.promote import promote
 from tracker.errors import DeployError
-from tracker.runner import TuneOptions, tune
+from tracker.study.loop import TuneOptions, tune
 from tracker.tags import STUDY_RUN_ID
 from tracker.tracking import confirmed, runs
 

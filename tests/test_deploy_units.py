@@ -123,7 +123,7 @@ def test_model_names_cannot_leave_the_repository(tmp_path: Path) -> None:
 def test_promote_reads_trials_as_the_tuning_loop_reports_them() -> None:
     """promote and the study report share one reader of the trial attributes, so the names
     the tuning loop writes cannot drift from what promote reads."""
-    from tracker import conclude
+    from tracker.study import conclude
     from tracker.tracking import report
 
     assert promote_mod.trial_rows is report.trial_rows is conclude.trial_rows

@@ -16,11 +16,18 @@ PKG = Path(__file__).resolve().parent.parent / "tracker"
 MAX_LINES = 400
 
 _ABOVE_SPEC = ("tracker.triton", "tracker.measure", "tracker.search", "tracker.tracking",
-               "tracker.deploy", "tracker.pipeline", "tracker.progress", "tracker.trial",
-               "tracker.conclude", "tracker.runner", "tracker.profile", "tracker.cli",
-               "tracker.model_store")
-_LOOP = ("tracker.pipeline", "tracker.model_store", "tracker.progress", "tracker.trial",
-         "tracker.conclude", "tracker.runner", "tracker.profile", "tracker.cli")
+               "tracker.deploy", "tracker.study", "tracker.cli")
+_LOOP = ("tracker.study", "tracker.cli")
+
+#: the study package, bottom first: each module may import those before it, never one after
+STUDY_ORDER = ("progress", "model_store", "measured", "session", "trial", "conclude",
+               "confirm_rounds", "loop", "profile", "confirm")
+
+
+def _study_above(name: str) -> tuple[str, ...]:
+    later = STUDY_ORDER[STUDY_ORDER.index(name) + 1:]
+    return (*(f"tracker.study.{m}" for m in later), "tracker.deploy", "tracker.cli")
+
 
 # layer -> the tracker packages/modules it must never import. A layer is a package (its
 # modules included) or a single module.
@@ -33,7 +40,6 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tracker.metrics": ("tracker.",),
     "tracker.launch_modes": ("tracker.",),
     "tracker.feasibility": ("tracker.",),
-    "tracker.cli_params": ("tracker.",),
     "tracker.confirm_stats": ("tracker.",),  # pure statistics of the confirmation round
     # the spec package sits on the bottom
     "tracker.spec": _ABOVE_SPEC,
@@ -46,24 +52,17 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tracker.tracking": ("tracker.triton.server", "tracker.triton.client",
                          "tracker.measure.loadgen", "tracker.search", "tracker.deploy", *_LOOP),
     "tracker.deploy": ("tracker.search", "tracker.measure", *_LOOP),
-    # the root: one trial's pipeline, then the loop around it, then the command line
-    "tracker.pipeline": ("tracker.deploy", "tracker.triton.server.local",
-                         "tracker.triton.server.docker", "tracker.triton.server.remote",
-                         *[m for m in _LOOP if m != "tracker.pipeline"]),
-    # the study's model file, stored once (trial.py calls it)
-    "tracker.model_store": ("tracker.deploy", "tracker.triton.server", "tracker.measure",
-                            *[m for m in _LOOP if m != "tracker.model_store"]),
-    "tracker.progress": ("tracker.",),
-    "tracker.trial": ("tracker.deploy", "tracker.conclude", "tracker.runner", "tracker.profile",
-                      "tracker.cli"),
-    "tracker.conclude": ("tracker.deploy", "tracker.runner", "tracker.profile", "tracker.cli"),
-    "tracker.runner": ("tracker.deploy", "tracker.profile", "tracker.cli"),
-    "tracker.profile": ("tracker.deploy", "tracker.cli"),
-    # the confirmation round: after the loop (runner.py calls it), before the command line
-    "tracker.confirm": ("tracker.deploy", "tracker.runner", "tracker.profile",
-                        "tracker.confirm_study", "tracker.cli"),
-    "tracker.confirm_study": ("tracker.deploy", "tracker.profile", "tracker.cli"),
+    # the study loop: one measured configuration, then a trial, then the loop around it
+    "tracker.study": ("tracker.deploy", "tracker.cli"),  # the package's __init__
+    **{f"tracker.study.{m}": _study_above(m) for m in STUDY_ORDER},
+    "tracker.study.progress": ("tracker.",),
+    "tracker.study.measured": (*_study_above("measured"), "tracker.triton.server.local",
+                               "tracker.triton.server.docker", "tracker.triton.server.remote"),
+    "tracker.study.model_store": (*_study_above("model_store"), "tracker.triton.server",
+                                  "tracker.measure"),
+    # the command line: everything; its parameter helpers nothing of the package
     "tracker.cli": (),
+    "tracker.cli.params": ("tracker.",),
 }
 
 ALLOWED: dict[str, tuple[str, ...]] = {
@@ -145,11 +144,11 @@ def test_checker_sees_a_violation(tmp_path: Path) -> None:
     """The checker itself must be able to fail: an upward import is flagged for its layer,
     a module outside every layer is flagged, a spec helper importing the spec root is."""
     fake = tmp_path / "x.py"
-    fake.write_text("from tracker.search import space\nimport tracker.runner\n")
+    fake.write_text("from tracker.search import space\nimport tracker.study.loop\n")
     names = _imports(fake)
-    assert "tracker.search" in names and "tracker.runner" in names
+    assert "tracker.search" in names and "tracker.study.loop" in names
     assert violations(fake, "tracker.measure.fake") == [
-        "tracker.runner", "tracker.search", "tracker.search.space"]
+        "tracker.search", "tracker.search.space", "tracker.study.loop"]
     assert violations(fake, "tracker.cli") == []
     assert violations(fake, "tracker.brand_new") == ["tracker.brand_new has no layer"]
     helper = tmp_path / "h.py"

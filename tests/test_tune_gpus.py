@@ -17,7 +17,7 @@ from nvml_support import UUIDS, Proc, four_gpus
 from tune_support import build_quickstart, write_spec
 
 from tracker.measure import host
-from tracker.runner import TuneOptions, tune
+from tracker.study.loop import TuneOptions, tune
 from tracker.tracking import runs
 
 pytestmark = pytest.mark.triton

@@ -12,9 +12,9 @@ from tune_support import write_spec
 
 from tracker.cli import cli
 from tracker.errors import SpecError
-from tracker.progress import Progress
-from tracker.runner import TuneOptions, apply_overrides, expand_env
 from tracker.spec import load_spec
+from tracker.study.loop import TuneOptions, apply_overrides, expand_env
+from tracker.study.progress import Progress
 
 
 @pytest.fixture()

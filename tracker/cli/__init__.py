@@ -13,12 +13,12 @@ from typing import Any
 
 import click
 
-from tracker.cli_params import OptionalChoice as _Choice
-from tracker.cli_params import OptionalNumber as _Optional
-from tracker.cli_params import blank as _blank
-from tracker.cli_params import gpu_list as _gpu_list
-from tracker.cli_params import print_version as _print_version
-from tracker.cli_params import tracking_uri_env as _tracking_uri
+from tracker.cli.params import OptionalChoice as _Choice
+from tracker.cli.params import OptionalNumber as _Optional
+from tracker.cli.params import blank as _blank
+from tracker.cli.params import gpu_list as _gpu_list
+from tracker.cli.params import print_version as _print_version
+from tracker.cli.params import tracking_uri_env as _tracking_uri
 from tracker.errors import TrackerError
 from tracker.launch_modes import MODES
 
@@ -133,7 +133,7 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
                  heartbeat_interval: int | None, grace_period: int | None) -> None:
     """Run (or resume) the tuning study of SPEC: one MLflow child run per trial under the
     study's parent run. Ctrl-C stops cleanly (exit 130); the same command resumes."""
-    from tracker.runner import Interrupted, TuneOptions, tune
+    from tracker.study.loop import Interrupted, TuneOptions, tune
 
     options = TuneOptions(
         n_trials=n_trials, timeout_s=timeout_s, study_name=_blank(study_name),
@@ -163,8 +163,8 @@ def confirm_command(spec_path: Path, study_name: str | None, storage: str | None
     """Re-measure the best configurations of SPEC's finished study and the default in
     interleaved rounds (not the search), print the verdict with its 95% intervals, rewrite the
     study's report. Run again, an interrupted confirmation continues where it stopped."""
-    from tracker.confirm_study import confirm_study
-    from tracker.runner import Interrupted
+    from tracker.study.confirm import confirm_study
+    from tracker.study.loop import Interrupted
 
     try:
         result = confirm_study(spec_path, study_name=_blank(study_name),
@@ -209,8 +209,8 @@ def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
     The server is stopped at the end, also on errors and Ctrl-C."""
     from tracker.measure.csvio import write_csv
     from tracker.measure.report import table
-    from tracker.profile import profile
-    from tracker.runner import Interrupted
+    from tracker.study.loop import Interrupted
+    from tracker.study.profile import profile
     from tracker.triton.model_config import parse_assignment
 
     texts = [*assignments, *set_all.split()]
@@ -382,6 +382,3 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point."""
     cli.main(args=list(argv) if argv is not None else None, prog_name="tracker")
 
-
-if __name__ == "__main__":  # pragma: no cover
-    main(sys.argv[1:])

@@ -29,18 +29,19 @@ from typing import Any
 import mlflow
 import optuna
 
-from tracker import confirm
-from tracker.conclude import finish_study
 from tracker.errors import TrackerError
 from tracker.measure.host import machine_tags
-from tracker.pipeline import resolve_serving
-from tracker.progress import Progress
 from tracker.search import study as st
 from tracker.search.baseline import fit_baseline
 from tracker.search.space import check_space, distributions, resolve_space
 from tracker.search.storage import make_storage, storage_lock, worker_identity
 from tracker.search.workers import ask_within_budget, budget, heartbeat
 from tracker.spec import StudySpec, ensure_model, load_spec, parse_spec
+from tracker.study import confirm_rounds
+from tracker.study.conclude import finish_study
+from tracker.study.measured import resolve_serving
+from tracker.study.progress import Progress
+from tracker.study.trial import Context, abandon_trial, run_trial
 from tracker.tracking import runs
 from tracker.tracking.machine import record_machine
 from tracker.tracking.redact import redact_url
@@ -50,7 +51,6 @@ from tracker.tracking.scaleout import (
     fail_dead_trial_run,
     mark_worker_run,
 )
-from tracker.trial import Context, abandon_trial, run_trial
 from tracker.trial_attrs import TrialRecord, write_worker
 from tracker.triton.model_config import model_info
 from tracker.triton.server.live import stop_all
@@ -316,8 +316,8 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
                               progress, worker_tags={**worker.tags(), **machine},
                               log_models=options.log_models)
                 stop = _loop(ctx, storage, worker.id, started, grid_size)
-                if _last_worker(study):  # the confirmation round (tracker/confirm.py)
-                    confirm.after_search(ctx)
+                if _last_worker(study):  # the confirmation round (study/confirm_rounds.py)
+                    confirm_rounds.after_search(ctx)
                 status = "FINISHED"
             except KeyboardInterrupt as exc:
                 signum = received_signal()

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracker import tags
-from tracker.confirm import run, settings_of
 from tracker.errors import TrackerError
+from tracker.study.confirm_rounds import run, settings_of
+from tracker.study.trial import Context
 from tracker.tracking import confirmed
-from tracker.trial import Context
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,11 @@ def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
     import optuna
     from mlflow import MlflowClient
 
-    from tracker.conclude import finish_study
-    from tracker.pipeline import resolve_serving
-    from tracker.progress import Progress
-    from tracker.runner import (
+    from tracker.search.storage import make_storage
+    from tracker.search.study import default_storage
+    from tracker.spec import ensure_model, load_spec
+    from tracker.study.conclude import finish_study
+    from tracker.study.loop import (
         Interrupted,
         TuneOptions,
         apply_overrides,
@@ -50,9 +51,8 @@ def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
         signals,
         tracking_uri,
     )
-    from tracker.search.storage import make_storage
-    from tracker.search.study import default_storage
-    from tracker.spec import ensure_model, load_spec
+    from tracker.study.measured import resolve_serving
+    from tracker.study.progress import Progress
     from tracker.tracking import runs
     from tracker.tracking.scaleout import PARENT_RUN_ATTR
     from tracker.triton.model_config import model_info

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from tracker import confirm_stats as cs
 from tracker.errors import MeasurementError, TrackerError
-from tracker.pipeline import ConfigFailed, measure_configuration
+from tracker.study.measured import ConfigFailed, measure_configuration
+from tracker.study.trial import Context, configs
 from tracker.tracking import confirmed
 from tracker.tracking.report import TrialRow, fmt, trial_rows
-from tracker.trial import Context, configs
 
 if TYPE_CHECKING:
     from tracker.measure.types import Measurement
@@ -57,7 +57,7 @@ class Measured:
 def measure_one(ctx: Context, params: dict[str, Any], *, baseline: bool, level: float,
                 label: str) -> Measured:
     """One configuration at one level through the one measurement path a trial and ``tracker
-    profile`` take (:func:`tracker.pipeline.measure_configuration`), on the study's server.
+    profile`` take (:func:`tracker.study.measured.measure_configuration`), on the study's server.
     Raises TrackerError (the pipeline's reason) when any step fails."""
     cfg, _ = configs(ctx, params, baseline)
     for old in ctx.workdir.glob("confirm-*"):  # the server has moved on from it

@@ -30,7 +30,10 @@ from tracker import tags
 from tracker import trial_attrs as ta
 from tracker.errors import StudyError, TrackerError
 from tracker.feasibility import constraint_keys
-from tracker.pipeline import (
+from tracker.search import sweep_plan
+from tracker.search.study import find_duplicate
+from tracker.search.workers import wait_for_duplicate
+from tracker.study.measured import (
     ConfigFailed,
     clip_log,
     levels_for,
@@ -38,9 +41,6 @@ from tracker.pipeline import (
     ort_threads,
     served_text,
 )
-from tracker.search import sweep_plan
-from tracker.search.study import find_duplicate
-from tracker.search.workers import wait_for_duplicate
 from tracker.tracking import runs
 from tracker.tracking.machine import record_machine
 from tracker.tracking.redact import redact_text
@@ -49,8 +49,8 @@ from tracker.triton import model_config as mc
 from tracker.triton.repository import Serving
 
 if TYPE_CHECKING:
-    from tracker.progress import Progress
     from tracker.spec import StudySpec
+    from tracker.study.progress import Progress
     from tracker.tracking.model_files import StoredModel
     from tracker.triton.model_config import ModelConfig, ModelInfo
     from tracker.triton.server.base import TritonServer
@@ -226,7 +226,7 @@ def _point_at_model(ctx: Context, run_id: str) -> None:
     first trial that needs it, tracker/model_store.py): ``tracker promote`` builds the
     registered model from it and the trial's production config. A failure here is reported on
     the run, not fatal to the trial."""
-    from tracker.model_store import ensure_stored
+    from tracker.study.model_store import ensure_stored
 
     try:
         if ctx.stored_model is None:

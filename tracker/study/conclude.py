@@ -27,6 +27,7 @@ from mlflow.exceptions import MlflowException
 from tracker import confirm_stats as cs
 from tracker import tags
 from tracker.errors import TrackingError
+from tracker.study.trial import Context, configs
 from tracker.tracking import confirmed, runs, study_record, view
 from tracker.tracking.report import (
     TrialRow,
@@ -36,7 +37,6 @@ from tracker.tracking.report import (
     trial_rows,
     write_report,
 )
-from tracker.trial import Context, configs
 from tracker.triton import model_config as mc
 from tracker.triton.repository import production_config
 

@@ -26,8 +26,9 @@ from mlflow.entities import Param
 from tracker.errors import TrackerError
 from tracker.measure.host import machine_tags
 from tracker.measure.types import Measurement
-from tracker.pipeline import ConfigFailed, levels_for, measure_configuration
-from tracker.runner import (
+from tracker.search.objective import LevelChoice
+from tracker.spec import ensure_model, load_spec
+from tracker.study.loop import (
     Interrupted,
     TuneOptions,
     apply_overrides,
@@ -36,8 +37,7 @@ from tracker.runner import (
     signals,
     tracking_uri,
 )
-from tracker.search.objective import LevelChoice
-from tracker.spec import ensure_model, load_spec
+from tracker.study.measured import ConfigFailed, levels_for, measure_configuration
 from tracker.tracking import runs
 from tracker.triton import model_config as mc
 from tracker.triton.server.modes import make_server
