@@ -28,7 +28,8 @@ from tune_support import (
 from tracker.cli import cli
 from tracker.deploy.promote import promote
 from tracker.errors import DeployError
-from tracker.study.loop import TuneOptions, tune
+from tracker.study.loop import tune
+from tracker.study.session import TuneOptions
 from tracker.tags import STUDY_RUN_ID
 from tracker.tracking import confirmed, runs
 
@@ -70,7 +71,7 @@ def test_tune_confirms_then_tracker_confirm_reproduces_and_resumes(
                                         "max_batch_size": [1, 8]}, n_trials=3,
                       confirm=CONFIRM, load={"concurrency": [4]})
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-    result = tune(spec, TuneOptions(bar=False, log_models=False))
+    result = tune(spec, TuneOptions(bar=False, store_model=False))
     searched = len(trials(storage))
 
     record = _record(storage)
@@ -158,7 +159,7 @@ def test_a_study_where_nothing_beats_the_default_is_no_better(
     spec = write_spec(tmp_path, model, {"dynamic_batching.max_queue_delay_microseconds": [20000],
                                         "instance_group.count": [1]}, n_trials=3,
                       confirm={**CONFIRM, "rounds": 2}, load={"concurrency": [1]})
-    result = tune(spec, TuneOptions(bar=False, log_models=False))
+    result = tune(spec, TuneOptions(bar=False, store_model=False))
     assert "no configuration is measurably better than the default" in result.summary
     parent = _parent(uri)
     assert parent.data.tags[confirmed.VERDICT_TAG] == "no_better"

@@ -14,8 +14,9 @@ from optuna.trial import TrialState
 from tune_support import build_quickstart, trials, write_spec
 
 from tracker.cli import cli
-from tracker.study.loop import TuneOptions, tune
+from tracker.study.loop import tune
 from tracker.study.measured import log_errors
+from tracker.study.session import TuneOptions
 
 # the stub process dies inside execute(): Triton answers "Stub process ... is not healthy",
 # logs an error line and restarts the stub, which dies again on the next request

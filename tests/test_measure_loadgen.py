@@ -94,6 +94,26 @@ class TritonPythonModel:
         return out
 """.replace("%%", "%")
 
+# answers only the two rows the user's data file holds: random inputs fail every request
+EXPECT = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+ROWS = ([0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0])
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "X").as_numpy()
+            if x.tolist() in ROWS:
+                out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x)]))
+            else:
+                out.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(f"not the user's data: {x.tolist()}")))
+        return out
+"""
+
 CONFIGS = {
     "mm": ('max_batch_size: 64 dynamic_batching { }\n'
            'input [{ name: "INPUT0" data_type: TYPE_FP32 dims: [64] }]\n'
@@ -105,6 +125,9 @@ CONFIGS = {
     "flaky": ('max_batch_size: 0\n'
               'input [{ name: "X" data_type: TYPE_FP32 dims: [4] }]\n'
               'output [{ name: "Y" data_type: TYPE_FP32 dims: [4] }]', FLAKY),
+    "expect": ('max_batch_size: 0\n'
+               'input [{ name: "X" data_type: TYPE_FP32 dims: [4] }]\n'
+               'output [{ name: "Y" data_type: TYPE_FP32 dims: [4] }]', EXPECT),
 }
 
 
@@ -198,11 +221,16 @@ def test_several_processes_share_the_load(server: LocalTritonServer) -> None:
 
 
 def test_user_data_is_sent(server: LocalTritonServer, tmp_path: Path) -> None:
+    """`expect` fails every request that is not one of the file's rows: with the file every
+    request succeeds, with random inputs (the same model, no file) none does."""
     path = tmp_path / "in.npz"
     np.savez(path, X=np.arange(8, dtype=np.float32).reshape(2, 4))
-    load = LoadSection(concurrency=[1], input_data=path, max_error_pct=30, **FAST)
-    (m,) = sweep(server.endpoints, "flaky", cfg(server, "flaky"), load).measurements
-    assert m.valid and m.requests > 0
+    load = LoadSection(concurrency=[1], input_data=path, **FAST)
+    (m,) = sweep(server.endpoints, "expect", cfg(server, "expect"), load).measurements
+    assert m.valid and m.requests > 0 and m.errors == 0, m.invalid_reason
+    random = LoadSection(concurrency=[1], **FAST)
+    (r,) = sweep(server.endpoints, "expect", cfg(server, "expect"), random).measurements
+    assert not r.valid and "not the user's data" in (r.first_error or r.invalid_reason or "")
 
 
 def test_a_server_that_stops_answering_ends_with_a_timeout(server: LocalTritonServer) -> None:

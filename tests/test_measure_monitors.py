@@ -3,9 +3,11 @@ text, a real process tree through psutil, and the sampler's aggregation."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import pytest
 from nvml_support import four_gpus
@@ -73,29 +75,47 @@ def test_triton_metrics_text_maps_to_our_names() -> None:
     assert not any(k.startswith("gpu") for k in cpu_only)
 
 
+def _until(predicate: Callable[[], bool], timeout_s: float = 20.0) -> bool:
+    """Poll ``predicate`` until it holds or ``timeout_s`` passes (no fixed sleeps: a crowded
+    machine only makes it take longer)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def test_process_monitor_sees_a_busy_process_tree() -> None:
-    code = "import time\nt=time.time()\nwhile time.time()-t<5: pass\n"
+    """An idle parent whose grandchild spins until killed: the monitor follows the tree (it
+    sees the grandchild's CPU), and a tree that is gone reads as nothing."""
+    import psutil
+
+    code = "while True: pass\n"
     parent = subprocess.Popen([sys.executable, "-c",
                                f"import subprocess,sys; subprocess.run([sys.executable,'-c',"
                                f"{code!r}])"])
+    tree: list[psutil.Process] = []
     try:
-        time.sleep(0.5)
+        assert _until(lambda: bool(psutil.Process(parent.pid).children(recursive=True)))
+        tree = psutil.Process(parent.pid).children(recursive=True)
         mon = ProcessMonitor(lambda: [parent.pid])
-        time.sleep(0.5)
-        s = mon.sample()
-        assert s["cpu_used_ram"] > 1.0
-        # the idle parent's busy child burns a core (less on a crowded shared machine); an
-        # idle tree reads ~0, so seeing the grandchild at all shows the tree is followed
-        assert s["cpu_utilization"] > 3.0
-    finally:
-        import psutil
+        seen: dict[str, float] = {}
 
-        children = psutil.Process(parent.pid).children(recursive=True)
-        parent.kill()
+        def busy() -> bool:
+            seen.update(mon.sample())
+            return seen.get("cpu_utilization", 0.0) > 3.0
+
+        # the spinning grandchild burns a core; an idle tree reads ~0, so a reading above 3%
+        # shows the tree is followed (it comes sooner or later, however crowded the machine)
+        assert _until(busy), seen
+        assert seen["cpu_used_ram"] > 1.0
+    finally:
+        for proc in [psutil.Process(parent.pid), *tree]:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
         parent.wait()
-        for child in children:
-            child.kill()
-    time.sleep(0.2)
+        psutil.wait_procs(tree, timeout=10)
     gone = ProcessMonitor([parent.pid])
     assert gone.sample() == {}  # nothing measurable: nothing reported
 
@@ -134,11 +154,10 @@ def test_sampler_means_and_peaks_over_a_span() -> None:
 def test_sampler_thread_samples_and_stops() -> None:
     sampler = Sampler([Scripted([{"cpu_utilization": 1.0}] * 100)], interval_s=0.01)
     sampler.start()
-    time.sleep(0.1)
+    assert _until(lambda: len(sampler.samples) >= 3)
     sampler.stop()
     n = len(sampler.samples)
-    assert n >= 3
-    time.sleep(0.05)
+    time.sleep(0.05)  # five intervals: a thread still running would add samples
     assert len(sampler.samples) == n
 
 

@@ -17,7 +17,8 @@ from nvml_support import UUIDS, Proc, four_gpus
 from tune_support import build_quickstart, write_spec
 
 from tracker.measure import host
-from tracker.study.loop import TuneOptions, tune
+from tracker.study.loop import tune
+from tracker.study.session import TuneOptions
 from tracker.tracking import runs
 
 pytestmark = pytest.mark.triton
@@ -44,7 +45,7 @@ def test_trial_measures_its_servers_gpu_only(mlflow_uri: str, tmp_path: Path,
     spec = write_spec(tmp_path, model, {"max_batch_size": [4]}, n_trials=1,
                       load={"concurrency": [2]}, server={"gpus": [1]},
                       constraints={"gpu_used_memory": {"max": 1000}})
-    result = tune(spec, TuneOptions(bar=False, log_models=False))
+    result = tune(spec, TuneOptions(bar=False, store_model=False))
     client = MlflowClient(mlflow_uri)
     parent = client.get_run(result.parent_run_id)
     (kid,) = [r for r in client.search_runs([parent.info.experiment_id])

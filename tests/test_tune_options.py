@@ -13,8 +13,8 @@ from tune_support import write_spec
 from tracker.cli import cli
 from tracker.errors import SpecError
 from tracker.spec import load_spec
-from tracker.study.loop import TuneOptions, apply_overrides, expand_env
 from tracker.study.progress import Progress
+from tracker.study.session import TuneOptions, apply_overrides, expand_env
 
 
 @pytest.fixture()

@@ -13,7 +13,8 @@ from optuna.trial import TrialState
 from tune_support import REPO, all_runs, build_quickstart, env_for, trials, write_spec
 
 from tracker import tags
-from tracker.study.loop import TuneOptions, tune
+from tracker.study.loop import tune
+from tracker.study.session import TuneOptions
 from tracker.tracking import runs
 
 pytestmark = pytest.mark.triton

@@ -78,7 +78,8 @@ def wait_for(predicate: Any, timeout_s: float, what: str, proc: Any = None) -> N
         if predicate():
             return
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"process exited ({proc.returncode}) before {what}")
+            out = proc.stdout.read()[-3000:] if proc.stdout is not None else ""
+            raise AssertionError(f"process exited ({proc.returncode}) before {what}: {out}")
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 

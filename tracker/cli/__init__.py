@@ -133,7 +133,8 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
                  heartbeat_interval: int | None, grace_period: int | None) -> None:
     """Run (or resume) the tuning study of SPEC: one MLflow child run per trial under the
     study's parent run. Ctrl-C stops cleanly (exit 130); the same command resumes."""
-    from tracker.study.loop import Interrupted, TuneOptions, tune
+    from tracker.study.loop import tune
+    from tracker.study.session import Interrupted, TuneOptions
 
     options = TuneOptions(
         n_trials=n_trials, timeout_s=timeout_s, study_name=_blank(study_name),
@@ -164,7 +165,7 @@ def confirm_command(spec_path: Path, study_name: str | None, storage: str | None
     interleaved rounds (not the search), print the verdict with its 95% intervals, rewrite the
     study's report. Run again, an interrupted confirmation continues where it stopped."""
     from tracker.study.confirm import confirm_study
-    from tracker.study.loop import Interrupted
+    from tracker.study.session import Interrupted
 
     try:
         result = confirm_study(spec_path, study_name=_blank(study_name),
@@ -209,8 +210,8 @@ def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
     The server is stopped at the end, also on errors and Ctrl-C."""
     from tracker.measure.csvio import write_csv
     from tracker.measure.report import table
-    from tracker.study.loop import Interrupted
     from tracker.study.profile import profile
+    from tracker.study.session import Interrupted
     from tracker.triton.model_config import parse_assignment
 
     texts = [*assignments, *set_all.split()]

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tracker.errors import MeasurementError
 from tracker.measure.csvio import read_csv
@@ -24,6 +24,9 @@ from tracker.measure.loadgen import Level
 from tracker.measure.monitors import Sampler
 from tracker.measure.types import Measurement
 from tracker.triton.client import Endpoints
+
+if TYPE_CHECKING:
+    from tracker.spec.sections import LoadSection
 
 UNSTABLE_TEXT = "Failed to obtain stable measurement"
 
@@ -35,7 +38,8 @@ def _tail(text: str, lines: int = 15) -> str:
 class PerfAnalyzer:
     """Runs ``binary`` against ``endpoints`` with the settings of a LoadSection."""
 
-    def __init__(self, binary: str, endpoints: Endpoints, model_name: str, load: Any) -> None:
+    def __init__(self, binary: str, endpoints: Endpoints, model_name: str,
+                 load: LoadSection) -> None:
         self.binary, self.endpoints, self.model_name, self.load = binary, endpoints, model_name, \
             load
         if load.input_data is not None and Path(load.input_data).suffix != ".json":

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tracker.errors import MeasurementError
 from tracker.feasibility import stops_sweep
@@ -28,6 +28,10 @@ from tracker.measure.transport import make_transport
 from tracker.measure.types import Measurement, SweepResult
 from tracker.measure.windows import WindowSettings
 from tracker.triton.client import Endpoints
+
+if TYPE_CHECKING:
+    from tracker.spec.sections import LoadSection
+    from tracker.triton.model_config import ModelConfig
 
 MIN_GAIN = 0.05
 GAIN_LEVELS = 3
@@ -59,9 +63,9 @@ def stop_reason(done: Sequence[Measurement], constraints: Mapping[str, Any] | No
     return None
 
 
-def load_levels(load: Any, override: Sequence[float] | None = None) -> list[Level]:
+def load_levels(load: LoadSection, override: Sequence[float] | None = None) -> list[Level]:
     """The levels of a LoadSection (or ``override``: concurrencies, or rates in rate mode)."""
-    rates = getattr(load, "request_rate", None)
+    rates = load.request_rate
     if rates:
         values = override if override is not None else rates
         return [Level(request_rate=float(r), arrival=load.arrival, seed=i)
@@ -75,7 +79,7 @@ def load_levels(load: Any, override: Sequence[float] | None = None) -> list[Leve
     return out
 
 
-def settings_from(load: Any) -> LevelSettings:
+def settings_from(load: LoadSection) -> LevelSettings:
     """LevelSettings from a LoadSection."""
     return LevelSettings(
         windows=WindowSettings(window_ms=load.window_ms, window_requests=load.window_requests,
@@ -114,7 +118,8 @@ async def _run(levels: Sequence[Level], measure: Callable[[Level], Awaitable[Mea
     return SweepResult(done, reason)
 
 
-async def _builtin(endpoints: Endpoints, model_name: str, config: Any, load: Any,
+async def _builtin(endpoints: Endpoints, model_name: str, config: ModelConfig,
+                   load: LoadSection,
                    levels: Sequence[Level], constraints: Mapping[str, Any] | None,
                    sampler: Sampler, on_level: Callable[[Measurement], None] | None,
                    plan: LevelPlanner | None = None) -> SweepResult:
@@ -148,7 +153,7 @@ async def _builtin(endpoints: Endpoints, model_name: str, config: Any, load: Any
         await transport.close()
 
 
-def sweep(endpoints: Endpoints, model_name: str, config: Any, load: Any,
+def sweep(endpoints: Endpoints, model_name: str, config: ModelConfig, load: LoadSection,
           constraints: Mapping[str, Any] | None = None, monitors: Sequence[Monitor] = (),
           *, levels: Sequence[float] | None = None, backend: str = "builtin",
           on_level: Callable[[Measurement], None] | None = None,

@@ -13,21 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from tracker.errors import MeasurementError, StudyError
 from tracker.feasibility import is_feasible, named_violations, total_violation
+from tracker.measure.types import Measurement
 
 MAXIMIZE = "maximize"
-
-
-class _Level(Protocol):
-    """What this module needs from a measurement (tracker.measure.types.Measurement)."""
-
-    @property
-    def concurrency(self) -> int | None: ...
-
-    def metrics(self) -> dict[str, float]: ...
 
 
 def objective_values(metrics: Mapping[str, float], objectives: Mapping[str, str]) -> list[float]:
@@ -51,16 +42,15 @@ def better(a: float, b: float, direction: str) -> bool:
     return a > b if direction == MAXIMIZE else a < b
 
 
-def _why_invalid(measurements: Sequence[_Level]) -> str:
+def _why_invalid(measurements: Sequence[Measurement]) -> str:
     """What made the levels unusable, e.g. ``; concurrency 1, concurrency 4: 40 of 40 requests
     failed (...); first error: ...`` (each distinct reason once, on the message's first line,
     so the progress line and the trial's note show the cause)."""
     reasons: dict[str, list[str]] = {}
     for level in measurements:
-        reason = getattr(level, "invalid_reason", None) or (
-            None if getattr(level, "valid", True) is not False else "invalid")
+        reason = level.invalid_reason or (None if level.valid else "invalid")
         if reason:
-            reasons.setdefault(str(reason), []).append(str(getattr(level, "level", "?")))
+            reasons.setdefault(reason, []).append(level.level)
     return "".join(f"; {', '.join(names)}: {reason}" for reason, names in reasons.items())
 
 
@@ -80,7 +70,7 @@ class LevelChoice:
         return is_feasible(self.violations)
 
 
-def pick_best_level(measurements: Sequence[_Level], constraints: Mapping[str, object],
+def pick_best_level(measurements: Sequence[Measurement], constraints: Mapping[str, object],
                     objectives: Mapping[str, str]) -> LevelChoice:
     """The level that meets every constraint and is best on the first objective.
 
@@ -95,7 +85,7 @@ def pick_best_level(measurements: Sequence[_Level], constraints: Mapping[str, ob
     first, direction = next(iter(objectives.items()))
     choices: list[LevelChoice] = []
     for i, level in enumerate(measurements):
-        if getattr(level, "valid", True) is False:
+        if not level.valid:
             continue  # errors above the threshold, server gone: not a result
         metrics = level.metrics()
         try:
@@ -104,7 +94,7 @@ def pick_best_level(measurements: Sequence[_Level], constraints: Mapping[str, ob
             continue
         choices.append(LevelChoice(i, int(level.concurrency or 0), metrics, values,
                                    named_violations(metrics, constraints),
-                                   stable=getattr(level, "stable", True) is not False))
+                                   stable=level.stable))
     if not choices:
         raise MeasurementError(
             f"no concurrency level measured the objective `{first}` "

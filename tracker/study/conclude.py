@@ -27,7 +27,9 @@ from mlflow.exceptions import MlflowException
 from tracker import confirm_stats as cs
 from tracker import tags
 from tracker.errors import TrackingError
-from tracker.study.trial import Context, configs
+from tracker.study.measured import ort_threads
+from tracker.study.session import StudyContext
+from tracker.study.trial import configs
 from tracker.tracking import confirmed, runs, study_record, view
 from tracker.tracking.report import (
     TrialRow,
@@ -49,7 +51,7 @@ class Conclusion:
     link: str | None = None  # how to open the study's saved view in the MLflow UI
 
 
-def finish_study(ctx: Context, *, status: str, owner: bool, stop_reason: str,
+def finish_study(ctx: StudyContext, *, status: str, owner: bool, stop_reason: str,
                  wall_s: float) -> Conclusion:
     """Write the report on the parent run; end it with ``status`` when this invocation owns it.
     A report that cannot be written is a warning: the trials are already recorded."""
@@ -88,7 +90,7 @@ def finish_study(ctx: Context, *, status: str, owner: bool, stop_reason: str,
                       link)
 
 
-def _log_view(ctx: Context, rows: list[TrialRow]) -> str:
+def _log_view(ctx: StudyContext, rows: list[TrialRow]) -> str:
     """The trials table and the spec on the parent run, the saved view on the experiment;
     returns the line that says how to open it."""
     spec, parent = ctx.spec, ctx.parent
@@ -103,7 +105,7 @@ def _log_view(ctx: Context, rows: list[TrialRow]) -> str:
     return view.study_link(parent.tracking_uri, parent.experiment_id, view_id)
 
 
-def _log_report(ctx: Context, rows: list[TrialRow], best: TrialRow | None, text: str,
+def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, text: str,
                 stop_reason: str, wall_s: float) -> None:
     spec, parent = ctx.spec, ctx.parent
     client = parent.client
@@ -115,7 +117,7 @@ def _log_report(ctx: Context, rows: list[TrialRow], best: TrialRow | None, text:
                          title=f"Study {ctx.study.study_name}"))
         if best is not None:
             cfg, served = configs(ctx, best.params, best.baseline)
-            production = mc.dumps(production_config(cfg, ort_threads=ctx.ort_threads))
+            production = mc.dumps(production_config(cfg, ort_threads=ort_threads(ctx.spec)))
             files["best/config.pbtxt"] = production
             if served.strip() != production.strip():
                 files["best/served_config.pbtxt"] = served
@@ -148,7 +150,7 @@ def _log_report(ctx: Context, rows: list[TrialRow], best: TrialRow | None, text:
     runs.log_metrics(client, parent.run_id, metrics)
 
 
-def _log_verdict(ctx: Context, rows: list[TrialRow], verdict: cs.Verdict) -> None:
+def _log_verdict(ctx: StudyContext, rows: list[TrialRow], verdict: cs.Verdict) -> None:
     """The confirmation on the parent run (metrics, ``tracker.verdict``, ``confirm.csv``) and
     on each confirmed trial's run (``confirm/...`` metrics, ``tracker.confirm_rank``)."""
     client, parent = ctx.parent.client, ctx.parent

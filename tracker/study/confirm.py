@@ -1,19 +1,17 @@
-"""``tracker confirm``: the confirmation round (tracker/confirm.py) on a finished study, without
-re-running the search; an interrupted confirmation continues where it stopped. Then the study's
-report is written again with the verdict."""
+"""``tracker confirm``: the confirmation round (study/confirm_rounds.py) on a finished study,
+without re-running the search; an interrupted confirmation continues where it stopped. Then
+the study's report is written again with the verdict."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from tracker import tags
 from tracker.errors import TrackerError
 from tracker.study.confirm_rounds import run, settings_of
-from tracker.study.trial import Context
+from tracker.study.session import Session, StudyContext, TuneOptions
 from tracker.tracking import confirmed
 
 
@@ -31,74 +29,43 @@ def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
     """``tracker confirm``: run (or continue) the confirmation of an existing study on the
     spec's server, then rewrite the study's report with the verdict. A finished confirmation
     is replaced by a new one (the search is not run again)."""
-    import signal
-    import tempfile
-
     import optuna
-    from mlflow import MlflowClient
 
     from tracker.search.storage import make_storage
-    from tracker.search.study import default_storage
-    from tracker.spec import ensure_model, load_spec
     from tracker.study.conclude import finish_study
-    from tracker.study.loop import (
-        Interrupted,
-        TuneOptions,
-        apply_overrides,
-        expand_env,
-        received_signal,
-        shielded,
-        signals,
-        tracking_uri,
-    )
     from tracker.study.measured import resolve_serving
     from tracker.study.progress import Progress
     from tracker.tracking import runs
     from tracker.tracking.scaleout import PARENT_RUN_ATTR
-    from tracker.triton.model_config import model_info
-    from tracker.triton.server.modes import make_server
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    spec = apply_overrides(load_spec(spec_path), TuneOptions(study_name=study_name,
-                                                             storage=storage))
-    ensure_model(spec)
-    info = model_info(spec.model)
-    uri = tracking_uri(spec)
-    url = expand_env(spec.search.storage or default_storage(uri))
+    session = Session.open(spec_path, TuneOptions(study_name=study_name, storage=storage),
+                           work_prefix="confirm-")
+    spec, url, client = session.spec, session.storage_url, session.client
     try:
         study = optuna.load_study(study_name=spec.study_name,
                                   storage=make_storage(url, heartbeat_interval=None))
     except KeyError as exc:
+        session.close()
         raise TrackerError(f"no study named {spec.study_name!r} in {url}: run `tracker tune` "
                            "first") from exc
     parent_id = study.user_attrs.get(PARENT_RUN_ATTR)
     if not parent_id:
+        session.close()
         raise TrackerError(f"study {spec.study_name!r} has no MLflow parent run (user "
                            f"attribute {PARENT_RUN_ATTR!r})")
-    client = MlflowClient(tracking_uri=uri)
     prun = client.get_run(str(parent_id))
     parent = runs.StudyRun(client, str(parent_id), str(prun.info.experiment_id),
                            spec.study_name)
-    server = make_server(spec.server)
     progress = Progress(spec.search.n_trials, spec.search.n_trials, bar=False)
-    work = Path(tempfile.mkdtemp(prefix=f"{spec.study_name}-confirm-"))
-    ctx = Context(spec, info, {}, study, parent, server, resolve_serving(spec, server), work,
-                  progress, log_models=False)
     try:
-        with signals():
-            try:
-                run(ctx, settings_of(ctx, rounds, top_k), again=True)
-            except KeyboardInterrupt as exc:
-                signum = received_signal()
-                raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name}; "
-                                  "the measurements so far are kept: run the same command "
-                                  "to continue") from exc
+        with session.guarded("the measurements so far are kept: run the same command to "
+                             "continue"):
+            server = session.start_server()
+            ctx = StudyContext(session, {}, study, parent, server,
+                               resolve_serving(spec, server), progress, store_model=False)
+            run(ctx, settings_of(ctx, rounds, top_k), again=True)
     finally:
-        with shielded():
-            with contextlib.suppress(Exception):
-                server.stop()
-            shutil.rmtree(work, ignore_errors=True)
-            progress.close()
+        progress.close()
     result = finish_study(ctx, status="FINISHED", owner=False,
                           stop_reason=str(prun.data.tags.get(tags.STOP_REASON, "")),
                           wall_s=float(prun.data.metrics.get("wall_s", 0.0)))

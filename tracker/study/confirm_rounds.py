@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 from tracker import confirm_stats as cs
 from tracker.errors import MeasurementError, TrackerError
 from tracker.study.measured import ConfigFailed, measure_configuration
-from tracker.study.trial import Context, configs
+from tracker.study.session import StudyContext
+from tracker.study.trial import configs
 from tracker.tracking import confirmed
 from tracker.tracking.report import TrialRow, fmt, trial_rows
 
@@ -54,7 +55,7 @@ class Measured:
     server_log: str
 
 
-def measure_one(ctx: Context, params: dict[str, Any], *, baseline: bool, level: float,
+def measure_one(ctx: StudyContext, params: dict[str, Any], *, baseline: bool, level: float,
                 label: str) -> Measured:
     """One configuration at one level through the one measurement path a trial and ``tracker
     profile`` take (:func:`tracker.study.measured.measure_configuration`), on the study's server.
@@ -71,7 +72,7 @@ def measure_one(ctx: Context, params: dict[str, Any], *, baseline: bool, level: 
     return Measured(done.choice, done.measurements, done.served_text, done.log)
 
 
-def settings_of(ctx: Context, rounds: int | None = None, top_k: int | None = None) -> Settings:
+def settings_of(ctx: StudyContext, rounds: int | None = None, top_k: int | None = None) -> Settings:
     c = ctx.spec.confirm
     r = rounds or c.rounds
     return Settings(top_k or c.top_k, r, min(c.min_rounds, r),
@@ -91,7 +92,7 @@ def pick(rows: list[TrialRow], objectives: Mapping[str, str], top_k: int) -> lis
     return [base, *done[:top_k]]
 
 
-def _instances(ctx: Context, row: TrialRow) -> int:
+def _instances(ctx: StudyContext, row: TrialRow) -> int:
     try:
         cfg, _ = configs(ctx, row.params, row.baseline)
     except TrackerError:
@@ -99,7 +100,7 @@ def _instances(ctx: Context, row: TrialRow) -> int:
     return sum(max(g.count, 1) for g in cfg.instance_group) or 1
 
 
-def _new_record(ctx: Context, chosen: list[TrialRow], s: Settings) -> dict[str, Any]:
+def _new_record(ctx: StudyContext, chosen: list[TrialRow], s: Settings) -> dict[str, Any]:
     return {"status": "running", "rounds_target": s.rounds, "min_rounds": s.min_rounds,
             "top_k": s.top_k, "seed": s.seed, "stop": "", "started": time.time(),
             "candidates": [{"trial": r.number, "baseline": r.baseline,
@@ -116,7 +117,7 @@ def _complete(record: dict[str, Any], rnd: dict[str, Any]) -> bool:
     return all(str(n) in rnd["results"] for n in rnd["order"])
 
 
-def run(ctx: Context, s: Settings, *, again: bool = False,
+def run(ctx: StudyContext, s: Settings, *, again: bool = False,
         on_measured: Callable[[str], None] | None = None) -> dict[str, Any] | None:
     """Run (or continue) the study's confirmation; returns the record (None when there is
     nothing to confirm). ``again``: a finished confirmation is replaced by a new one (an
@@ -169,7 +170,7 @@ def run(ctx: Context, s: Settings, *, again: bool = False,
     return record
 
 
-def _measure_one(ctx: Context, row: TrialRow, round_no: int,
+def _measure_one(ctx: StudyContext, row: TrialRow, round_no: int,
                  say: Callable[[str], None]) -> dict[str, Any]:
     metric = next(iter(ctx.spec.objectives))
     level = float(row.concurrency or 1)
@@ -189,7 +190,7 @@ def _measure_one(ctx: Context, row: TrialRow, round_no: int,
             "feasible": got.choice.feasible, "concurrency": got.choice.concurrency}
 
 
-def after_search(ctx: Context) -> None:
+def after_search(ctx: StudyContext) -> None:
     """The hook the tuning loop calls when the search has stopped (not interrupted)."""
     if not ctx.spec.confirm.enabled:
         return

@@ -6,41 +6,27 @@ in the spec's experiment) gets the assignments as params, the headline metrics a
 concurrency that meets the constraints, the sweep (``sweep/<metric>``, step = concurrency),
 ``config.pbtxt`` (what the server loaded), ``perf.csv`` and ``server.log`` (and
 ``production_config.pbtxt`` when the shim served it): the artifacts of a trial
-(pipeline.measure_configuration).
+(study/measured.measure_configuration).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import signal
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlflow import MlflowClient
 from mlflow.entities import Param
 
 from tracker.errors import TrackerError
 from tracker.measure.host import machine_tags
 from tracker.measure.types import Measurement
 from tracker.search.objective import LevelChoice
-from tracker.spec import ensure_model, load_spec
-from tracker.study.loop import (
-    Interrupted,
-    TuneOptions,
-    apply_overrides,
-    received_signal,
-    shielded,
-    signals,
-    tracking_uri,
-)
 from tracker.study.measured import ConfigFailed, levels_for, measure_configuration
+from tracker.study.session import Session, TuneOptions, shielded
 from tracker.tracking import runs
 from tracker.triton import model_config as mc
-from tracker.triton.server.modes import make_server
 
 
 @dataclass(frozen=True)
@@ -60,22 +46,18 @@ def profile(spec_path: str | Path, values: Mapping[str, object], *,
     ``config_path``: a config.pbtxt used instead of ``model.config`` as the base config;
     ``levels``: concurrencies (or rates) instead of the spec's; ``backend``: "builtin" or
     "perf_analyzer"."""
-    with signals():
-        return _profile(spec_path, values, server_overrides, config_path, levels, backend)
+    options = TuneOptions(server=dict(server_overrides or {}))
+    session = Session.open(spec_path, options, work_prefix="profile-", base_config=config_path)
+    with session.guarded():
+        return _profile(session, values, levels, backend)
 
 
-def _profile(spec_path: str | Path, values: Mapping[str, object],
-             server_overrides: Mapping[str, object] | None, config_path: Path | None = None,
-             levels: Sequence[float] | None = None, backend: str = "builtin") -> ProfileResult:
-    spec = apply_overrides(load_spec(spec_path), TuneOptions(server=dict(server_overrides or {})))
-    if config_path is not None:
-        spec.model.config = Path(config_path).resolve()
-    ensure_model(spec)
-    info = mc.model_info(spec.model)
+def _profile(session: Session, values: Mapping[str, object], levels: Sequence[float] | None,
+             backend: str) -> ProfileResult:
+    spec, info = session.spec, session.info
     config_values, load_values = mc.split_params(values)
     cfg = mc.apply(info, config_values) if config_values else info.config
-    uri = tracking_uri(spec)
-    client = MlflowClient(tracking_uri=uri)
+    client = session.client
     run_id = os.environ.get("MLFLOW_RUN_ID")
     if not run_id:
         exp = client.get_experiment_by_name(spec.experiment_name)
@@ -83,12 +65,11 @@ def _profile(spec_path: str | Path, values: Mapping[str, object],
         run_id = client.create_run(exp_id, run_name=f"profile-{spec.model.name}",
                                    tags={runs.ROLE: "profile"}).info.run_id
     client.log_batch(run_id, params=[Param(k, str(v)) for k, v in values.items()])
-    server = make_server(spec.server)
-    work = Path(tempfile.mkdtemp(prefix="tracker-profile-"))
     status = "FAILED"
     try:
+        server = session.start_server()
         try:
-            done = measure_configuration(spec, info, server, cfg, work,
+            done = measure_configuration(spec, info, server, cfg, session.workdir,
                                          levels=levels if levels is not None
                                          else levels_for(load_values), backend=backend)
         except ConfigFailed as failed:
@@ -101,17 +82,13 @@ def _profile(spec_path: str | Path, values: Mapping[str, object],
         runs.log_files(client, run_id, done.files())
         status = "FINISHED"
         return ProfileResult(run_id, done.measurements, done.choice, done.served_text)
-    except KeyboardInterrupt as exc:
+    except KeyboardInterrupt:
         status = "KILLED"
-        signum = received_signal()
-        raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name}") from exc
+        raise
     except TrackerError as err:
         with contextlib.suppress(Exception):
             runs.set_tags(client, run_id, {runs.NOTE_TAG: str(err)})
         raise
     finally:
-        with shielded():
-            server.stop()
-            shutil.rmtree(work, ignore_errors=True)
-            with contextlib.suppress(Exception):
-                runs.finish_run(client, run_id, status)
+        with shielded(), contextlib.suppress(Exception):
+            runs.finish_run(client, run_id, status)

@@ -1,6 +1,6 @@
 """One trial of a study: params -> config -> repository -> server -> sweep -> tell -> MLflow.
 
-The runner (runner.py) asks Optuna for a trial and calls :func:`run_trial`; this module does
+The loop (loop.py) asks Optuna for a trial and calls :func:`run_trial`; this module does
 the rest and always leaves the trial finished in Optuna and its child run ended in MLflow,
 except when interrupted (the runner's cleanup handles that, see :func:`abandon_trial`).
 
@@ -13,6 +13,7 @@ message and the server log; the study goes on.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,6 @@ from tracker.study.measured import (
     clip_log,
     levels_for,
     measure_configuration,
-    ort_threads,
     served_text,
 )
 from tracker.tracking import runs
@@ -46,36 +46,13 @@ from tracker.tracking.machine import record_machine
 from tracker.tracking.redact import redact_text
 from tracker.trial_attrs import TrialRecord, shown_params
 from tracker.triton import model_config as mc
-from tracker.triton.repository import Serving
 
 if TYPE_CHECKING:
-    from tracker.spec import StudySpec
-    from tracker.study.progress import Progress
-    from tracker.tracking.model_files import StoredModel
-    from tracker.triton.model_config import ModelConfig, ModelInfo
-    from tracker.triton.server.base import TritonServer
+    from mlflow.entities import Metric
 
-
-@dataclass
-class Context:
-    """Everything a trial needs; made once per invocation by the runner."""
-
-    spec: StudySpec
-    info: ModelInfo
-    distributions: dict[str, BaseDistribution]
-    study: optuna.Study
-    parent: runs.StudyRun
-    server: TritonServer
-    serving: Serving
-    workdir: Path
-    progress: Progress
-    worker_tags: dict[str, str] = field(default_factory=dict)
-    log_models: bool = True  # point trials at the study's model file, stored once
-    stored_model: StoredModel | None = None
-
-    @property
-    def ort_threads(self) -> tuple[int | None, int | None]:
-        return ort_threads(self.spec)
+    from tracker.measure.types import Measurement
+    from tracker.study.session import StudyContext
+    from tracker.triton.model_config import ModelConfig
 
 
 @dataclass
@@ -93,10 +70,11 @@ class Outcome:
 class TrialFailed(Exception):
     """The trial has a result, and it is a failure (refused config, no measurement)."""
 
-    def __init__(self, reason: str, log: str = "") -> None:
+    def __init__(self, reason: str, log: str = "", *, duplicate_of: int | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.log = log
+        self.duplicate_of = duplicate_of  # the failed trial this one repeats
 
 
 def suggest(trial: optuna.Trial, name: str, dist: BaseDistribution) -> Any:
@@ -109,7 +87,7 @@ def suggest(trial: optuna.Trial, name: str, dist: BaseDistribution) -> Any:
     raise StudyError(f"unsupported distribution for {name!r}: {dist}")
 
 
-def configs(ctx: Context, params: dict[str, Any], baseline: bool) -> tuple[ModelConfig, str]:
+def configs(ctx: StudyContext, params: dict[str, Any], baseline: bool) -> tuple[ModelConfig, str]:
     """(the config the trial stands for, the served config.pbtxt text). The baseline is the
     model's default config exactly; other trials apply their params to it."""
     if baseline:
@@ -120,7 +98,7 @@ def configs(ctx: Context, params: dict[str, Any], baseline: bool) -> tuple[Model
     return cfg, served_text(ctx.spec, cfg, ctx.serving)
 
 
-def run_trial(ctx: Context, trial: optuna.Trial) -> Outcome:
+def run_trial(ctx: StudyContext, trial: optuna.Trial) -> Outcome:
     """Measure (or reuse) one trial and record it in Optuna and MLflow."""
     params = {name: suggest(trial, name, dist) for name, dist in ctx.distributions.items()}
     record = TrialRecord.of(trial)
@@ -139,44 +117,79 @@ def run_trial(ctx: Context, trial: optuna.Trial) -> Outcome:
             dup = None  # a baseline the space only approximates is not this config
     try:
         if dup is not None and not baseline:
-            return _reuse(ctx, trial, run_id, params, dup)
-        outcome = _measure(ctx, trial, run_id, params, baseline)
-        if baseline:
-            outcome.params = shown
-            outcome.note = "the default config"
-        return outcome
+            result = _reuse(ctx, trial, params, dup)
+        else:
+            result = _measure(ctx, trial, run_id, params, baseline)
+            if baseline:
+                result.outcome.params = shown
+                result.outcome.note = "the default config"
     except TrialFailed as failed:
-        return _fail(ctx, trial, run_id, shown, failed)
+        result = _fail(trial, shown, failed)
+    return record_result(ctx, trial, run_id, result)
 
 
-def _reuse(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, Any],
-           dup: FrozenTrial) -> Outcome:
+@dataclass
+class TrialResult:
+    """A finished trial, as :func:`record_result` writes it: the trial record (``attrs``,
+    Optuna user attributes), the values told to Optuna (None: FAIL), and the child run's
+    metrics, files, tags, status and note."""
+
+    outcome: Outcome
+    attrs: Callable[[optuna.Trial], None]
+    values: Sequence[float] | None
+    status: str = "FINISHED"                      # the run's MLflow status
+    metrics: dict[str, float] = field(default_factory=dict)
+    step: int = 0                                 # the concurrency the metrics belong to
+    sweep: list[Metric] = field(default_factory=list)
+    files: dict[str, str | bytes | Path] = field(default_factory=dict)
+    tags: dict[str, object] = field(default_factory=dict)
+    note: str | None = None
+
+
+def record_result(ctx: StudyContext, trial: optuna.Trial, run_id: str,
+                  result: TrialResult) -> Outcome:
+    """The one writer of a trial's result, in one order: Optuna first (the trial record, then
+    ``tell``), then MLflow (metrics, files, tags, and last the run's end, so a run that is
+    ended carries everything)."""
     client = ctx.parent.client
+    result.attrs(trial)
+    if result.values is None:
+        ctx.study.tell(trial, state=TrialState.FAIL)
+    else:
+        ctx.study.tell(trial, result.values)
+    if result.metrics or result.sweep:
+        runs.log_metrics(client, run_id, result.metrics, step=result.step, extra=result.sweep)
+    if result.files:
+        runs.log_files(client, run_id, result.files)
+    if result.tags:
+        runs.set_tags(client, run_id, result.tags)
+    runs.finish_run(client, run_id, result.status, state=result.outcome.state,
+                    note=result.note)
+    return result.outcome
+
+
+def _reuse(ctx: StudyContext, trial: optuna.Trial, params: dict[str, Any],
+           dup: FrozenTrial) -> TrialResult:
     source = TrialRecord.of(dup)
     if dup.state != TrialState.COMPLETE:
         reason = f"same configuration as trial {dup.number}, which failed: " + str(
             source.fail_reason or "unknown reason")
-        ta.write_duplicate_of(trial, dup.number)
-        raise TrialFailed(reason)
-    ta.write_reused(trial, dup.number, dup, dup.constraints)
-    metrics = dict(source.metrics)
-    concurrency = int(source.concurrency or 0)
+        raise TrialFailed(reason, duplicate_of=dup.number)
     feasible = bool(source.feasible)
-    runs.log_metrics(client, run_id, metrics, step=concurrency)
     _, served = configs(ctx, params, source.baseline)
-    runs.log_files(client, run_id, {"config.pbtxt": served})
-    ctx.study.tell(trial, dup.values)
-    note = f"same configuration as trial {dup.number}: result reused, not measured again"
-    runs.finish_run(client, run_id, "FINISHED", state="COMPLETE", note=note)
-    runs.set_tags(client, run_id, {tags.FEASIBLE: str(feasible).lower(),
-                                   tags.DUPLICATE_OF: dup.number})
-    return Outcome(trial.number, "COMPLETE", params, metrics, feasible,
-                   note=f"duplicate of trial {dup.number}")
+    return TrialResult(
+        Outcome(trial.number, "COMPLETE", params, dict(source.metrics), feasible,
+                note=f"duplicate of trial {dup.number}"),
+        attrs=lambda t: ta.write_reused(t, dup.number, dup, dup.constraints),
+        values=dup.values, metrics=dict(source.metrics), step=int(source.concurrency or 0),
+        files={"config.pbtxt": served},
+        tags={tags.FEASIBLE: str(feasible).lower(), tags.DUPLICATE_OF: dup.number},
+        note=f"same configuration as trial {dup.number}: result reused, not measured again")
 
 
-def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, Any],
-             baseline: bool) -> Outcome:
-    spec, client = ctx.spec, ctx.parent.client
+def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[str, Any],
+             baseline: bool) -> TrialResult:
+    spec = ctx.spec
     try:
         cfg, _served = configs(ctx, params, baseline)
     except TrackerError as err:
@@ -186,7 +199,7 @@ def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, A
     repo_root = ctx.workdir / f"trial-{trial.number}"
     _, load = mc.split_params(params)
 
-    def on_level(m: Any) -> None:
+    def on_level(m: Measurement) -> None:
         ctx.progress.measuring(trial.number, f"{m.level}: {m.throughput:,.1f} infer/s")
 
     try:
@@ -202,51 +215,50 @@ def _measure(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, A
     except ConfigFailed as failed:
         raise TrialFailed(failed.reason, failed.log) from failed.cause
     choice, result = done.choice, done.result
-    runs.log_metrics(client, run_id, done.headline(), step=choice.concurrency,
-                     extra=runs.sweep_metrics(result.measurements))
-    runs.log_files(client, run_id, done.files())
-    if ctx.log_models:
-        _point_at_model(ctx, run_id)
-    ta.write_measured(trial, {k: choice.violations[k] for k in constraint_keys(spec.constraints)},
-                      feasible=choice.feasible, concurrency=choice.concurrency,
-                      metrics=choice.metrics, measurements=len(result.measurements))
-    ctx.study.tell(trial, choice.values)
-    runs.set_tags(client, run_id, {tags.FEASIBLE: str(choice.feasible).lower(),
-                                   tags.CONCURRENCY: choice.concurrency,
-                                   tags.STABLE: str(choice.stable).lower(),
-                                   tags.SWEEP_STOP: result.stop_reason, **done.tags})
-    record_machine(client, ctx.parent.run_id,  # the Triton version, on the parent too
+    record_machine(ctx.parent.client, ctx.parent.run_id,  # the Triton version, on the parent
                    {k: v for k, v in done.tags.items() if k == tags.TRITON_VERSION})
-    runs.finish_run(client, run_id, "FINISHED", state="COMPLETE")
-    return Outcome(trial.number, "COMPLETE", params, choice.metrics, choice.feasible)
+    violations = {k: choice.violations[k] for k in constraint_keys(spec.constraints)}
+    return TrialResult(
+        Outcome(trial.number, "COMPLETE", params, choice.metrics, choice.feasible),
+        attrs=lambda t: ta.write_measured(
+            t, violations, feasible=choice.feasible, concurrency=choice.concurrency,
+            metrics=choice.metrics, measurements=len(result.measurements)),
+        values=choice.values, metrics=done.headline(), step=choice.concurrency,
+        sweep=runs.sweep_metrics(result.measurements), files=dict(done.files()),
+        tags={tags.FEASIBLE: str(choice.feasible).lower(), tags.CONCURRENCY: choice.concurrency,
+              tags.STABLE: str(choice.stable).lower(), tags.SWEEP_STOP: result.stop_reason,
+              **done.tags, **(_model_tags(ctx) if ctx.store_model else {})})
 
 
-def _point_at_model(ctx: Context, run_id: str) -> None:
-    """Tag the trial's run with the study's stored model file (uploaded once per study by the
-    first trial that needs it, tracker/model_store.py): ``tracker promote`` builds the
-    registered model from it and the trial's production config. A failure here is reported on
-    the run, not fatal to the trial."""
+def _model_tags(ctx: StudyContext) -> dict[str, object]:
+    """The tags that point a trial's run at the study's stored model file (uploaded once per
+    study by the first trial that needs it, study/model_store.py): ``tracker promote`` builds
+    the registered model from it and the trial's production config. A failure here is
+    reported on the run, not fatal to the trial."""
     from tracker.study.model_store import ensure_stored
 
     try:
         if ctx.stored_model is None:
             ctx.stored_model = ensure_stored(ctx.study, ctx.parent, ctx.info.model_file)
-        runs.set_tags(ctx.parent.client, run_id, ctx.stored_model.tags())
+        return dict(ctx.stored_model.tags())
     except TrackerError as err:
-        runs.set_tags(ctx.parent.client, run_id, {tags.MODEL_ERROR: str(err)})
+        return {tags.MODEL_ERROR: str(err)}
 
 
-def _fail(ctx: Context, trial: optuna.Trial, run_id: str, params: dict[str, Any],
-          failed: TrialFailed) -> Outcome:
-    client = ctx.parent.client
+def _fail(trial: optuna.Trial, params: dict[str, Any], failed: TrialFailed) -> TrialResult:
     reason = redact_text(failed.reason)
-    ta.write_failed(trial, reason)
-    if failed.log:
-        runs.log_files(client, run_id, {"server.log": clip_log(failed.log)})
-    ctx.study.tell(trial, state=TrialState.FAIL)
-    runs.finish_run(client, run_id, "FAILED", state="FAIL", note=reason)
-    runs.set_tags(client, run_id, {tags.FAIL_REASON: reason[:500]})
-    return Outcome(trial.number, "FAIL", params, {}, None, note=reason.splitlines()[0][:400])
+    dup = failed.duplicate_of
+
+    def attrs(t: optuna.Trial) -> None:
+        if dup is not None:
+            ta.write_duplicate_of(t, dup)
+        ta.write_failed(t, reason)
+
+    return TrialResult(
+        Outcome(trial.number, "FAIL", params, {}, None, note=reason.splitlines()[0][:400]),
+        attrs=attrs, values=None, status="FAILED",
+        files={"server.log": clip_log(failed.log)} if failed.log else {},
+        tags={tags.FAIL_REASON: reason[:500]}, note=reason)
 
 
 def abandon_trial(study: optuna.Study, trial: optuna.Trial, *, interrupted: bool,

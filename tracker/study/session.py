@@ -1,0 +1,252 @@
+"""What one invocation of ``tracker tune``, ``profile`` or ``confirm`` sets up, once.
+
+:class:`Session` owns the spec (with the command line's overrides, validated again), the
+model's info, the MLflow tracking URI and client, the study storage's URL, a work folder, the
+Triton server (started on demand) and the signal handling. ``with session.guarded(...)`` is the
+one place where Ctrl-C / SIGTERM become :class:`Interrupted` and where the server is stopped and
+the work folder removed, whatever happens. :class:`StudyContext` adds what a study needs on top
+(the Optuna study, its parent run, the search space, the progress output): a trial, the
+conclusion and the confirmation rounds read it.
+
+Thread safety: a session belongs to the thread that opened it; signal handlers are installed
+only from the main thread (elsewhere ``guarded`` only cleans up).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import mlflow
+import optuna
+from mlflow import MlflowClient
+
+from tracker.search.study import default_storage
+from tracker.spec import StudySpec, ensure_model, load_spec, parse_spec
+from tracker.triton.model_config import ModelInfo, model_info
+from tracker.triton.server.modes import make_server
+
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
+
+    from tracker.study.progress import Progress
+    from tracker.tracking import runs
+    from tracker.tracking.model_files import StoredModel
+    from tracker.triton.repository import Serving
+    from tracker.triton.server.base import TritonServer
+
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class Interrupted(BaseException):
+    """Ctrl-C or SIGTERM stopped the command after cleaning up; ``exit_code`` 130 or 143."""
+
+    def __init__(self, signum: int, message: str) -> None:
+        super().__init__(message)
+        self.signum = signum
+        self.exit_code = EXIT_CODES.get(signal.Signals(signum), 128 + signum)
+
+
+@dataclass
+class TuneOptions:
+    """Command-line overrides of the spec (None: the spec's value) and the invocation's own
+    switches."""
+
+    n_trials: int | None = None
+    timeout_s: float | None = None
+    study_name: str | None = None
+    storage: str | None = None
+    sampler: str | None = None
+    seed: int | None = None
+    patience: int | None = None
+    server: dict[str, Any] = field(default_factory=dict)  # launch mode overrides
+    bar: bool | None = None
+    store_model: bool = True  # store the model file once and point each trial's run at it
+    heartbeat_interval: int | None = None  # seconds; None: search/storage.py's default
+    grace_period: int | None = None        # seconds; None: twice the interval
+
+
+def apply_overrides(spec: StudySpec, options: TuneOptions) -> StudySpec:
+    """The spec with the command line's values, validated again (so ``--mode remote``
+    without a URL is the same error as in the file)."""
+    search = {k: v for k, v in {"n_trials": options.n_trials, "timeout_s": options.timeout_s,
+                                "study_name": options.study_name, "storage": options.storage,
+                                "sampler": options.sampler, "seed": options.seed,
+                                "patience": options.patience}.items() if v is not None}
+    server = {k: v for k, v in options.server.items() if v is not None}
+    if not search and not server:
+        return spec
+    data = spec.model_dump(mode="json", exclude_unset=True)
+    data.setdefault("search", {}).update(search)
+    data.setdefault("server", {}).update(server)
+    return parse_spec(data, base_dir=spec.base_dir, source=spec.source)
+
+
+def expand_env(url: str) -> str:
+    """``${VAR}`` in a URL replaced from the environment (keeps a password out of command
+    lines and MLflow params: ``postgresql://tuner:${PGPASSWORD}@db/optuna``)."""
+    return _ENV_REF.sub(lambda m: os.environ.get(m.group(1), m.group(0)), url)
+
+
+def tracking_uri(spec: StudySpec) -> str:
+    """Under ``mlflow run`` the run's own tracking URI; otherwise the spec's or the default."""
+    if os.environ.get("MLFLOW_RUN_ID"):
+        return str(mlflow.get_tracking_uri())
+    return spec.mlflow.resolved_tracking_uri()
+
+
+# ---- signals -------------------------------------------------------------------------------
+
+_received: list[int] = []
+
+
+def received_signal() -> int:
+    """The signal that interrupted the last ``signals()`` block (SIGINT when unknown)."""
+    return _received[-1] if _received else int(signal.SIGINT)
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM takes the SIGINT path (asyncio's handler when a sweep runs, else
+    KeyboardInterrupt); the exit code remembers which signal it was."""
+    _received.append(signum)
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)  # raises, or cancels the running sweep
+        return
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def signals() -> Iterator[None]:
+    """SIGINT and SIGTERM raise KeyboardInterrupt in the block (``_received`` says which)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _received.clear()
+    old_term = signal.signal(signal.SIGTERM, _on_sigterm)
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old_term)
+        signal.signal(signal.SIGINT, old_int)
+
+
+@contextlib.contextmanager
+def shielded() -> Iterator[None]:
+    """Cleanup that a second Ctrl-C (or MLflow's SIGTERM after it) must not cut short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+# ---- the session ---------------------------------------------------------------------------
+
+@dataclass
+class Session:
+    """One invocation's set-up: made by :meth:`open`, cleaned up by :meth:`guarded`."""
+
+    spec: StudySpec
+    info: ModelInfo
+    tracking_uri: str
+    client: MlflowClient
+    storage_url: str  # ${VAR} expanded; redact it before showing it
+    workdir: Path
+    server: TritonServer | None = None
+
+    @classmethod
+    def open(cls, spec_path: str | Path, options: TuneOptions | None = None, *,
+             work_prefix: str = "tracker-", base_config: Path | None = None) -> Session:
+        """Load and check the spec (overrides applied), build the model if it has a build
+        script, read its config (``base_config`` instead of the spec's ``model.config``), and
+        resolve where MLflow and the study are stored. Starts nothing: the server starts on
+        :meth:`start_server`."""
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress lines say it
+        spec = apply_overrides(load_spec(spec_path), options or TuneOptions())
+        if base_config is not None:
+            spec.model.config = Path(base_config).resolve()
+        ensure_model(spec)
+        info = model_info(spec.model)
+        uri = tracking_uri(spec)
+        storage_url = expand_env(spec.search.storage or default_storage(uri))
+        work = Path(".tracker") / "work"
+        work.mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix=work_prefix, dir=work)).resolve()
+        return cls(spec, info, uri, MlflowClient(tracking_uri=uri), storage_url, workdir)
+
+    def start_server(self) -> TritonServer:
+        """The spec's server (launch mode, strategy), started once per session."""
+        if self.server is None:
+            self.server = make_server(self.spec.server)
+        return self.server
+
+    @contextlib.contextmanager
+    def guarded(self, interrupted: str = "") -> Iterator[None]:
+        """The block runs with Ctrl-C / SIGTERM as KeyboardInterrupt, raised again as
+        :class:`Interrupted` (message: the signal, then ``interrupted``). Afterwards, however
+        the block ended, the server is stopped and the work folder removed, shielded from a
+        second signal."""
+        try:
+            with signals():
+                try:
+                    yield
+                except KeyboardInterrupt as exc:
+                    signum = received_signal()
+                    message = f"interrupted by {signal.Signals(signum).name}"
+                    raise Interrupted(signum, f"{message}; {interrupted}" if interrupted
+                                      else message) from exc
+        finally:
+            with shielded():
+                self.close()
+
+    def close(self) -> None:
+        """Stop the server (if started) and remove the work folder; safe to call twice."""
+        if self.server is not None:
+            with contextlib.suppress(Exception):
+                self.server.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+@dataclass
+class StudyContext:
+    """A session with a study open: what a trial, the conclusion and the confirmation need."""
+
+    session: Session
+    distributions: dict[str, BaseDistribution]
+    study: optuna.Study
+    parent: runs.StudyRun
+    server: TritonServer
+    serving: Serving
+    progress: Progress
+    worker_tags: dict[str, str] = field(default_factory=dict)
+    store_model: bool = True  # point each trial's run at the study's model file, stored once
+    stored_model: StoredModel | None = None
+
+    @property
+    def spec(self) -> StudySpec:
+        return self.session.spec
+
+    @property
+    def info(self) -> ModelInfo:
+        return self.session.info
+
+    @property
+    def workdir(self) -> Path:
+        return self.session.workdir
