@@ -1,5 +1,6 @@
-"""Helpers for the deployment tests: a trial's model directory as the tuning loop logs it, the
-tuned knobs of a config, and a real Triton in explicit model control mode."""
+"""Helpers for the deployment tests: a trial's model directory as the tuning loop logs it, a
+study whose trials carry such models, the tuned knobs of a config, and a real Triton in
+explicit model control mode."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import mlflow
+import optuna
 import pytest
 
+from tracker.tracking import flavor
 from tracker.triton import model_config as mc
 from tracker.triton.repository import production_config
 from tracker.triton.server.local import LocalTritonServer
@@ -33,6 +37,47 @@ def trial_model_dir(root: Path, onnx: Path, values: dict[str, Any], *,
     return d
 
 
+class Study:
+    """A real Optuna study whose trials carry what the tuning loop leaves (user attrs, an
+    MLflow child run with the model logged as `model`)."""
+
+    def __init__(self, tmp: Path, onnx: Path, tracking_uri: str) -> None:
+        self.tmp, self.onnx = tmp, onnx
+        self.storage = f"sqlite:///{tmp / 'optuna.db'}"
+        self.study = optuna.create_study(study_name=NAME, storage=self.storage,
+                                         direction="maximize")
+        self.study.set_user_attr("objectives", {"perf_throughput": "maximize"})
+        self.client = mlflow.MlflowClient(tracking_uri)
+        self.exp = self.client.create_experiment(NAME)
+
+    def add(self, values: dict[str, Any], throughput: float, *, broken: bool = False) -> int:
+        run = self.client.create_run(self.exp)
+        n = len(self.study.trials)
+        model_dir = trial_model_dir(self.tmp / f"trial{n}", self.onnx, values, broken=broken)
+        flavor.log_triton_model(model_dir, run.info.run_id)
+        trial = self.study.ask()
+        for key, value in {"mlflow_run_id": run.info.run_id, "feasible": True,
+                           "baseline": n == 0, "measurements": 3, "concurrency": 4,
+                           "metrics": {"perf_throughput": throughput,
+                                       "perf_latency_p99": 2.5}}.items():
+            trial.set_user_attr(key, value)
+        self.study.tell(trial, throughput)
+        return n
+
+
+def spec_file(tmp: Path, onnx: Path, storage: str, tracking_uri: str,
+              registered: str = "tiny-reg") -> Path:
+    """A study spec over ``Study``'s storage, registering as ``registered``."""
+    path = tmp / "study.yaml"
+    path.write_text(f"""
+model: {{name: {NAME}, path: {onnx}}}
+constraints: {{perf_latency_p99: {{max: 50}}}}
+search: {{study_name: {NAME}, storage: "{storage}"}}
+mlflow: {{tracking_uri: "{tracking_uri}", registered_model: {registered}}}
+""")
+    return path
+
+
 def knobs(cfg: Any, *, like: Any = None) -> dict[str, Any]:
     """The tuned fields of a config (what must be the same as the best trial's). With ``like``
     (the trial's file), what the file leaves to Triton takes the served value: KIND_AUTO
@@ -52,15 +97,41 @@ def knobs(cfg: Any, *, like: Any = None) -> dict[str, Any]:
     }
 
 
+def _point_at(monkeypatch: pytest.MonkeyPatch, server: LocalTritonServer, repo: Path) -> None:
+    monkeypatch.setenv("TRACKER_TRITON_URL", server.endpoints.grpc)
+    monkeypatch.setenv("TRACKER_TRITON_REPOSITORY", str(repo))
+    monkeypatch.setenv("TRACKER_TRITON_LOG", str(server.log_path))
+    monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+
 @pytest.fixture()
 def serving(tmp_path: Path, mlflow_uri: str,
             monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[LocalTritonServer, Path]]:
+    """A Triton of this test's own, over an empty repository."""
     repo = tmp_path / "serving-repo"
     repo.mkdir()
-    with LocalTritonServer(startup_timeout_s=60) as server:
+    server = LocalTritonServer(startup_timeout_s=60)
+    with server:
         server.start(repo, explicit=True)
-        monkeypatch.setenv("TRACKER_TRITON_URL", server.endpoints.grpc)
-        monkeypatch.setenv("TRACKER_TRITON_REPOSITORY", str(repo))
-        monkeypatch.setenv("TRACKER_TRITON_LOG", str(server.log_path))
-        monkeypatch.setenv("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+        _point_at(monkeypatch, server, repo)
         yield server, repo
+
+
+@pytest.fixture(scope="module")
+def module_server(
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalTritonServer, Path]]:
+    """One Triton for a whole test module (stopped at its end, failures included); its tests
+    deploy under different names."""
+    repo = tmp_path_factory.mktemp("serving-repo")
+    server = LocalTritonServer(startup_timeout_s=60)
+    with server:
+        server.start(repo, explicit=True)
+        yield server, repo
+
+
+@pytest.fixture()
+def shared_serving(module_server: tuple[LocalTritonServer, Path], mlflow_uri: str,
+                   monkeypatch: pytest.MonkeyPatch) -> tuple[LocalTritonServer, Path]:
+    """The module's Triton, with the target settings pointing at it for this test."""
+    _point_at(monkeypatch, *module_server)
+    return module_server

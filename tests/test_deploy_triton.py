@@ -17,15 +17,13 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import mlflow
 import models
 import numpy as np
-import optuna
 import pytest
 from click.testing import CliRunner
-from deploy_support import NAME, V1, V2, knobs, trial_model_dir
+from deploy_support import NAME, V1, V2, Study, knobs, spec_file, trial_model_dir
 from deploy_support import serving as serving  # the fixture, re-exported
 from mlflow.deployments import get_deploy_client
 from mlflow.exceptions import MlflowException
@@ -38,34 +36,6 @@ from tracker.triton import model_config as mc
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton
-
-class Study:
-    """A real Optuna study whose trials carry what the tuning loop leaves (user attrs, an
-    MLflow child run with the model logged as `model`)."""
-
-    def __init__(self, tmp: Path, onnx: Path, tracking_uri: str) -> None:
-        self.tmp, self.onnx = tmp, onnx
-        self.storage = f"sqlite:///{tmp / 'optuna.db'}"
-        self.study = optuna.create_study(study_name=NAME, storage=self.storage,
-                                         direction="maximize")
-        self.study.set_user_attr("objectives", {"perf_throughput": "maximize"})
-        self.client = mlflow.MlflowClient(tracking_uri)
-        self.exp = self.client.create_experiment(NAME)
-
-    def add(self, values: dict[str, Any], throughput: float, *, broken: bool = False) -> int:
-        run = self.client.create_run(self.exp)
-        n = len(self.study.trials)
-        model_dir = trial_model_dir(self.tmp / f"trial{n}", self.onnx, values, broken=broken)
-        flavor.log_triton_model(model_dir, run.info.run_id)
-        trial = self.study.ask()
-        for key, value in {"mlflow_run_id": run.info.run_id, "feasible": True,
-                           "baseline": n == 0, "measurements": 3, "concurrency": 4,
-                           "metrics": {"perf_throughput": throughput,
-                                       "perf_latency_p99": 2.5}}.items():
-            trial.set_user_attr(key, value)
-        self.study.tell(trial, throughput)
-        return n
-
 
 class ClientLoop:
     """Sends requests without a version, continuously, from a thread; bounded in time."""
@@ -110,17 +80,6 @@ class ClientLoop:
         start = sum(self.versions.values())
         while sum(self.versions.values()) < start + count and time.monotonic() < end:
             time.sleep(0.05)
-
-
-def spec_file(tmp: Path, onnx: Path, storage: str, tracking_uri: str) -> Path:
-    path = tmp / "study.yaml"
-    path.write_text(f"""
-model: {{name: {NAME}, path: {onnx}}}
-constraints: {{perf_latency_p99: {{max: 50}}}}
-search: {{study_name: {NAME}, storage: "{storage}"}}
-mlflow: {{tracking_uri: "{tracking_uri}", registered_model: tiny-reg}}
-""")
-    return path
 
 
 def test_promote_switches_without_failed_requests_and_rolls_back_a_refused_config(

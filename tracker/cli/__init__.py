@@ -361,6 +361,19 @@ def watch_command(interval: float, models: tuple[str, ...], stage: str, alias: s
         watcher.run(interval, stop=stop, max_polls=1 if once else None)
 
 
+@cli.command("status")
+@click.option("--model", "models", multiple=True, help="Registered model to show (repeatable; "
+              "default: every model tagged tracker.flavor=triton).")
+@click.option("--stage", default="Production", show_default=True)
+@click.option("--alias", default="production", show_default=True)
+@_deploy_options
+def status_command(models: tuple[str, ...], stage: str, alias: str, **options: Any) -> None:
+    """What Triton serves and what the registry says (stage, alias, deploy status)."""
+    from tracker.deploy.status import report_for
+    with _tracking_uri(options.pop("tracking_uri")):
+        click.echo(report_for(options, models=models, stage=stage, alias=alias))
+
+
 @cli.command("serve")
 @click.argument("repository", type=click.Path(path_type=Path, file_okay=False))
 @click.option("--grpc-port", default=8001, show_default=True, type=int)

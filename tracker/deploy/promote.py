@@ -28,6 +28,7 @@ from mlflow.exceptions import MlflowException
 
 from tracker import confirm_stats as cs
 from tracker.deploy import service, watch
+from tracker.deploy.pointers import Pointers, record_seen
 from tracker.deploy.settings import TargetSettings
 from tracker.errors import DeployError, TrackingError
 from tracker.tracking import confirmed, flavor, model_files, registry
@@ -145,7 +146,8 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
     if settings is not None:
         try:
             deployment = service.deploy(settings, deployment_name,
-                                        f"models:/{registered_model}/{version}", log=log)
+                                        f"models:/{registered_model}/{version}", log=log,
+                                        pointers=Pointers(stage, alias))
         except DeployError as exc:
             back = registry.restore_serving(client, registered_model, stage=stage, alias=alias)
             if back is not None:
@@ -154,7 +156,7 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
             raise DeployError(f"{registered_model} version {version} (trial {best.number}) was "
                               f"not deployed: {exc}") from exc
         finally:  # handled here, success or not: the watcher must not repeat it
-            watch.record_seen(client, registered_model)
+            record_seen(client, registered_model, Pointers(stage, alias))
     return Promotion(registered_model, version, best.number, best.run_id,
                      stage if staged else "no stage (refused by the registry)", alias,
                      description, deployment)

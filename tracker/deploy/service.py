@@ -4,7 +4,9 @@
 A model URI of the registry (``models:/NAME/VERSION`` or ``models:/NAME@ALIAS``) is deployed as
 that version number and leaves its result on the version's tags (``tracker.deploy.status``
 serving/failed/..., see :mod:`tracker.tracking.registry`). One registered model is served by
-one deployment: when a version serves, the version that served before is tagged ``replaced``.
+one deployment: when a version serves, the version that served before is tagged ``replaced``;
+given the :class:`~tracker.deploy.pointers.Pointers`, the stage and the alias then move to the
+version that serves and the watcher's record says so (:mod:`tracker.deploy.pointers`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import mlflow
 
 from tracker.deploy import nvidia
 from tracker.deploy.inference import infer_version, to_arrays
+from tracker.deploy.pointers import Pointers, align, record_seen
 from tracker.deploy.publish import META_FILE, DeploymentState, Publisher, PublishResult
 from tracker.deploy.settings import TargetSettings
 from tracker.deploy.transport import ControlClient, make_client
@@ -89,12 +92,15 @@ def describe(state: DeploymentState, settings: TargetSettings) -> dict[str, Any]
 
 def deploy(settings: TargetSettings, name: str, model_uri: str, *,
            exists: bool | None = None, log: Callable[[str], None] | None = None,
-           model_flavor: str | None = None) -> dict[str, Any]:
+           model_flavor: str | None = None,
+           pointers: Pointers | None = None) -> dict[str, Any]:
     """Publish ``model_uri`` as deployment ``name`` and record the outcome in the registry.
 
     ``exists``: True = update (the deployment must exist), False = create (it must not),
     None = either. ``model_flavor``: ``triton`` or ``onnx`` (None: the model's, see
-    :func:`tracker.tracking.foreign.load_deployable`). Raises :class:`DeployError` with
+    :func:`tracker.tracking.foreign.load_deployable`). ``pointers``: for a registry version,
+    move that stage and alias to it once it serves and record them as seen (None: leave the
+    registry's pointers to the caller, as the watcher does). Raises :class:`DeployError` with
     Triton's message; the previous version keeps serving and a registry version is tagged
     ``failed``.
     """
@@ -131,8 +137,14 @@ def deploy(settings: TargetSettings, name: str, model_uri: str, *,
                 raise
         nvidia.write_meta(settings.repository / name, name, loaded.flavor, model_uri)
         if ref is not None:
-            registry.mark_served(mlflow.MlflowClient(), ref.name, ref.version,
-                                 target=settings.describe(), message=_summary(result))
+            reg = mlflow.MlflowClient()
+            registry.mark_served(reg, ref.name, ref.version, target=settings.describe(),
+                                 message=_summary(result))
+            if pointers is not None:
+                for moved in align(reg, ref.name, ref.version, pointers):
+                    if log is not None:
+                        log(f"{ref.name}: {moved} (the version that serves)")
+                record_seen(reg, ref.name, pointers)
         state = publisher.state(name)
     if state is None:  # pragma: no cover - publish just wrote it
         raise DeployError(f"deployment {name!r} vanished right after publishing")

@@ -8,6 +8,10 @@
     mlflow deployments predict -t triton --name NAME --input-path in.json --output-path out.json
     mlflow deployments delete -t triton --name NAME
 
+A registry version that ``create`` or ``update`` deploys gets the stage ``Production`` (the
+previous one archived) and the alias ``production``, as after ``tracker promote``: the
+registry says what serves (:mod:`tracker.deploy.pointers`).
+
 It registers under the same entry point name as NVIDIA's mlflow-triton plugin and takes that
 plugin's settings and commands unchanged (:mod:`tracker.deploy.nvidia`).
 MLflow requires of this module exactly: ``target_help``, ``run_local`` and one subclass of
@@ -28,6 +32,7 @@ from mlflow.deployments import BaseDeploymentClient, PredictionsResponse
 from mlflow.exceptions import MlflowException
 
 from tracker.deploy import nvidia, service
+from tracker.deploy.pointers import Pointers
 from tracker.deploy.settings import help_text, resolve_settings
 from tracker.errors import TrackerError
 
@@ -60,7 +65,7 @@ class TritonDeploymentClient(BaseDeploymentClient):
         settings = self._settings(config)
         try:
             return service.deploy(settings, name, model_uri, exists=False, log=_echo,
-                                  model_flavor=model_flavor)
+                                  model_flavor=model_flavor, pointers=Pointers())
         except TrackerError as exc:
             raise MlflowException(str(exc)) from exc
 
@@ -73,7 +78,7 @@ class TritonDeploymentClient(BaseDeploymentClient):
             if model_uri is None:  # nothing new to serve: report what serves
                 return service.get_deployment(settings, name)
             return service.deploy(settings, name, model_uri, exists=True, log=_echo,
-                                  model_flavor=model_flavor)
+                                  model_flavor=model_flavor, pointers=Pointers())
         except TrackerError as exc:
             raise MlflowException(str(exc)) from exc
 

@@ -2,38 +2,41 @@
 
 Every ``interval`` seconds, for each watched registered model (default: every model tagged
 ``tracker.flavor=triton``), the watcher reads the version in the ``Production`` stage (the
-newest, if several) and the version the ``production`` alias points at. When either changed
-since the last poll, the newest of the changed ones is deployed (unless it already serves),
-so a stage transition or an alias set in the MLflow UI deploys it.
+newest, if several) and the version the ``production`` alias points at. When either moved
+since it was last handled, that version is deployed (unless it already serves), so a stage
+transition in the legacy MLflow UI or an alias edit in MLflow 3's registry UI deploys it. Then
+the other pointer is moved to the version that serves (the stage archives the version that was
+there), so both always name what serves. When both moved, to different versions, the alias
+wins (:mod:`tracker.deploy.pointers`), with a log line.
 
-Restart-safe and idempotent: what the watcher has seen is kept on the registered model (tag
+Restart-safe and idempotent: what the watcher has handled is kept on the registered model (tag
 ``tracker.watch.seen``, JSON ``{"stage": "3", "alias": "3"}``) and what was deployed on the
-versions (``tracker.deploy.status``); a restarted watcher redoes nothing. ``tracker promote``
-updates the seen tag after its own deployment, so the watcher does not repeat it. A version
-whose deployment failed is tried again only when it enters the stage or gets the alias again;
-after a failure the stage and alias go back to the version that still serves.
-Each action is one log line.
+versions (``tracker.deploy.status``); a restarted watcher redoes nothing. Every deployment of a
+registry version (``tracker promote``, ``mlflow deployments create|update``) updates the seen
+tag too, so the watcher does not repeat it. A version whose deployment failed is tried again
+only when it enters the stage or gets the alias again; after a failure the stage and alias go
+back to the version that still serves. A pointer a person moves while a deployment runs is
+left where they put it, and handled at the next poll.
+Each action is one log line, followed by what serves and what the registry says.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import mlflow
-from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 
 from tracker import tags
-from tracker.deploy import service
+from tracker.deploy import pointers, service, status
 from tracker.deploy.settings import TargetSettings
 from tracker.errors import DeployError, TrackerError
 from tracker.tracking import flavor, registry
 
-SEEN_TAG = tags.WATCH_SEEN
+SEEN_TAG = pointers.SEEN_TAG
 NAME_TAG = tags.DEPLOY_NAME
 
 
@@ -58,33 +61,10 @@ def deployment_name(client: mlflow.MlflowClient, registered: str) -> str:
     return flavor.validate_model_name(tags.get(NAME_TAG) or registered)
 
 
-def read_seen(client: mlflow.MlflowClient, registered: str) -> dict[str, str | None]:
-    try:
-        raw = client.get_registered_model(registered).tags.get(SEEN_TAG)
-        seen = json.loads(raw) if raw else {}
-    except (MlflowException, ValueError):
-        seen = {}
-    return {"stage": seen.get("stage"), "alias": seen.get("alias")}
-
-
-def current(client: mlflow.MlflowClient, registered: str, *, stage: str,
-            alias: str) -> tuple[ModelVersion | None, ModelVersion | None]:
-    """(newest version in ``stage``, version of ``alias``)."""
-    in_stage = registry.versions_in_stage(client, registered, stage)
-    return (in_stage[-1] if in_stage else None,
-            registry.version_for_alias(client, registered, alias))
-
-
 def record_seen(client: mlflow.MlflowClient, registered: str, *, stage: str = registry.PRODUCTION,
                 alias: str = registry.PRODUCTION_ALIAS) -> None:
     """Mark the registry's current stage/alias versions as handled."""
-    in_stage, aliased = current(client, registered, stage=stage, alias=alias)
-    value = json.dumps({"stage": None if in_stage is None else str(in_stage.version),
-                        "alias": None if aliased is None else str(aliased.version)})
-    try:
-        client.set_registered_model_tag(registered, SEEN_TAG, value)
-    except MlflowException as exc:
-        raise DeployError(f"cannot tag registered model {registered!r}: {exc.message}") from exc
+    pointers.record_seen(client, registered, pointers.Pointers(stage, alias))
 
 
 class Watcher:
@@ -95,8 +75,8 @@ class Watcher:
                  log: Callable[[str], None] = print) -> None:
         self.settings = settings
         self.models = list(models)
-        self.stage = registry.validate_stage(stage)
-        self.alias = registry.validate_alias(alias)
+        self.pointers = pointers.Pointers(stage, alias)
+        self.stage, self.alias = self.pointers.stage, self.pointers.alias
         self.log = log
         self._last_error = ""
 
@@ -111,38 +91,72 @@ class Watcher:
             action = self._poll_model(client, registered)
             if action is not None:
                 actions.append(action)
+                self.log_status(client, registered)
         return actions
 
+    def log_status(self, client: mlflow.MlflowClient, registered: str) -> None:
+        """One line: what Triton serves and what the registry says."""
+        found = status.model_status(client, self.settings, registered, self.pointers)
+        self.log(f"{_now()} {found.line()}")
+
     def _poll_model(self, client: mlflow.MlflowClient, registered: str) -> Action | None:
-        seen = read_seen(client, registered)
-        in_stage, aliased = current(client, registered, stage=self.stage, alias=self.alias)
-        changed: dict[int, list[str]] = {}
-        if in_stage is not None and str(in_stage.version) != seen["stage"]:
-            changed.setdefault(int(in_stage.version), []).append("stage")
-        if aliased is not None and str(aliased.version) != seen["alias"]:
-            changed.setdefault(int(aliased.version), []).append("alias")
-        if not changed:
+        seen = pointers.read_seen(client, registered)
+        in_stage, aliased = (pointers.number(v) for v in
+                             pointers.current(client, registered, self.pointers))
+        decision = pointers.winner(
+            self.pointers,
+            in_stage if in_stage is not None and str(in_stage) != seen["stage"] else None,
+            aliased if aliased is not None and str(aliased) != seen["alias"] else None)
+        if decision is None:
             return None
-        version = max(changed)
-        trigger = "+".join(changed[version])
+        version, trigger = decision.version, decision.trigger
+        head = f"{registered} v{version} ({trigger}): "
+        if decision.conflict:
+            self.log(f"{_now()} {registered}: {decision.conflict}")
         target = registry.get_version(client, registered, version)
-        action: Action | None = None
+        message = ""
         if registry.deploy_status(target) != registry.SERVING:
             name = deployment_name(client, registered)
             uri = f"models:/{registered}/{version}"
             try:
-                info = service.deploy(self.settings, name, uri)
-                action = Action(registered, version, trigger, True,
-                                f"deployed {uri} as {name!r} version {info['version']}")
+                info = service.deploy(self.settings, name, uri,
+                                      log=lambda line: self.log(f"{_now()} {line}"))
             except TrackerError as exc:
                 back = registry.restore_serving(client, registered, stage=self.stage,
                                                 alias=self.alias)
                 undo = "" if back is None else f" (stage/alias back on v{back.version})"
-                action = Action(registered, version, trigger, False, str(exc) + undo)
-            self.log(f"{_now()} {registered} v{version} ({trigger}): "
-                     + ("ok, " if action.ok else "FAILED, ") + action.message)
-        record_seen(client, registered, stage=self.stage, alias=self.alias)
-        return action
+                pointers.record_seen(client, registered, self.pointers)
+                self.log(f"{_now()} {head}FAILED, {exc}{undo}")
+                return Action(registered, version, trigger, False, str(exc) + undo)
+            message = f"deployed {uri} as {name!r} version {info['version']}"
+        moved = self._align(client, registered, version, in_stage, aliased)
+        if not message and not moved:
+            return None  # it serves and the registry already says so
+        message = "; ".join([message or f"v{version} already serves", *moved])
+        self.log(f"{_now()} {head}ok, {message}")
+        return Action(registered, version, trigger, True, message)
+
+    def _align(self, client: mlflow.MlflowClient, registered: str, version: int,
+               stage_was: int | None, alias_was: int | None) -> list[str]:
+        """Move both pointers to the version that serves and record them as seen; a pointer
+        that moved while the deployment ran is left where it is (the next poll sees it)."""
+        stage_now, alias_now = (pointers.number(v) for v in
+                                pointers.current(client, registered, self.pointers))
+        keep_stage = stage_now not in (stage_was, version)
+        keep_alias = alias_now not in (alias_was, version)
+        moved = pointers.align(client, registered, version, self.pointers,
+                               stage=not keep_stage, alias=not keep_alias)
+        moved += [f"{what} moved to {'no version' if now is None else f'v{now}'} meanwhile: "
+                  "left for the next poll"
+                  for what, now, keep in ((f"stage {self.stage}", stage_now, keep_stage),
+                                          (f"alias {self.alias!r}", alias_now, keep_alias))
+                  if keep]
+        stage_after, alias_after = (pointers.number(v) for v in
+                                    pointers.current(client, registered, self.pointers))
+        pointers.write_seen(client, registered,
+                            stage=stage_was if keep_stage else stage_after,
+                            alias=alias_was if keep_alias else alias_after)
+        return moved
 
     def run(self, interval_s: float, *, stop: threading.Event | None = None,
             max_polls: int | None = None) -> None:
@@ -155,6 +169,12 @@ class Watcher:
         self.log(f"{_now()} watching {self.models or 'models tagged tracker.flavor=triton'} "
                  f"(stage {self.stage}, alias {self.alias!r}) -> triton:/{self.settings.url} "
                  f"{self.settings.repository}, every {interval_s:g} s")
+        try:
+            client = mlflow.MlflowClient()
+            for registered in self._watched(client):
+                self.log_status(client, registered)
+        except (TrackerError, MlflowException, OSError) as exc:
+            self.log(f"{_now()} cannot read the registry yet: {exc}")
         while not stop.is_set():
             try:
                 self.poll_once()
