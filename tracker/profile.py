@@ -1,8 +1,9 @@
 """``tracker profile``: measure one configuration over the spec's load sweep, as one MLflow run.
 
 The configuration is the model's default config, or the default with field paths set
-(``instance_group.count=2``). The run (``MLFLOW_RUN_ID`` under ``mlflow run``, else a new one
-in the spec's experiment) gets the assignments as params, the headline metrics at the best
+(``instance_group.count=2``). The run (``MLFLOW_RUN_ID`` under ``mlflow run`` when it is in the
+spec's experiment or one the user chose, else a new one in the spec's experiment:
+tracking/launcher.py) gets the assignments as params, the headline metrics at the best
 concurrency that meets the constraints, the sweep (``sweep/<metric>``, step = concurrency),
 ``config.pbtxt`` (what the server loaded), ``perf.csv`` and ``server.log`` (and
 ``production_config.pbtxt`` when the shim served it): the artifacts of a trial
@@ -12,7 +13,6 @@ concurrency that meets the constraints, the sweep (``sweep/<metric>``, step = co
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import signal
 import tempfile
@@ -38,7 +38,7 @@ from tracker.runner import (
 )
 from tracker.search.objective import LevelChoice
 from tracker.spec import ensure_model, load_spec
-from tracker.tracking import runs
+from tracker.tracking import launcher, runs
 from tracker.triton import model_config as mc
 from tracker.triton.server.modes import make_server
 
@@ -76,12 +76,14 @@ def _profile(spec_path: str | Path, values: Mapping[str, object],
     cfg = mc.apply(info, config_values) if config_values else info.config
     uri = tracking_uri(spec)
     client = MlflowClient(tracking_uri=uri)
-    run_id = os.environ.get("MLFLOW_RUN_ID")
+    placed = launcher.place(client, spec.experiment_name, what="profile")
+    run_id = placed.run_id
     if not run_id:
         exp = client.get_experiment_by_name(spec.experiment_name)
         exp_id = exp.experiment_id if exp else client.create_experiment(spec.experiment_name)
         run_id = client.create_run(exp_id, run_name=f"profile-{spec.model.name}",
                                    tags={runs.ROLE: "profile"}).info.run_id
+    launcher.settle(client, placed, run_id, study=spec.study_name)
     client.log_batch(run_id, params=[Param(k, str(v)) for k, v in values.items()])
     server = make_server(spec.server)
     work = Path(tempfile.mkdtemp(prefix="tracker-profile-"))
