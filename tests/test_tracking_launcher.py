@@ -54,7 +54,11 @@ def test_in_default_a_new_run_in_the_specs_experiment_and_a_pointer(
     placed = launcher.place(client, "quickstart", what="profile")
     assert placed.run_id == "" and placed.launcher == own
     assert "the profile's run is a new run in the spec's experiment 'quickstart'" in placed.note
-    target = client.create_run(client.create_experiment("quickstart")).info.run_id
+    # made beside Default's artifacts (the caller's mlruns/), not in the project's ./mlruns
+    default, exp = client.get_experiment("0"), client.get_experiment_by_name("quickstart")
+    assert exp is not None
+    assert exp.artifact_location == default.artifact_location.removesuffix("0") + "quickstart"
+    target = client.create_run(exp.experiment_id).info.run_id
     client.log_param(target, "n_trials", "2")  # already there: kept, not logged twice
     launcher.point_at(client, own, target, study="quickstart", note=placed.note)
     got, mine = client.get_run(target).data, client.get_run(own).data

@@ -17,6 +17,8 @@ experiment given by ``--experiment-name`` / ``--experiment-id`` (or ``MLFLOW_EXP
 from __future__ import annotations
 
 import os
+import posixpath
+import re
 import sys
 from dataclasses import dataclass
 
@@ -32,6 +34,8 @@ DEFAULT_EXPERIMENT_ID = "0"  # where `mlflow run` puts its run when no experimen
 LAUNCHER_ROLE = "launcher"
 # MLflow's run's tags that say what ran (commit, repository, entry point, user): copied over
 _PROVENANCE = ("mlflow.source.", "mlflow.project.", "mlflow.gitRepoURL", "mlflow.user")
+_SERVERS = ("http://", "https://", "databricks")  # tracking URIs whose server places artifacts
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 @dataclass(frozen=True)
@@ -64,10 +68,29 @@ def place(client: MlflowClient, experiment: str, *, what: str = "study") -> Plac
         return Placement(own, None, (
             f"note: the {what}'s run is `mlflow run`'s run {own} in experiment {exp.name!r}, "
             f"the one `mlflow run` was given, not the spec's {experiment!r}"))
+    _create_beside(client, experiment, exp.artifact_location)
     return Placement("", own, (
         f"note: `mlflow run` was given no experiment and made its run {own} in {exp.name!r}; "
         f"the {what}'s run is a new run in the spec's experiment {experiment!r} (run {own} "
         f"points at it). `mlflow run --experiment-name {experiment}` makes them one run"))
+
+
+def _create_beside(client: MlflowClient, name: str, default_location: str) -> None:
+    """Create experiment ``name`` (when missing) with its artifacts beside ``Default``'s.
+    With a database tracking URI the store lives in this process, and an experiment made here
+    would put its artifacts in ``./mlruns`` of the project folder `mlflow run` runs in: MLflow's
+    clone, gone after a run from a repository URI. A tracking server picks its own."""
+    uri = str(client.tracking_uri)
+    if uri.startswith(_SERVERS) or client.get_experiment_by_name(name) is not None:
+        return
+    folder = posixpath.join(posixpath.dirname(default_location.rstrip("/")),
+                            _UNSAFE.sub("_", name))
+    try:
+        client.create_experiment(name, artifact_location=folder)
+    except MlflowException as exc:  # another worker created it meanwhile: use theirs
+        if client.get_experiment_by_name(name) is None:
+            raise TrackingError(f"MLflow could not create the experiment {name!r}: "
+                                f"{redact_text(str(exc))}") from exc
 
 
 def settle(client: MlflowClient, placed: Placement, run_id: str, *, study: str) -> None:
