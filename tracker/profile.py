@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlflow import MlflowClient
-from mlflow.entities import Param
+from mlflow.entities import Param, RunTag
 
 from tracker.errors import TrackerError
 from tracker.measure.host import machine_tags
@@ -84,7 +84,8 @@ def _profile(spec_path: str | Path, values: Mapping[str, object],
         run_id = client.create_run(exp_id, run_name=f"profile-{spec.model.name}",
                                    tags={runs.ROLE: "profile"}).info.run_id
     launcher.settle(client, placed, run_id, study=spec.study_name)
-    client.log_batch(run_id, params=[Param(k, str(v)) for k, v in values.items()])
+    client.log_batch(run_id, params=[Param(k, str(v)) for k, v in values.items()],
+                     tags=[RunTag(runs.ROLE, "profile")])  # also on `mlflow run`'s own run
     server = make_server(spec.server)
     work = Path(tempfile.mkdtemp(prefix="tracker-profile-"))
     status = "FAILED"
