@@ -13,7 +13,7 @@ RUN_NAME = "mlflow.runName"
 NOTE = "mlflow.note.content"            # the run's description: a summary or why it failed
 
 # ---- every run (tracking/runs.py) ---------------------------------------------------------
-ROLE = "tracker.role"                   # study | trial | profile | worker | confirm
+ROLE = "tracker.role"                   # study | trial | profile | worker | confirm | launcher
 STUDY = "tracker.study"                 # the Optuna study name
 STORAGE = "tracker.storage"             # the Optuna storage URL, password hidden
 TRIAL = "tracker.trial"                 # the Optuna trial number
@@ -41,6 +41,7 @@ BEST_PARAM_PREFIX = "best."             # best.<knob>: the best trial's params
 # ---- scale-out (tracking/scaleout.py) -------------------------------------------------------
 DEAD_WORKER = "tracker.dead_worker"     # a trial run failed because its worker died
 STUDY_RUN_ID = "tracker.study_run_id"   # a worker's own run (or confirm's): the parent
+LAUNCHER = "tracker.launcher_run_id"    # `mlflow run`'s own run, elsewhere (tracking/launcher.py)
 
 # ---- the model registry (tracking/registry.py, deploy/) -------------------------------------
 MODEL_FLAVOR = "tracker.flavor"

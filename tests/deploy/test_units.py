@@ -194,11 +194,13 @@ def test_the_mlproject_promote_entry_point_parses(monkeypatch: pytest.MonkeyPatc
 
     root = Path(__file__).resolve().parents[2]
     entry = load_project(str(root)).get_entry_point("promote")
-    command = entry.compute_command({"spec": str(root / "projects/quickstart/study.yaml")}, "/tmp")
+    command = entry.compute_command({"spec": "projects/quickstart/study.yaml"}, "/tmp")
     argv = shlex.split(command)
-    assert argv[:2] == ["tracker", "promote"]
+    # the folder `mlflow run` was started in, for a spec relative to it (tracker/spec/locate.py)
+    assert argv[:3] == [f"TRACKER_CALLER_DIR={Path.cwd()}", "tracker", "promote"]
+    monkeypatch.setenv("TRACKER_CALLER_DIR", str(root))
     monkeypatch.delenv("TRACKER_TRITON_REPOSITORY", raising=False)
-    result = CliRunner().invoke(cli, argv[1:])
+    result = CliRunner().invoke(cli, argv[2:])
     assert result.exit_code == 1, result.output  # not a usage error (2): every option parsed
     assert "needs the model repository" in result.output
 

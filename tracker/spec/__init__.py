@@ -27,6 +27,7 @@ from tracker import metrics as catalog
 from tracker.errors import ModelError, SpecError
 from tracker.spec.checks import LOAD_KNOBS
 from tracker.spec.fields import closest
+from tracker.spec.locate import locate_spec
 from tracker.spec.messages import messages, problem, show
 from tracker.spec.sections import (
     DEFAULT_CONCURRENCY,
@@ -174,10 +175,10 @@ def parse_spec(data: object, *, base_dir: str | Path | None = None,
 
 
 def load_spec(path: str | Path) -> StudySpec:
-    """Read and validate a study spec file. Raises SpecError with one line per problem."""
-    path = Path(path)
-    if not path.exists():
-        raise SpecError([f"spec file not found: {path}"], str(path))
+    """Read and validate a study spec file. Raises SpecError with one line per problem.
+    A relative ``path`` is looked for where :func:`tracker.spec.locate.locate_spec` says
+    (the current folder, then the folder ``mlflow run`` was started in)."""
+    path = locate_spec(path)
     if path.is_dir():
         raise SpecError([f"{path} is a directory; give the study.yaml file inside it"], str(path))
     try:

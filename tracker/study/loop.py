@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import mlflow
 import optuna
 
 from tracker.errors import TrackerError
@@ -42,7 +43,7 @@ from tracker.study.session import (
     shielded,
 )
 from tracker.study.trial import abandon_trial, run_trial
-from tracker.tracking import runs
+from tracker.tracking import launcher, runs
 from tracker.tracking.machine import record_machine
 from tracker.tracking.redact import redact_url
 from tracker.tracking.scaleout import (
@@ -88,9 +89,11 @@ def _open_parent(study: optuna.Study, storage: optuna.storages.RDBStorage, spec:
                 if own and own != joined.run_id:
                     mark_worker_run(joined, own, worker_tags)
                 return joined, False
+        placed = launcher.place(mlflow.MlflowClient(uri), spec.experiment_name)
         parent = runs.open_study_run(tracking_uri=uri, experiment=spec.experiment_name,
                                      study_name=name, storage=storage_url,
-                                     run_name=name, params=params)
+                                     run_name=name, params=params, run_id=placed.run_id)
+        launcher.settle(parent.client, placed, parent.run_id, study=name)
         if known and known != parent.run_id:
             runs.mark_unfinished(parent.client, [str(known)], "KILLED")
         study.set_user_attr(PARENT_RUN_ATTR, parent.run_id)

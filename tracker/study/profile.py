@@ -1,8 +1,9 @@
 """``tracker profile``: measure one configuration over the spec's load sweep, as one MLflow run.
 
 The configuration is the model's default config, or the default with field paths set
-(``instance_group.count=2``). The run (``MLFLOW_RUN_ID`` under ``mlflow run``, else a new one
-in the spec's experiment) gets the assignments as params, the headline metrics at the best
+(``instance_group.count=2``). The run (``MLFLOW_RUN_ID`` under ``mlflow run`` when it is in the
+spec's experiment or one the user chose, else a new one in the spec's experiment:
+tracking/launcher.py) gets the assignments as params, the headline metrics at the best
 concurrency that meets the constraints, the sweep (``sweep/<metric>``, step = concurrency),
 ``config.pbtxt`` (what the server loaded), ``perf.csv`` and ``server.log`` (and
 ``production_config.pbtxt`` when the shim served it): the artifacts of a trial
@@ -12,12 +13,11 @@ concurrency that meets the constraints, the sweep (``sweep/<metric>``, step = co
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlflow.entities import Param
+from mlflow.entities import Param, RunTag
 
 from tracker.errors import TrackerError
 from tracker.measure.host import machine_tags
@@ -25,7 +25,7 @@ from tracker.measure.types import Measurement
 from tracker.search.objective import LevelChoice
 from tracker.study.measured import ConfigFailed, levels_for, measure_configuration
 from tracker.study.session import Session, TuneOptions, shielded
-from tracker.tracking import runs
+from tracker.tracking import launcher, runs
 from tracker.triton import model_config as mc
 
 
@@ -58,13 +58,16 @@ def _profile(session: Session, values: Mapping[str, object], levels: Sequence[fl
     config_values, load_values = mc.split_params(values)
     cfg = mc.apply(info, config_values) if config_values else info.config
     client = session.client
-    run_id = os.environ.get("MLFLOW_RUN_ID")
+    placed = launcher.place(client, spec.experiment_name, what="profile")
+    run_id = placed.run_id
     if not run_id:
         exp = client.get_experiment_by_name(spec.experiment_name)
         exp_id = exp.experiment_id if exp else client.create_experiment(spec.experiment_name)
         run_id = client.create_run(exp_id, run_name=f"profile-{spec.model.name}",
                                    tags={runs.ROLE: "profile"}).info.run_id
-    client.log_batch(run_id, params=[Param(k, str(v)) for k, v in values.items()])
+    launcher.settle(client, placed, run_id, study=spec.study_name)
+    client.log_batch(run_id, params=[Param(k, str(v)) for k, v in values.items()],
+                     tags=[RunTag(runs.ROLE, "profile")])  # also on `mlflow run`'s own run
     status = "FAILED"
     try:
         server = session.start_server()

@@ -113,13 +113,13 @@ def open_study_run(*, tracking_uri: str, experiment: str, study_name: str, stora
                    run_id: str | None = None) -> StudyRun:
     """The parent run of this invocation of the study.
 
-    ``run_id`` (default ``$MLFLOW_RUN_ID``, set by ``mlflow run``) names an existing run to use,
-    in its own experiment; otherwise a new run in ``experiment``. Children of earlier parents
-    of the same study are adopted. ``params`` (spec values) are logged, redacted.
+    ``run_id`` (None: ``$MLFLOW_RUN_ID``, set by ``mlflow run``) names an existing run to use,
+    in its own experiment; otherwise (or ``""``) a new run in ``experiment``. Children of
+    earlier parents of the same study are adopted. ``params`` (spec values) are logged, redacted.
     """
     client = MlflowClient(tracking_uri=tracking_uri)
     storage_id = redact_url(storage)
-    run_id = run_id or os.environ.get("MLFLOW_RUN_ID") or None
+    run_id = os.environ.get("MLFLOW_RUN_ID") if run_id is None else run_id
     tags = {ROLE: "study", STUDY: study_name, STORAGE: storage_id}
     if run_id:
         run = _call("find the run from MLFLOW_RUN_ID", client.get_run, run_id)
