@@ -63,9 +63,10 @@ def config_command(model_path: Path, name: str | None, base_config: Path | None,
     """Print the config.pbtxt Triton would use for MODEL_PATH (an .onnx file or a model
     directory), with any --set field paths applied."""
     from tracker.triton import model_config
+    from tracker.triton.formats import load_model_info
 
     model_name = name or (model_path.name if model_path.is_dir() else model_path.stem)
-    info = model_config.load_model_info(model_path, model_name, base_config)
+    info = load_model_info(model_path, model_name, base_config)
     values = dict(model_config.parse_assignment(text) for text in assignments)
     cfg = model_config.apply(info, values) if values else info.config
     click.echo(model_config.dumps(cfg), nl=False)
@@ -82,7 +83,7 @@ def check_command(spec_path: Path) -> None:
     """
     from tracker.search.summary import check
     from tracker.spec import ensure_model, load_spec
-    from tracker.triton.model_config import model_info
+    from tracker.triton.formats import model_info
 
     spec = load_spec(spec_path)
     if not spec.model.path.exists() and spec.model.build is not None:
@@ -244,7 +245,7 @@ def _deploy_options(fn: Any) -> Any:
                      "[TRACKER_TRITON_URL; default localhost:8001]."),
         click.option("--repository", help="The serving Triton's model repository (a local "
                      "folder) [TRACKER_TRITON_REPOSITORY]."),
-        click.option("--serving", help="How an ONNX model is served: auto, native or python "
+        click.option("--serving", help="How an ONNX model is served: auto, onnxruntime or python "
                      "[TRACKER_TRITON_SERVING; default auto]."),
         click.option("--tracking-uri", help="MLflow tracking/registry URI "
                      "[MLFLOW_TRACKING_URI; default sqlite:///mlflow.db]."),

@@ -27,6 +27,7 @@ from mlflow.exceptions import MlflowException
 from tracker import confirm_stats as cs
 from tracker import tags
 from tracker.errors import TrackingError
+from tracker.study.measured import serve_options
 from tracker.study.trial import Context, configs
 from tracker.tracking import confirmed, runs, study_record, view
 from tracker.tracking.report import (
@@ -38,7 +39,7 @@ from tracker.tracking.report import (
     write_report,
 )
 from tracker.triton import model_config as mc
-from tracker.triton.repository import production_config
+from tracker.triton.repository import served_configs
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,9 @@ def _log_report(ctx: Context, rows: list[TrialRow], best: TrialRow | None, text:
                          title=f"Study {ctx.study.study_name}"))
         if best is not None:
             cfg, served = configs(ctx, best.params, best.baseline)
-            production = mc.dumps(production_config(cfg, ort_threads=ctx.ort_threads))
+            prod, _served, _header = served_configs(ctx.info, cfg, serving=ctx.serving,
+                                                    options=serve_options(spec))
+            production = mc.dumps(prod)
             files["best/config.pbtxt"] = production
             if served.strip() != production.strip():
                 files["best/served_config.pbtxt"] = served

@@ -55,7 +55,7 @@ def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
     from tracker.study.progress import Progress
     from tracker.tracking import runs
     from tracker.tracking.scaleout import PARENT_RUN_ATTR
-    from tracker.triton.model_config import model_info
+    from tracker.triton.formats import model_info
     from tracker.triton.server.modes import make_server
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -82,7 +82,7 @@ def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
     server = make_server(spec.server)
     progress = Progress(spec.search.n_trials, spec.search.n_trials, bar=False)
     work = Path(tempfile.mkdtemp(prefix=f"{spec.study_name}-confirm-"))
-    ctx = Context(spec, info, {}, study, parent, server, resolve_serving(spec, server), work,
+    ctx = Context(spec, info, {}, study, parent, server, resolve_serving(spec, server, info), work,
                   progress, log_models=False)
     try:
         with signals():

@@ -39,7 +39,7 @@ from tracker.search.workers import ask_within_budget, budget, heartbeat
 from tracker.spec import StudySpec, ensure_model, load_spec, parse_spec
 from tracker.study import confirm_rounds
 from tracker.study.conclude import finish_study
-from tracker.study.measured import resolve_serving
+from tracker.study.measured import check_servable, resolve_serving
 from tracker.study.progress import Progress
 from tracker.study.trial import Context, abandon_trial, run_trial
 from tracker.tracking import runs
@@ -52,7 +52,7 @@ from tracker.tracking.scaleout import (
     mark_worker_run,
 )
 from tracker.trial_attrs import TrialRecord, write_worker
-from tracker.triton.model_config import model_info
+from tracker.triton.formats import model_info
 from tracker.triton.server.live import stop_all
 from tracker.triton.server.modes import make_server
 
@@ -301,7 +301,8 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
                 server = make_server(spec.server)
                 machine = machine_tags(server.gpu_set())  # also on every trial's run
                 record_machine(parent.client, parent.run_id, machine)
-                serving = resolve_serving(spec, server)
+                check_servable(spec, info, server)  # before trial 1, never a late failure
+                serving = resolve_serving(spec, server, info)
                 work = Path(".tracker") / "work"
                 work.mkdir(parents=True, exist_ok=True)
                 progress = Progress(spec.search.n_trials, budget(study).complete,

@@ -40,6 +40,7 @@ from tracker.study.loop import (
 from tracker.study.measured import ConfigFailed, levels_for, measure_configuration
 from tracker.tracking import runs
 from tracker.triton import model_config as mc
+from tracker.triton.formats import model_info
 from tracker.triton.server.modes import make_server
 
 
@@ -71,7 +72,7 @@ def _profile(spec_path: str | Path, values: Mapping[str, object],
     if config_path is not None:
         spec.model.config = Path(config_path).resolve()
     ensure_model(spec)
-    info = mc.model_info(spec.model)
+    info = model_info(spec.model)
     config_values, load_values = mc.split_params(values)
     cfg = mc.apply(info, config_values) if config_values else info.config
     uri = tracking_uri(spec)

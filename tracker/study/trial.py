@@ -46,9 +46,9 @@ from tracker.tracking.machine import record_machine
 from tracker.tracking.redact import redact_text
 from tracker.trial_attrs import TrialRecord, shown_params
 from tracker.triton import model_config as mc
-from tracker.triton.repository import Serving
 
 if TYPE_CHECKING:
+    from tracker.serving import Serving
     from tracker.spec import StudySpec
     from tracker.study.progress import Progress
     from tracker.tracking.model_files import StoredModel
@@ -66,7 +66,7 @@ class Context:
     study: optuna.Study
     parent: runs.StudyRun
     server: TritonServer
-    serving: Serving
+    serving: Serving | None
     workdir: Path
     progress: Progress
     worker_tags: dict[str, str] = field(default_factory=dict)
@@ -117,7 +117,7 @@ def configs(ctx: Context, params: dict[str, Any], baseline: bool) -> tuple[Model
     else:
         values, _load = mc.split_params(params)
         cfg = mc.apply(ctx.info, values)
-    return cfg, served_text(ctx.spec, cfg, ctx.serving)
+    return cfg, served_text(ctx.spec, ctx.info, cfg, ctx.serving)
 
 
 def run_trial(ctx: Context, trial: optuna.Trial) -> Outcome:

@@ -28,7 +28,7 @@ class OnnxModel:
         self.session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
         self.inputs = self.session.get_inputs()
 
-    def _feed(self, data: Any) -> dict[str, np.ndarray]:
+    def _feed(self, data: Any) -> dict[str, np.ndarray[Any, Any]]:
         names = [i.name for i in self.inputs]
         if isinstance(data, dict):
             return {name: np.asarray(data[name]) for name in names}
@@ -44,7 +44,7 @@ class OnnxModel:
             return {names[0]: np.asarray(data)}
         raise ValueError(f"this model has inputs {names}: pass a dict of arrays by name")
 
-    def predict(self, data: Any, params: dict[str, Any] | None = None) -> dict[str, np.ndarray]:
+    def predict(self, data: Any, params: dict[str, Any] | None = None) -> dict[str, np.ndarray[Any, Any]]:
         feed = self._feed(data)
         types = {i.name: i.type for i in self.inputs}
         for name, value in feed.items():  # onnxruntime wants the exact element type
