@@ -15,8 +15,8 @@ from tritonclient.grpc import model_config_pb2 as pb
 from tracker.cli import cli
 from tracker.errors import ConfigError, ModelError
 from tracker.triton import model_config as mc
-from tracker.triton.formats.onnx import from_onnx
 from tracker.triton.formats import model_info
+from tracker.triton.formats.onnx import from_onnx
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 from tracker.cli import cli
 from tracker.spec import load_spec
 from tracker.triton import model_config as mc
-from tracker.triton.formats.onnx import from_onnx
 from tracker.triton.formats import model_info
+from tracker.triton.formats.onnx import from_onnx
 
 PROJECTS = Path(__file__).resolve().parent.parent / "projects"
 DENSENET = PROJECTS / "densenet_onnx"

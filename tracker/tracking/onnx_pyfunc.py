@@ -44,7 +44,8 @@ class OnnxModel:
             return {names[0]: np.asarray(data)}
         raise ValueError(f"this model has inputs {names}: pass a dict of arrays by name")
 
-    def predict(self, data: Any, params: dict[str, Any] | None = None) -> dict[str, np.ndarray[Any, Any]]:
+    def predict(self, data: Any, params: dict[str, Any] | None = None
+                ) -> dict[str, np.ndarray[Any, Any]]:
         feed = self._feed(data)
         types = {i.name: i.type for i in self.inputs}
         for name, value in feed.items():  # onnxruntime wants the exact element type

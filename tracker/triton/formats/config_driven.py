@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tracker.triton import model_config as mc
-from tracker.triton.formats.knobs import Knob, for_backend
 from tracker.triton.formats.base import backend_of
 from tracker.triton.formats.directory import DirectoryFormat, read_config
+from tracker.triton.formats.knobs import Knob, for_backend
 
 if TYPE_CHECKING:
     from tracker.triton.model_config import ModelInfo

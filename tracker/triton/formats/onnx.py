@@ -19,8 +19,8 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tracker.errors import ConfigError, ModelError
 from tracker.triton import model_config as mc
-from tracker.triton.formats.knobs import Knob, for_backend
 from tracker.triton.formats.base import ServeOptions, link_or_copy, version_file
+from tracker.triton.formats.knobs import Knob, for_backend
 from tracker.triton.onnx_reader import BACKEND, PLATFORM, OnnxModel, default_config, read_onnx
 
 if TYPE_CHECKING:

@@ -17,9 +17,9 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tracker.errors import ConfigError
 from tracker.triton import model_config as mc
-from tracker.triton.formats.knobs import Knob, for_backend
 from tracker.triton.formats.base import version_file
 from tracker.triton.formats.directory import DirectoryFormat, read_config
+from tracker.triton.formats.knobs import Knob, for_backend
 
 if TYPE_CHECKING:
     from tracker.triton.model_config import ModelInfo
