@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracker.errors import MeasurementError, ModelError, TrackerError
+from tracker.launch_modes import MODES
 from tracker.measure import csvio
 from tracker.measure.host import measured_tags, server_tags
 from tracker.measure.monitors import Monitor, close_monitors, default_monitors
@@ -134,6 +135,8 @@ def unservable(spec: StudySpec, info: ModelInfo, server: TritonServer) -> str | 
     the launch modes that can; None when it can (or cannot tell before it starts)."""
     serving = resolve_serving(spec, server, info)
     needed = format_of(info).backend(info, serving)
+    if not MODES[spec.server.mode].knows_backends:
+        return None  # someone else's server: its load says so
     try:
         has = server.has_backend(needed)
     except TrackerError:

@@ -46,6 +46,7 @@ from tracker.tracking.machine import record_machine
 from tracker.tracking.redact import redact_text
 from tracker.trial_attrs import TrialRecord, shown_params
 from tracker.triton import model_config as mc
+from tracker.triton.formats import format_of
 
 if TYPE_CHECKING:
     from tracker.serving import Serving
@@ -230,7 +231,8 @@ def _point_at_model(ctx: Context, run_id: str) -> None:
 
     try:
         if ctx.stored_model is None:
-            ctx.stored_model = ensure_stored(ctx.study, ctx.parent, ctx.info.model_file)
+            ctx.stored_model = ensure_stored(ctx.study, ctx.parent,
+                                             format_of(ctx.info).stored(ctx.info))
         runs.set_tags(ctx.parent.client, run_id, ctx.stored_model.tags())
     except TrackerError as err:
         runs.set_tags(ctx.parent.client, run_id, {tags.MODEL_ERROR: str(err)})
