@@ -155,3 +155,21 @@ def test_study_specs_load_and_their_space_applies(spec_file: Path, tmp_path: Pat
         config_values, load_values = mc.split_params(point)
         assert not load_values
         mc.apply(info, config_values)
+
+
+# ---- image_preprocess (a Python-backend model, no build step) ---------------------------------
+
+def test_image_preprocess_checks_as_a_python_model_with_its_crop_knob() -> None:
+    spec_path = PROJECTS / "image_preprocess" / "study.yaml"
+    result = CliRunner().invoke(cli, ["check", str(spec_path)])
+    assert result.exit_code == 0, result.output
+    assert "python format, backend python" in result.output
+    assert "IMAGE                    TYPE_UINT8   [256, 256, 3]" in result.output
+    assert "parameters.CROP" in result.output
+    spec = load_spec(spec_path)
+    info = model_info(spec.model)
+    assert info.supports_batching and info.config.max_batch_size == 8
+    for count in (1, 2):  # every grid point applies to the model's own config
+        for mbs in (1, 8):
+            cfg = mc.apply(info, {"instance_group.count": count, "max_batch_size": mbs})
+            assert cfg.backend == "python" and list(cfg.input[0].dims) == [256, 256, 3]
