@@ -35,9 +35,9 @@ CONFIGS = [{"max_batch_size": 8, "instance_group.count": 1},
 
 def model_dir(root: Path, onnx: Path, values: dict[str, Any], broken: bool = False) -> Path:
     from tracker.triton import model_config as mc
-    from tracker.triton.repository import production_config
+    from tracker.triton.formats.onnx import from_onnx, production_config
 
-    cfg = production_config(mc.apply(mc.from_onnx(onnx, "quickstart"), values))
+    cfg = production_config(mc.apply(from_onnx(onnx, "quickstart"), values))
     if broken:
         cfg.dynamic_batching.preferred_batch_size.append(cfg.max_batch_size * 4)
     d = root / "quickstart"

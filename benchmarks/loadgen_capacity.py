@@ -82,7 +82,7 @@ def main() -> None:
 
     from tracker.measure.sweep import sweep
     from tracker.spec import LoadSection, ensure_model, load_spec
-    from tracker.triton.model_config import model_info
+    from tracker.triton.formats import model_info
     from tracker.triton.repository import write_repository
     from tracker.triton.server.modes import make_server
 

@@ -127,12 +127,13 @@ def main() -> None:
 
     from tracker.spec import ensure_model, load_spec
     from tracker.triton import model_config as mc
+    from tracker.triton.formats import model_info
     from tracker.triton.repository import write_repository
     from tracker.triton.server.modes import make_server
 
     spec = load_spec(SPEC)
     ensure_model(spec)
-    info = mc.model_info(spec.model)
+    info = model_info(spec.model)
     levels = spec.load.concurrency_levels()
     started = datetime.datetime.now(datetime.timezone.utc)
     t0 = time.monotonic()

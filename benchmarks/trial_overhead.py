@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))  # tests.support.docker_host
 
 from tracker.spec import ensure_model, load_spec  # noqa: E402
 from tracker.triton import model_config as mc  # noqa: E402
+from tracker.triton.formats import model_info  # noqa: E402
 from tracker.triton.repository import write_repository  # noqa: E402
 from tracker.triton.server.base import TritonServer  # noqa: E402
 from tracker.triton.server.docker import DockerTritonServer  # noqa: E402
@@ -47,7 +48,7 @@ def quickstart() -> mc.ModelInfo:
     """The quickstart model, built as a study builds it (its spec's model.build)."""
     spec = load_spec(ROOT / "projects" / "quickstart" / "study.yaml")
     ensure_model(spec)
-    return mc.model_info(spec.model)
+    return model_info(spec.model)
 
 
 def run(modes: dict[str, Callable[[], TritonServer]], info: mc.ModelInfo, workdir: Path,

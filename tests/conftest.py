@@ -117,11 +117,11 @@ def quickstart_info() -> Any:
     """The quickstart model (projects/quickstart) as a ModelInfo named "quickstart", built the
     way a study builds it (its spec's model.build, on first use)."""
     from tracker.spec import ensure_model, load_spec
-    from tracker.triton import model_config
+    from tracker.triton import formats
 
     spec = load_spec(REPO / "projects" / "quickstart" / "study.yaml")
     ensure_model(spec)
-    return model_config.model_info(spec.model)
+    return formats.model_info(spec.model)
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ class LaunchMode:
     text: str = ""                             # else this description
     restarts: bool = True                      # False: someone else's server (reload only)
     requires: tuple[tuple[str, str], ...] = ()  # (server.* field, what it holds)
+    knows_backends: bool = True                # its backends are known before it serves
 
 
 MODES: dict[str, LaunchMode] = {m.name: m for m in (
@@ -29,7 +30,8 @@ MODES: dict[str, LaunchMode] = {m.name: m for m in (
                text="tritonserver process on this machine"),
     LaunchMode("docker", "tracker.triton.server.docker:DockerTritonServer", shows="image"),
     LaunchMode("remote", "tracker.triton.server.remote:RemoteTritonServer", shows="url",
-               restarts=False, requires=(("url", "gRPC host:port, e.g. 'triton.example:8001'"),)),
+               restarts=False, requires=(("url", "gRPC host:port, e.g. 'triton.example:8001'"),),
+               knows_backends=False),
 )}
 NAMES: tuple[str, ...] = tuple(MODES)
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 PARENT = "mlflow.parentRunId"
 RUN_NAME = "mlflow.runName"
 NOTE = "mlflow.note.content"            # the run's description: a summary or why it failed
+# MLflow's own tags that say what ran (commit, repository, entry point, user): a launcher's
+# run under `mlflow run` hands them to the study's run (tracking/launcher.py)
+PROVENANCE = ("mlflow.source.", "mlflow.project.", "mlflow.gitRepoURL", "mlflow.user")
 
 # ---- every run (tracking/runs.py) ---------------------------------------------------------
 ROLE = "tracker.role"                   # study | trial | profile | worker | confirm | launcher

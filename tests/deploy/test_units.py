@@ -41,7 +41,8 @@ def test_settings_come_from_config_then_target_uri_then_environment(
                           r"'repository'\?\)"),
     ({"url": "nohostport"}, r"url must be the server's endpoint host:port \(gRPC\) or "
                             r"http\[s\]://host:port \(HTTP\), but config 'url' is 'nohostport'"),
-    ({"serving": "gpu"}, "serving must be auto, native or python, but got 'gpu'"),
+    ({"serving": "gpu"}, r"serving must be one of \['auto', 'onnxruntime', 'python'\], "
+                         r"but got 'gpu'"),
     ({"timeout_s": "soon"}, "timeout_s must be a number of seconds, but got 'soon'"),
     ({"timeout_s": "0"}, "timeout_s must be > 0"),
     ({"version": "0"}, "version must be a positive integer"),

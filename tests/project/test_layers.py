@@ -39,6 +39,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tracker.tags": ("tracker.",),
     "tracker.metrics": ("tracker.",),
     "tracker.launch_modes": ("tracker.",),
+    "tracker.serving": ("tracker.",),
     "tracker.feasibility": ("tracker.",),
     "tracker.confirm_stats": ("tracker.",),  # pure statistics of the confirmation round
     # the spec package sits on the bottom
@@ -68,6 +69,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
 ALLOWED: dict[str, tuple[str, ...]] = {
     "tracker.errors": ("tracker.errors",),
     "tracker.feasibility": ("tracker.errors",),
+    "tracker.serving": ("tracker.errors",),
 }
 
 #: the spec package's helpers never import its root (tracker/spec/__init__.py imports them)

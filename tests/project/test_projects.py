@@ -17,6 +17,8 @@ from click.testing import CliRunner
 from tracker.cli import cli
 from tracker.spec import load_spec
 from tracker.triton import model_config as mc
+from tracker.triton.formats import model_info
+from tracker.triton.formats.onnx import from_onnx
 
 PROJECTS = Path(__file__).resolve().parents[2] / "projects"
 DENSENET = PROJECTS / "densenet_onnx"
@@ -85,7 +87,7 @@ def test_densenet_dynamic_variant_batches(densenet: dict[str, Path]) -> None:
     x = np.random.default_rng(1).standard_normal((2, 3, 224, 224)).astype(np.float32)
     (prob,) = run_once(densenet["dynamic"], {"data_0": x})
     assert prob.shape == (2, 1000, 1, 1)
-    info = mc.from_onnx(densenet["dynamic"], "densenet_onnx_dynamic")
+    info = from_onnx(densenet["dynamic"], "densenet_onnx_dynamic")
     assert info.supports_batching and list(info.config.input[0].dims) == [3, 224, 224]
 
 
@@ -114,7 +116,7 @@ def test_quickstart_builds_deterministically_and_runs(tmp_path: Path) -> None:
     x = np.ones((5, 64), dtype=np.float32)
     (y,) = run_once(first, {"INPUT0": x})
     assert y.shape == (5, 16) and (y >= 0).all()
-    info = mc.from_onnx(first, "quickstart")
+    info = from_onnx(first, "quickstart")
     assert info.supports_batching and info.config.max_batch_size == 4
     assert list(info.config.input[0].dims) == [64] and list(info.config.output[0].dims) == [16]
 
@@ -122,7 +124,7 @@ def test_quickstart_builds_deterministically_and_runs(tmp_path: Path) -> None:
 def test_quickstart_fixed_variant(tmp_path: Path) -> None:
     path = tmp_path / "q.onnx"
     make(QUICKSTART, path, "--batch", "fixed")
-    info = mc.from_onnx(path, "q")
+    info = from_onnx(path, "q")
     assert not info.supports_batching and list(info.config.input[0].dims) == [1, 64]
 
 
@@ -138,8 +140,8 @@ def test_study_specs_load_and_their_space_applies(spec_file: Path, tmp_path: Pat
     # build the model where the spec's name says (file name decides the batch variant)
     model = tmp_path / spec.model.path.name
     make(spec_file.parent, model)
-    info = mc.model_info(spec.model.model_copy(update={"path": model}))
-    assert info.config == mc.from_onnx(model, spec.model.name).config
+    info = model_info(spec.model.model_copy(update={"path": model}))
+    assert info.config == from_onnx(model, spec.model.name).config
     # every point of the space is a config Triton would accept
     space = spec.search.space
     assert space, "a sample study names its space"
@@ -153,3 +155,21 @@ def test_study_specs_load_and_their_space_applies(spec_file: Path, tmp_path: Pat
         config_values, load_values = mc.split_params(point)
         assert not load_values
         mc.apply(info, config_values)
+
+
+# ---- image_preprocess (a Python-backend model, no build step) ---------------------------------
+
+def test_image_preprocess_checks_as_a_python_model_with_its_crop_knob() -> None:
+    spec_path = PROJECTS / "image_preprocess" / "study.yaml"
+    result = CliRunner().invoke(cli, ["check", str(spec_path)])
+    assert result.exit_code == 0, result.output
+    assert "python format, backend python" in result.output
+    assert "IMAGE                    TYPE_UINT8   [256, 256, 3]" in result.output
+    assert "parameters.CROP" in result.output
+    spec = load_spec(spec_path)
+    info = model_info(spec.model)
+    assert info.supports_batching and info.config.max_batch_size == 8
+    for count in (1, 2):  # every grid point applies to the model's own config
+        for mbs in (1, 8):
+            cfg = mc.apply(info, {"instance_group.count": count, "max_batch_size": mbs})
+            assert cfg.backend == "python" and list(cfg.input[0].dims) == [256, 256, 3]

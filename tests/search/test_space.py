@@ -21,7 +21,8 @@ from tracker.search.space import (
     values,
 )
 from tracker.spec import Space, parse_spec
-from tracker.triton.model_config import ModelInfo, from_onnx
+from tracker.triton.formats.onnx import from_onnx
+from tracker.triton.model_config import ModelInfo
 
 
 def space_of(text_space: dict[str, object]) -> Space:

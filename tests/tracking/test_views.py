@@ -95,7 +95,8 @@ def test_metrics_are_one_attribute_each_and_old_studies_still_read() -> None:
 
 def test_mlproject_declares_only_the_spec_and_the_cli_takes_mlflows_spelling() -> None:
     main = yaml.safe_load((REPO / "MLproject").read_text())["entry_points"]["main"]
-    assert list(main["parameters"]) == ["spec"]
+    # caller_dir is never given: MLflow resolves it to the caller's folder (spec/locate.py)
+    assert list(main["parameters"]) == ["spec", "caller_dir"]
     out = CliRunner().invoke(cli, ["tune", "--help"])
     for option in ("--n_trials", "--study_name", "--heartbeat_interval", "--grace_period",
                    "--timeout", "--storage", "--gpus"):

@@ -15,6 +15,8 @@ from tests.support import models
 from tracker.cli import cli
 from tracker.errors import ConfigError, ModelError
 from tracker.triton import model_config as mc
+from tracker.triton.formats import model_info
+from tracker.triton.formats.onnx import from_onnx
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +30,7 @@ def paths(model_dir: Path) -> dict[str, Path]:
 
 
 def info_of(paths: dict[str, Path], name: str) -> mc.ModelInfo:
-    return mc.from_onnx(paths[name], name)
+    return from_onnx(paths[name], name)
 
 
 # ---- derivation -------------------------------------------------------------------------------
@@ -91,7 +93,7 @@ TYPES = {T.BOOL: "TYPE_BOOL", T.UINT8: "TYPE_UINT8", T.UINT16: "TYPE_UINT16",
 
 def test_every_triton_data_type_is_mapped(model_dir: Path) -> None:
     path = models.all_types(model_dir / "types.onnx", list(TYPES))
-    cfg = mc.from_onnx(path, "types").config
+    cfg = from_onnx(path, "types").config
     got = [pb.DataType.Name(t.data_type) for t in cfg.input]
     assert got == list(TYPES.values())
     assert [pb.DataType.Name(t.data_type) for t in cfg.output] == got
@@ -101,16 +103,16 @@ def test_every_triton_data_type_is_mapped(model_dir: Path) -> None:
 def test_unsupported_type_is_a_model_error(model_dir: Path, elem: int) -> None:
     path = models.all_types(model_dir / f"bad{elem}.onnx", [T.FLOAT, elem])
     with pytest.raises(ModelError, match=rf"IN_1.*{T.DataType.Name(elem)}.*not support"):
-        mc.from_onnx(path, "bad")
+        from_onnx(path, "bad")
 
 
 def test_unreadable_and_missing_files_are_model_errors(tmp_path: Path) -> None:
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(b"\xff\x00 this is not a protobuf \xff" * 10)
     with pytest.raises(ModelError, match=r"junk\.onnx"):
-        mc.from_onnx(junk, "junk")
+        from_onnx(junk, "junk")
     with pytest.raises(ModelError, match="does not exist"):
-        mc.from_onnx(tmp_path / "missing.onnx", "missing")
+        from_onnx(tmp_path / "missing.onnx", "missing")
 
 
 # ---- model_info: files, model directories and base configs ------------------------------------
@@ -130,7 +132,7 @@ def test_model_info_reads_a_triton_model_directory(tmp_path: Path) -> None:
     (repo / "config.pbtxt").write_text(
         'name: "mymodel"\nmax_batch_size: 16\ninstance_group { count: 2 kind: KIND_CPU }\n'
         "dynamic_batching { max_queue_delay_microseconds: 100 }\n")
-    info = mc.model_info(Section("served", repo))
+    info = model_info(Section("served", repo))
     assert info.model_file == repo / "3" / "model.onnx"
     cfg = info.config
     assert cfg.name == "served" and cfg.max_batch_size == 16 and info.supports_batching
@@ -143,13 +145,13 @@ def test_model_info_reads_a_triton_model_directory(tmp_path: Path) -> None:
 def test_model_directory_without_model_file_is_a_model_error(tmp_path: Path) -> None:
     (tmp_path / "m" / "1").mkdir(parents=True)
     with pytest.raises(ModelError, match=r"no <version>/model\.onnx"):
-        mc.model_info(Section("m", tmp_path / "m"))
+        model_info(Section("m", tmp_path / "m"))
 
 
 def test_base_config_fills_in_from_the_model(paths: dict[str, Path], tmp_path: Path) -> None:
     base = tmp_path / "base.pbtxt"
     base.write_text('input { name: "INPUT0" }\noptimization { priority: PRIORITY_MAX }\n')
-    info = mc.model_info(Section("m", paths["dynamic_batch"], base))
+    info = model_info(Section("m", paths["dynamic_batch"], base))
     cfg = info.config
     assert cfg.input[0].data_type == pb.TYPE_FP32 and list(cfg.input[0].dims) == [8]
     assert [t.name for t in cfg.output] == ["OUTPUT0"]
@@ -161,7 +163,7 @@ def test_base_config_with_full_dims_turns_batching_off(paths: dict[str, Path],
                                                        tmp_path: Path) -> None:
     base = tmp_path / "base.pbtxt"
     base.write_text('input { name: "INPUT0" dims: [-1, 8] }\n')
-    info = mc.model_info(Section("m", paths["dynamic_batch"], base))
+    info = model_info(Section("m", paths["dynamic_batch"], base))
     assert info.config.max_batch_size == 0 and not info.supports_batching
     assert list(info.config.output[0].dims) == [-1, 4]
 
@@ -178,7 +180,7 @@ def test_bad_base_configs_are_rejected(paths: dict[str, Path], tmp_path: Path, t
     base = tmp_path / "base.pbtxt"
     base.write_text(text)
     with pytest.raises(ConfigError, match=message):
-        mc.model_info(Section("m", paths["dynamic_batch"], base))
+        model_info(Section("m", paths["dynamic_batch"], base))
 
 
 def test_base_config_batching_a_fixed_model_is_rejected(paths: dict[str, Path],
@@ -186,7 +188,7 @@ def test_base_config_batching_a_fixed_model_is_rejected(paths: dict[str, Path],
     base = tmp_path / "base.pbtxt"
     base.write_text("max_batch_size: 8")
     with pytest.raises(ConfigError, match="does not support batching"):
-        mc.model_info(Section("m", paths["fixed_batch"], base))
+        model_info(Section("m", paths["fixed_batch"], base))
 
 
 # ---- apply: field paths -----------------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 
 from tests.support import models
 from tracker.triton import model_config as mc
+from tracker.triton.formats.onnx import from_onnx
 from tracker.triton.server.local import LocalTritonServer
 
 NULL_MODEL = """
@@ -48,7 +49,7 @@ def test_triton_accepts_derived_and_applied_configs(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     expected = {}
     for name, (write, values) in CASES.items():
-        info = mc.from_onnx(write(tmp_path / f"{name}.onnx"), name)
+        info = from_onnx(write(tmp_path / f"{name}.onnx"), name)
         cfg = mc.apply(info, values)
         expected[name] = cfg
         served = mc.apply(cfg, {"platform": "", "backend": "python"},

@@ -17,7 +17,8 @@ import pytest
 from tracker.errors import ModelError
 from tracker.triton import model_config as mc
 from tracker.triton.client import TritonClient
-from tracker.triton.repository import SHIM, write_repository
+from tracker.triton.formats.onnx import SHIM
+from tracker.triton.repository import write_repository
 from tracker.triton.server.local import LocalTritonServer
 
 
@@ -69,7 +70,7 @@ def test_production_and_served_configs(tmp_path: Path, quickstart_info: mc.Model
     onnx_copy = model_dir / "1" / "model.onnx"
     assert onnx_copy.read_bytes() == Path(quickstart_info.model_file).read_bytes()
 
-    native = write_repository(tmp_path / "native", quickstart_info, cfg, serving="native")
+    native = write_repository(tmp_path / "native", quickstart_info, cfg, serving="onnxruntime")
     assert native.served_config == native.production_config
     assert not (tmp_path / "native" / "quickstart" / "1" / "model.py").exists()
     assert not (tmp_path / "native" / "quickstart" / "production_config.pbtxt").exists()

@@ -16,7 +16,8 @@ version N of model ``name``:
 
 ONNX models: the registry holds the production config (``backend: "onnxruntime"``); a server
 without that backend gets the Python-backend variant (``write_repository(serving="python")``)
-with the same knobs (max_batch_size, instance_group, dynamic_batching, ...).
+with the same knobs. Any other model directory is published as it is, served by the backend
+its config names (``serving`` in a result and in deployment.json: that backend).
 """
 
 from __future__ import annotations
@@ -33,23 +34,23 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tracker.deploy.inference import infer_version
 from tracker.errors import DeployError, ServerError
+from tracker.serving import CHOICES, serving_choices
 from tracker.tracking.flavor import CONFIG_FILE, is_model_name, validate_model_name
 from tracker.triton import model_config as mc
-from tracker.triton.repository import serving_choices
+from tracker.triton.formats.base import backend_of
 from tracker.triton.server.logs import error_messages, log_since, log_size
 
 if TYPE_CHECKING:
     from tracker.deploy.transport import ControlClient
     from tracker.tracking.flavor import TritonModelDir
 
-Serving = Literal["auto", "native", "python"]
-SERVING_MODES: tuple[str, ...] = ("auto", "native", "python")
+SERVING_MODES: tuple[str, ...] = CHOICES
 META_FILE = "deployment.json"
 LOCK_FILE = ".tracker-deploy.lock"
 _STAGING = ".staging-"
@@ -249,9 +250,9 @@ class Publisher:
             raise last or DeployError(f"no way to serve {name!r} was tried")
 
     def _modes(self, name: str, production: ModelConfig, previous: tuple[int, ...]) -> list[str]:
-        if self.serving == "auto" and production.backend != "onnxruntime" and (
-                production.platform != "onnxruntime_onnx"):
-            return ["native"]
+        backend = backend_of(production)
+        if backend != "onnxruntime":  # not ONNX: served by the backend its config names
+            return [backend]
 
         def has_native() -> bool | None:  # keep what works on this server: what serves now
             if previous:
@@ -268,7 +269,7 @@ class Publisher:
         model_dir.mkdir(parents=True, exist_ok=True)
         staging = model_dir / f"{_STAGING}{version}-{uuid.uuid4().hex[:8]}"
         src_dir = source.latest_version_dir
-        if mode == "native":
+        if not (mode == "python" and backend_of(production) == "onnxruntime"):
             shutil.copytree(src_dir, staging, ignore=shutil.ignore_patterns("__pycache__"))
             return staging, production
         from tracker.triton.repository import write_repository
@@ -315,7 +316,7 @@ class Publisher:
                      else "nothing serves under this name")
             error = DeployError(f"deploying version {version} of {name!r} failed while "
                                 f"{fail.step}; {still}. Triton said: {fail.message}")
-            if mode == "native" and _MISSING_BACKEND in fail.message:
+            if mode == "onnxruntime" and _MISSING_BACKEND in fail.message:
                 raise _Fallback(error) from None
             raise error from None
         finally:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracker.errors import DeployError
+from tracker.serving import CHOICES as SERVING_CHOICES
 
 ENV: dict[str, str] = {
     "url": "TRACKER_TRITON_URL",
@@ -35,7 +36,8 @@ HELP: dict[str, str] = {
            "TRITON_URL (NVIDIA's) is HTTP: host:port means http://host:port",
     "repository": "the server's model repository, a local folder (required; also read from "
                   "TRITON_MODEL_REPO)",
-    "serving": "auto | native | python: how an ONNX model is served; auto tries the native "
+    "serving": "auto | onnxruntime | python: how an ONNX model is served (other formats are "
+               "served by the backend their config names); auto tries the "
                "onnxruntime backend and falls back to the Python-backend shim when the server "
                "lacks it (and keeps what an existing deployment uses)",
     "timeout_s": "seconds to wait for a version to become READY (default 300)",
@@ -142,8 +144,9 @@ def resolve_settings(target_uri: str | None = "triton",
         url = NVIDIA_DEFAULT_URL  # an NVIDIA-only setup gets NVIDIA's default server
     host_port, protocol, ssl = _endpoint(url or DEFAULTS["url"], url_source)
     serving = pick("serving") or "auto"
-    if serving not in ("auto", "native", "python"):
-        raise DeployError(f"serving must be auto, native or python, but got {serving!r}")
+    if serving not in SERVING_CHOICES:
+        raise DeployError(f"serving must be one of {list(SERVING_CHOICES)}, but got "
+                          f"{serving!r}")
     try:
         timeout_s = float(pick("timeout_s") or DEFAULTS["timeout_s"])
     except ValueError as exc:

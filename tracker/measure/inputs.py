@@ -160,6 +160,15 @@ def _json_value(spec: InputSpec, value: Any, where: str) -> Array:
     return arr
 
 
+def _known_names(given: Mapping[str, Any], config: Any, where: str) -> None:
+    """MeasurementError naming an input the data gives that the model does not have."""
+    names = [inp.name for inp in config.input]
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise MeasurementError(f"{where}: input {unknown[0]!r} is not an input of model "
+                               f"{config.name!r} (its inputs: {names})")
+
+
 def load_samples(path: str | Path, config: Any, batch_size: int = 1) -> list[Sample]:
     """Requests built from a user data file (.json or .npz), one per sample."""
     p = Path(path)
@@ -179,6 +188,7 @@ def load_samples(path: str | Path, config: Any, batch_size: int = 1) -> list[Sam
             where = f"{p} data[{i}]"
             if not isinstance(entry, Mapping):
                 raise MeasurementError(f"{where}: each entry must map input names to data")
+            _known_names(entry, config, where)
             sample: Sample = {}
             for spec in specs:
                 if spec.name not in entry:
@@ -194,6 +204,7 @@ def load_samples(path: str | Path, config: Any, batch_size: int = 1) -> list[Sam
                 arrays = {k: npz[k] for k in npz.files}
         except (OSError, ValueError) as exc:
             raise MeasurementError(f"cannot read input data {p}: {exc}") from exc
+        _known_names(arrays, config, str(p))
         return _npz_samples(arrays, specs, batch_size, str(p))
     raise MeasurementError(f"input data must be a .json or .npz file, but got {p}")
 

@@ -28,6 +28,8 @@ from optuna.distributions import (
 
 from tracker.errors import SpecError
 from tracker.spec import Range, Scalar, Space
+from tracker.triton.formats import format_of
+from tracker.triton.formats.knobs import Knob, refused
 
 if TYPE_CHECKING:
     from tracker.triton.model_config import ModelInfo
@@ -128,11 +130,25 @@ def distributions(space: Mapping[str, Range | list[Scalar]]) -> dict[str, BaseDi
     return {key: distribution(knob) for key, knob in space.items()}
 
 
+def model_knobs(info: ModelInfo) -> tuple[str, tuple[Knob, ...]]:
+    """(the backend the model's production config names, the knobs that backend reads)."""
+    fmt = format_of(info)
+    return fmt.backend(info, None), fmt.knobs(info)
+
+
+def refused_knobs(space: Mapping[str, object], info: ModelInfo) -> list[tuple[str, str]]:
+    """(knob, why) for each ``parameters.*``/``optimization.*`` knob the model's backend does
+    not read (tracker/triton/formats/knobs.py)."""
+    backend, catalog = model_knobs(info)
+    return refused(space, backend, catalog)
+
+
 def check_space(space: Mapping[str, Range | list[Scalar]], info: ModelInfo,
                 *, batch_size: int = 1) -> None:
     """SpecError for knobs this model cannot take: batching knobs when its batch dimension
     is fixed, and a ``load.batch_size`` larger than every ``max_batch_size`` choice."""
-    problems: list[str] = []
+    problems: list[str] = [f"search.space.{key}: {message}"
+                           for key, message in refused_knobs(space, info)]
     if not info.supports_batching:
         for key, knob in space.items():
             if key.startswith(BATCHING_PREFIXES):

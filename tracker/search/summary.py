@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 
 from tritonclient.grpc import model_config_pb2
 
+from tracker.errors import MeasurementError, SpecError
 from tracker.launch_modes import describe
-from tracker.search.space import check_space, resolve_space, space_size, values
+from tracker.measure.inputs import make_samples
+from tracker.search.space import check_space, model_knobs, resolve_space, space_size, values
 from tracker.spec import Bound, Range, Scalar, StudySpec
 
 if TYPE_CHECKING:
@@ -60,11 +62,36 @@ def _bound(metric: str, bound: Bound) -> str:
     return f"{metric} " + " and ".join(parts)
 
 
+def check_input_data(spec: StudySpec, info: ModelInfo) -> str:
+    """SpecError when ``load.input_data`` does not fit the model's inputs (names, data types,
+    shapes); else how the requests' inputs are made, in words."""
+    path = spec.load.input_data
+    if info.auto_complete:
+        return ("inputs: from the model's auto_complete_config, read from Triton once it "
+                "loaded the model" + (f"; {path} is checked then" if path else ""))
+    try:
+        samples = make_samples(info.config, spec.load.batch_size, path)
+    except MeasurementError as err:
+        field = "load.input_data" if path else "load"
+        raise SpecError([f"{field}: {err}"]) from err
+    if path is None:
+        return "inputs: random data shaped after the config (load.input_data gives your own)"
+    return f"inputs: {len(samples)} sample(s) from {path}, checked against the model's inputs"
+
+
+def _knob_lines(info: ModelInfo) -> list[str]:
+    backend, catalog = model_knobs(info)
+    return [f"knobs the {backend} backend reads ({len(catalog)}):",
+            *(f"  {k.path:<48} {k.what}" + (f" ({k.values})" if k.values else "")
+              for k in catalog)]
+
+
 def check(spec: StudySpec, info: ModelInfo) -> str:
     """Validate ``spec`` against the model and describe the study. SpecError when a knob does
-    not fit the model."""
+    not fit the model or load.input_data does not fit its inputs."""
     space = resolve_space(spec.search.space, info)
     check_space(space, info, batch_size=spec.load.batch_size)
+    inputs = check_input_data(spec, info)
     cfg = info.config
     batching = (f"yes (max_batch_size {cfg.max_batch_size} by default"
                 + (", dynamic batching)" if cfg.HasField("dynamic_batching") else ")")
@@ -82,9 +109,11 @@ def check(spec: StudySpec, info: ModelInfo) -> str:
     search = spec.search
     lines = [
         f"spec: {spec.source or '(in memory)'}",
-        f"model: {spec.model.name} ({info.model_file}, {info.platform})",
+        f"model: {spec.model.name} ({info.model_file}, {info.format} format, backend "
+        f"{model_knobs(info)[0]})",
         *_tensors(info),
         f"  batching: {batching}",
+        f"  {inputs}",
         f"server: {server.mode} ({where}), strategy {server.strategy}",
         f"load: {sweep}; windows of {window}, stable within {load.stability_pct:g}%, "
         f"batch size {load.batch_size}, {load.protocol}",
@@ -93,6 +122,7 @@ def check(spec: StudySpec, info: ModelInfo) -> str:
                            or "none"),
         f"{label}: {len(space)} knob{'s' * (len(space) != 1)}, {count}",
         *(f"  {key:<48} {_knob(knob)}" for key, knob in space.items()),
+        *_knob_lines(info),
         f"sampler: {search.sampler}, n_trials {search.n_trials}"
         + (f", seed {search.seed}" if search.seed is not None else "")
         + (f", timeout {search.timeout_s:g} s" if search.timeout_s else ""),

@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeAlias
 
 import yaml
-from pydantic import AfterValidator, Field, PrivateAttr, ValidationError
+from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, model_validator
 
 from tracker import metrics as catalog
 from tracker.errors import ModelError, SpecError
 from tracker.spec.checks import LOAD_KNOBS
 from tracker.spec.fields import closest
 from tracker.spec.locate import locate_spec
-from tracker.spec.messages import messages, problem, show
+from tracker.spec.messages import Problems, messages, problem, show
 from tracker.spec.sections import (
     DEFAULT_CONCURRENCY,
     Bound,
@@ -119,6 +119,23 @@ class StudySpec(SpecModel):
     @property
     def registered_model_name(self) -> str:
         return self.mlflow.registered_model or self.model.name
+
+    @model_validator(mode="after")
+    def _threads_once(self) -> StudySpec:
+        """server.ort_*_op_threads and a searched parameters.*_op_thread_count set the same
+        onnxruntime parameter: the server setting would overwrite every searched value."""
+        items = []
+        for field, key in (("ort_intra_op_threads", "intra_op_thread_count"),
+                           ("ort_inter_op_threads", "inter_op_thread_count")):
+            value = getattr(self.server, field)
+            if value is not None and f"parameters.{key}" in self.search.space:
+                items.append((f"search.space.parameters.{key}",
+                              f"is searched, but server.{field}={value} sets the same "
+                              f"onnxruntime parameter and would overwrite every searched value; "
+                              f"remove one of the two"))
+        if items:
+            raise Problems(items)
+        return self
 
     def resolved_storage(self) -> str:
         """The Optuna storage URL: ``search.storage``, else ``optuna.db`` beside the MLflow

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from tracker.launch_modes import MODES, NAMES
+from tracker.serving import ServingChoice
 from tracker.spec.checks import (
     check_knob,
     check_range,
@@ -123,7 +124,7 @@ class ServerSection(SpecModel):
     http_url: str | None = None
     metrics_url: str | None = None
     startup_timeout_s: PosFloat = 120.0
-    backend: Literal["auto", "python", "onnxruntime"] = "auto"
+    backend: ServingChoice = "auto"
     ort_intra_op_threads: Annotated[int, Field(ge=0)] | None = None
     ort_inter_op_threads: Annotated[int, Field(ge=0)] | None = None
 

@@ -27,7 +27,7 @@ from mlflow.exceptions import MlflowException
 from tracker import confirm_stats as cs
 from tracker import tags
 from tracker.errors import TrackingError
-from tracker.study.measured import ort_threads
+from tracker.study.measured import serve_options
 from tracker.study.session import StudyContext
 from tracker.study.trial import configs
 from tracker.tracking import confirmed, runs, study_record, view
@@ -40,7 +40,7 @@ from tracker.tracking.report import (
     write_report,
 )
 from tracker.triton import model_config as mc
-from tracker.triton.repository import production_config
+from tracker.triton.repository import served_configs
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,9 @@ def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, 
                          title=f"Study {ctx.study.study_name}"))
         if best is not None:
             cfg, served = configs(ctx, best.params, best.baseline)
-            production = mc.dumps(production_config(cfg, ort_threads=ort_threads(ctx.spec)))
+            prod, _served, _header = served_configs(ctx.info, cfg, serving=ctx.serving,
+                                                    options=serve_options(spec))
+            production = mc.dumps(prod)
             files["best/config.pbtxt"] = production
             if served.strip() != production.strip():
                 files["best/served_config.pbtxt"] = served

@@ -62,7 +62,8 @@ def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
                              "continue"):
             server = session.start_server()
             ctx = StudyContext(session, {}, study, parent, server,
-                               resolve_serving(spec, server), progress, store_model=False)
+                               resolve_serving(spec, server, session.info), progress,
+                               store_model=False)
             run(ctx, settings_of(ctx, rounds, top_k), again=True)
     finally:
         progress.close()

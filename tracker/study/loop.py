@@ -33,7 +33,7 @@ from tracker.search.workers import ask_within_budget, budget, heartbeat
 from tracker.spec import StudySpec
 from tracker.study import confirm_rounds
 from tracker.study.conclude import finish_study
-from tracker.study.measured import resolve_serving
+from tracker.study.measured import check_servable, resolve_serving
 from tracker.study.progress import Progress
 from tracker.study.session import (
     Session,
@@ -189,6 +189,7 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
                 server = session.start_server()
                 machine = machine_tags(server.gpu_set())  # also on every trial's run
                 record_machine(parent.client, parent.run_id, machine)
+                check_servable(spec, info, server)  # before trial 1, never a late failure
                 progress = Progress(spec.search.n_trials, budget(study).complete,
                                     bar=options.bar)
                 progress.line(f"study {spec.study_name}: {spec.search.n_trials} trials, sampler "
@@ -196,7 +197,7 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
                               f"configurations, storage {redact_url(storage_url)}, MLflow run "
                               f"{parent.run_id}")
                 ctx = StudyContext(session, dists, study, parent, server,
-                                   resolve_serving(spec, server), progress,
+                                   resolve_serving(spec, server, info), progress,
                                    worker_tags={**worker.tags(), **machine},
                                    store_model=options.store_model)
                 stop = _loop(ctx, storage, worker.id, started, grid_size)

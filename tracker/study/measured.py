@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracker.errors import MeasurementError, TrackerError
+from tracker.errors import MeasurementError, ModelError, TrackerError
+from tracker.launch_modes import MODES
 from tracker.measure import csvio
 from tracker.measure.host import measured_tags, server_tags
 from tracker.measure.monitors import Monitor, close_monitors, default_monitors
@@ -26,17 +27,11 @@ from tracker.measure.sweep import LevelPlanner, sweep
 from tracker.measure.types import Measurement, SweepResult
 from tracker.metrics import load_levels_from
 from tracker.search.objective import LevelChoice, pick_best_level
+from tracker.serving import Serving, serving_choices
 from tracker.tracking.redact import redact_text
 from tracker.triton import model_config as mc
-from tracker.triton.repository import (
-    SHIM_HEADER,
-    Serving,
-    TrialRepository,
-    production_config,
-    serving_choices,
-    shim_config,
-    write_repository,
-)
+from tracker.triton.formats import ServeOptions, format_of
+from tracker.triton.repository import TrialRepository, served_configs, write_model
 from tracker.triton.server.logs import error_messages
 
 if TYPE_CHECKING:
@@ -65,7 +60,7 @@ class ConfigMeasurement:
 
     repository: TrialRepository
     served_text: str                 # config.pbtxt as the server loaded it
-    production_text: str             # the production config (backend onnxruntime)
+    production_text: str             # the production config (the model's own backend)
     result: SweepResult
     choice: LevelChoice
     log: str                         # server log since the measurement began, unclipped
@@ -84,7 +79,7 @@ class ConfigMeasurement:
         files: dict[str, str | bytes | Path] = {
             "config.pbtxt": self.served_text, "perf.csv": self.perf_csv,
             "server.log": clip_log(self.log)}
-        if self.repository.serving == "python":
+        if self.repository.shimmed:
             files["production_config.pbtxt"] = self.production_text
         return files
 
@@ -124,23 +119,59 @@ def with_log_errors(err: TrackerError, log: str) -> TrackerError:
     return MeasurementError(f"{err}; server log: {' | '.join(lines)}")
 
 
-def resolve_serving(spec: StudySpec, server: TritonServer) -> Serving:
-    """How this server serves the spec's ONNX model: ``native`` (its onnxruntime backend) or
-    ``python`` (the onnxruntime shim). ``server.backend: auto`` asks the server."""
+def resolve_serving(spec: StudySpec, server: TritonServer,
+                    info: ModelInfo | None = None) -> Serving | None:
+    """How this server serves the spec's ONNX model: ``onnxruntime`` (its onnxruntime
+    backend) or ``python`` (the onnxruntime shim); ``server.backend: auto`` asks the server.
+    None for a model of another format (served by the backend its config names)."""
+    if info is not None and info.format != "onnx":
+        return None
     return serving_choices(spec.server.backend,
                            lambda: server.has_backend("onnxruntime"))[0]
+
+
+def unservable(spec: StudySpec, info: ModelInfo, server: TritonServer) -> str | None:
+    """Why ``server`` cannot serve the model (it lacks the backend the model needs), naming
+    the launch modes that can; None when it can (or cannot tell before it starts)."""
+    serving = resolve_serving(spec, server, info)
+    needed = format_of(info).backend(info, serving)
+    if not MODES[spec.server.mode].knows_backends:
+        return None  # someone else's server: its load says so
+    try:
+        has = server.has_backend(needed)
+    except TrackerError:
+        return None  # a server we cannot ask before it runs (docker without a daemon)
+    if has:
+        return None
+    return (f"model {spec.model.name!r} ({info.format} format) needs Triton's {needed!r} "
+            f"backend, which the server of server.mode {spec.server.mode!r} does not have (the "
+            "embedded nvidia-pytriton server has only the python backend); run it with "
+            "server.mode: docker (an NGC Triton image such as "
+            "nvcr.io/nvidia/tritonserver:<yy.mm>-py3, on a GPU host for GPU backends) or "
+            "server.mode: remote (a Triton that has the backend)")
+
+
+def check_servable(spec: StudySpec, info: ModelInfo, server: TritonServer) -> None:
+    """ModelError from :func:`unservable` (before trial 1 or any server start)."""
+    why = unservable(spec, info, server)
+    if why is not None:
+        raise ModelError(why)
 
 
 def ort_threads(spec: StudySpec) -> tuple[int | None, int | None]:
     return (spec.server.ort_intra_op_threads, spec.server.ort_inter_op_threads)
 
 
-def served_text(spec: StudySpec, cfg: ModelConfig, serving: Serving) -> str:
+def serve_options(spec: StudySpec) -> ServeOptions:
+    return ServeOptions(ort_threads=ort_threads(spec))
+
+
+def served_text(spec: StudySpec, info: ModelInfo, cfg: ModelConfig,
+                serving: Serving | None) -> str:
     """The config.pbtxt text a server with ``serving`` loads for ``cfg`` (no files written)."""
-    prod = production_config(cfg, ort_threads=ort_threads(spec))
-    if serving == "native":
-        return mc.dumps(prod)
-    return SHIM_HEADER + mc.dumps(shim_config(prod))
+    _prod, served, header = served_configs(info, cfg, serving=serving,
+                                           options=serve_options(spec))
+    return header + mc.dumps(served)
 
 
 def levels_for(load_values: Mapping[str, object]) -> list[float] | None:
@@ -152,6 +183,12 @@ def levels_for(load_values: Mapping[str, object]) -> list[float] | None:
 def _monitors(server: TritonServer) -> Sequence[Monitor]:
     """The server's own figures: its process tree, its GPUs (by UUID), its metrics."""
     return default_monitors(server.gpu_set(), server.endpoints.metrics, pids=server.pids)
+
+
+def _loaded_config(server: TritonServer, repo: TrialRepository) -> ModelConfig:
+    """The config the server loaded for the trial's model (its auto-complete applied)."""
+    with server.client() as client:
+        return client.model_config(repo.model_name)
 
 
 def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer,
@@ -175,10 +212,10 @@ def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer
     ``on_phase("starting Triton")`` before the server is served the config. Raises
     :class:`ConfigFailed`; the server is left as it is (running, or stopped when it failed).
     """
-    serving = serving or resolve_serving(spec, server)
+    if serving is None and info.format == "onnx":
+        serving = resolve_serving(spec, server, info)
     try:
-        repo = write_repository(workdir, info, cfg, serving=serving,
-                                ort_threads=ort_threads(spec))
+        repo = write_model(workdir, info, cfg, serving=serving, options=serve_options(spec))
     except TrackerError as err:
         raise ConfigFailed(f"cannot write the trial's model repository: {err}", err) from err
     try:
@@ -186,14 +223,18 @@ def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer
         mark = len(server.log_text()) if server.strategy == "reload" else 0
         if on_phase is not None:
             on_phase("starting Triton")
+        loaded = repo.served_config
         try:
             server.apply_trial(repo)
+            if info.auto_complete:  # the model completes its own I/O: what Triton loaded
+                loaded = _loaded_config(server, repo)
+                text = mc.dumps(loaded)
         except TrackerError as err:
             raise ConfigFailed(str(getattr(err, "reason", err)), err,
                                server.log_text()[mark:]) from err
         monitors = (monitors_factory or _monitors)(server)
         try:
-            result = sweep(server.endpoints, repo.model_name, repo.served_config, spec.load,
+            result = sweep(server.endpoints, repo.model_name, loaded, spec.load,
                            spec.constraints, monitors, levels=levels, on_level=on_level,
                            backend=backend, plan=plan)
             choice = pick_best_level(result.measurements, spec.constraints, spec.objectives)

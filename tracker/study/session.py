@@ -33,16 +33,17 @@ from mlflow import MlflowClient
 
 from tracker.search.study import default_storage
 from tracker.spec import StudySpec, ensure_model, load_spec, parse_spec
-from tracker.triton.model_config import ModelInfo, model_info
+from tracker.triton.formats import model_info
+from tracker.triton.model_config import ModelInfo
 from tracker.triton.server.modes import make_server
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
 
+    from tracker.serving import Serving
     from tracker.study.progress import Progress
     from tracker.tracking import runs
     from tracker.tracking.model_files import StoredModel
-    from tracker.triton.repository import Serving
     from tracker.triton.server.base import TritonServer
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -233,7 +234,7 @@ class StudyContext:
     study: optuna.Study
     parent: runs.StudyRun
     server: TritonServer
-    serving: Serving
+    serving: Serving | None  # how an ONNX model is served; None: by its own backend
     progress: Progress
     worker_tags: dict[str, str] = field(default_factory=dict)
     store_model: bool = True  # point each trial's run at the study's model file, stored once

@@ -46,6 +46,7 @@ from tracker.tracking.machine import record_machine
 from tracker.tracking.redact import redact_text
 from tracker.trial_attrs import TrialRecord, shown_params
 from tracker.triton import model_config as mc
+from tracker.triton.formats import format_of
 
 if TYPE_CHECKING:
     from mlflow.entities import Metric
@@ -95,7 +96,7 @@ def configs(ctx: StudyContext, params: dict[str, Any], baseline: bool) -> tuple[
     else:
         values, _load = mc.split_params(params)
         cfg = mc.apply(ctx.info, values)
-    return cfg, served_text(ctx.spec, cfg, ctx.serving)
+    return cfg, served_text(ctx.spec, ctx.info, cfg, ctx.serving)
 
 
 def run_trial(ctx: StudyContext, trial: optuna.Trial) -> Outcome:
@@ -239,7 +240,8 @@ def _model_tags(ctx: StudyContext) -> dict[str, object]:
 
     try:
         if ctx.stored_model is None:
-            ctx.stored_model = ensure_stored(ctx.study, ctx.parent, ctx.info.model_file)
+            ctx.stored_model = ensure_stored(ctx.study, ctx.parent,
+                                             format_of(ctx.info).stored(ctx.info))
         return dict(ctx.stored_model.tags())
     except TrackerError as err:
         return {tags.MODEL_ERROR: str(err)}

@@ -100,11 +100,12 @@ def _inside(root: Path, relative: str, model_uri: str) -> Path:
 def _from_onnx(model_uri: str, local: Path, conf: dict[str, Any] | None, name: str,
                model_dir: Path) -> TritonModelDir:
     from tracker.triton import model_config as mc
-    from tracker.triton.repository import production_config
+    from tracker.triton.formats import load_model_info
+    from tracker.triton.formats.onnx import production_config
 
     model_file = _inside_file(local, str((conf or {}).get("data") or "model.onnx"), model_uri)
     config = _logged_config(model_uri, local, model_dir.parent / "logged-config")
-    info = mc.load_model_info(model_file, name, base_config=config)
+    info = load_model_info(model_file, name, base_config=config)
     cfg = production_config(info.config)
     cfg.default_model_filename = model_file.name
     version_dir = model_dir / "1"

@@ -32,8 +32,6 @@ from tracker.tracking.redact import redact_text
 
 DEFAULT_EXPERIMENT_ID = "0"  # where `mlflow run` puts its run when no experiment is given
 LAUNCHER_ROLE = "launcher"
-# MLflow's run's tags that say what ran (commit, repository, entry point, user): copied over
-_PROVENANCE = ("mlflow.source.", "mlflow.project.", "mlflow.gitRepoURL", "mlflow.user")
 _SERVERS = ("http://", "https://", "databricks")  # tracking URIs whose server places artifacts
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -111,7 +109,7 @@ def point_at(client: MlflowClient, launcher: str, run_id: str, *, study: str,
         target = client.get_run(run_id).data
         params = [Param(k, v) for k, v in source.params.items() if k not in target.params]
         copied = [RunTag(k, v) for k, v in source.tags.items()
-                  if k.startswith(_PROVENANCE) and k not in target.tags]
+                  if k.startswith(tags.PROVENANCE) and k not in target.tags]
         client.log_batch(run_id, params=params, tags=[*copied, RunTag(tags.LAUNCHER, launcher)])
         client.log_batch(launcher, tags=[
             RunTag(tags.ROLE, LAUNCHER_ROLE), RunTag(tags.STUDY, study),

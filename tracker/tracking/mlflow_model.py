@@ -6,7 +6,7 @@ trial's run (an MLflow 3 logged model):
 
     MLmodel          flavors: triton (ours), onnx, python_function; signature from the config
     config.pbtxt     the winner's production config: Triton loads the folder as is
-    1/model.onnx     the study's model file
+    1/model.onnx     the study's model file (or: the model directory's own files, as they are)
     code/tracker_onnx_pyfunc.py   the pyfunc loader (onnxruntime, CPU), see onnx_pyfunc.py
     requirements.txt
 
@@ -36,6 +36,7 @@ from tracker.errors import DeployError
 from tracker.tracking import flavor
 from tracker.tracking.model_files import StoredModel, download
 from tracker.triton import model_config as mc
+from tracker.triton.formats.base import backend_of, copy_model_dir
 
 LOADER_MODULE = "tracker_onnx_pyfunc"
 _DTYPES = {"TYPE_BOOL": "bool", "TYPE_UINT8": "uint8", "TYPE_UINT16": "uint16",
@@ -101,9 +102,14 @@ def add_onnx_flavors(model: Model, root: Path, cfg: model_config_pb2.ModelConfig
 def model_dir(model_path: Path, production: str, dst: Path) -> Path:
     """A Triton model directory under ``dst``: ``<name>/config.pbtxt`` (the production
     config text) and ``<name>/1/<default_model_filename>`` (``model_path``, hard-linked when
-    the file system allows)."""
+    the file system allows); a stored model directory (a Python-backend or config-driven
+    model) is copied as it is, its config.pbtxt replaced by the production one."""
     cfg = mc.parse(production)
     root = dst / (cfg.name or "model")
+    if model_path.is_dir():
+        copy_model_dir(model_path, root)
+        (root / flavor.CONFIG_FILE).write_text(production)
+        return root
     (root / "1").mkdir(parents=True)
     target = root / "1" / (cfg.default_model_filename or "model.onnx")
     try:
@@ -142,7 +148,7 @@ def log_winner_model(client: MlflowClient, run_id: str, stored: StoredModel
         onnx_file = f"1/{cfg.default_model_filename or 'model.onnx'}"
 
         def extend(model: Model, path: Path) -> None:
-            if onnx_file.endswith(".onnx"):
+            if backend_of(cfg) == "onnxruntime" and onnx_file.endswith(".onnx"):
                 add_onnx_flavors(model, path, cfg, onnx_file)
 
         return flavor.log_triton_model(root, run_id, tracking_uri=str(client.tracking_uri),

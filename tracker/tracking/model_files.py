@@ -37,11 +37,22 @@ TAG_URI = tags.MODEL_FILES
 TAG_SHA = tags.MODEL_SHA256
 
 
+def _files(path: Path) -> list[Path]:
+    """The files of a model directory (caches left out), or the file itself."""
+    if not path.is_dir():
+        return [path]
+    return sorted(p for p in path.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+
+
 def sha256_of(path: Path) -> str:
+    """The digest of a model file, or of a model directory's file names and contents."""
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
+    for file in _files(path):
+        if path.is_dir():
+            digest.update(str(file.relative_to(path)).encode() + b"\0")
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
     return digest.hexdigest()
 
 
@@ -50,7 +61,7 @@ class StoredModel:
     """Where the study's model file is stored in MLflow."""
 
     run_id: str
-    file: str          # file name inside the folder, e.g. model.onnx
+    file: str          # name inside the folder: model.onnx, or a model directory's name
     sha256: str
     bytes: int
     path: str = ARTIFACT_DIR
@@ -92,13 +103,18 @@ def is_present(client: MlflowClient, stored: StoredModel) -> bool:
 
 def upload(client: MlflowClient, run_id: str, model_file: Path, *,
            sha256: str | None = None) -> StoredModel:
-    """Upload ``model_file`` once as ``study_model/<its name>`` of run ``run_id``."""
+    """Upload ``model_file`` (a file, or a whole model directory) once as
+    ``study_model/<its name>`` of run ``run_id``."""
     try:
-        client.log_artifact(run_id, str(model_file), ARTIFACT_DIR)
+        if model_file.is_dir():
+            client.log_artifacts(run_id, str(model_file), f"{ARTIFACT_DIR}/{model_file.name}")
+        else:
+            client.log_artifact(run_id, str(model_file), ARTIFACT_DIR)
     except (MlflowException, OSError) as exc:
         raise TrackingError(f"MLflow could not store the model file {model_file}: {exc}") from exc
     return StoredModel(run_id=run_id, file=model_file.name,
-                       sha256=sha256 or sha256_of(model_file), bytes=model_file.stat().st_size)
+                       sha256=sha256 or sha256_of(model_file),
+                       bytes=sum(f.stat().st_size for f in _files(model_file)))
 
 
 def stored_for_run(client: MlflowClient, run_id: str) -> StoredModel | None:
@@ -112,7 +128,7 @@ def stored_for_run(client: MlflowClient, run_id: str) -> StoredModel | None:
         return None
     owner, _, path = uri[len("runs:/"):].partition("/")
     try:
-        listed = [f for f in client.list_artifacts(owner, path or ARTIFACT_DIR) if not f.is_dir]
+        listed = list(client.list_artifacts(owner, path or ARTIFACT_DIR))
     except MlflowException as exc:
         raise TrackingError(f"MLflow could not list the study's model files {uri}: {exc}") from exc
     if not listed:
@@ -123,7 +139,7 @@ def stored_for_run(client: MlflowClient, run_id: str) -> StoredModel | None:
 
 
 def download(client: MlflowClient, stored: StoredModel, dst: Path) -> Path:
-    """The stored model file, downloaded into folder ``dst``; returns the file's path."""
+    """The stored model file (or directory), downloaded into folder ``dst``; its path."""
     try:
         local = client.download_artifacts(stored.run_id, f"{stored.path}/{stored.file}", str(dst))
     except (MlflowException, OSError) as exc:

@@ -1,8 +1,8 @@
-"""config.pbtxt as a protobuf: read, write, derive from an ONNX model, change by field path.
+"""config.pbtxt as a protobuf: read, write, change by field path.
 
 The one representation is ``tritonclient.grpc.model_config_pb2.ModelConfig``; text goes in and
-out through ``google.protobuf.text_format`` only. The default config of an ONNX model is made
-the way Triton's ONNX Runtime backend auto-completes one (see onnx_reader.py), and `apply` sets
+out through ``google.protobuf.text_format`` only. A model's default config comes from its
+format (tracker/triton/formats/: ONNX, Python backend, config-driven), and `apply` sets
 knobs named by their field path (`instance_group.count`, ...) with the checks Triton would make,
 but before any server starts. docs/model-config.md explains the rules.
 """
@@ -14,36 +14,24 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
 
 import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from tracker.errors import ConfigError, ModelError
+from tracker.errors import ConfigError
 from tracker.metrics import LOAD_KNOBS
 from tracker.triton import field_paths
-from tracker.triton.onnx_reader import (
-    BACKEND,
-    PLATFORM,
-    OnnxModel,
-    default_config,
-    read_onnx,
-    rebatch_io,
-)
-
-if TYPE_CHECKING:
-    from tracker.spec import ModelSection
+from tracker.triton.onnx_reader import PLATFORM, rebatch_io
 
 #: Spec/Optuna parameters that are not config.pbtxt fields (they shape the load instead).
 LOAD_PARAMS = frozenset(LOAD_KNOBS)  # search-space keys that set the load (tracker/metrics.py)
 DEFAULT_MAX_BATCH_SIZE = 4  # Triton's default for auto-completed models
 
 __all__ = [
-    "LOAD_PARAMS", "ModelConfig", "ModelInfo", "apply", "check_path", "dumps", "from_onnx",
-    "load", "load_model_info", "model_info", "parse", "parse_assignment", "save",
-    "split_params", "validate",
+    "LOAD_PARAMS", "ModelConfig", "ModelInfo", "apply", "check_path", "dumps", "load", "parse",
+    "parse_assignment", "save", "split_params", "validate",
 ]
 
 check_path = field_paths.check_path
@@ -114,135 +102,19 @@ def _copy(cfg: ModelConfig) -> ModelConfig:
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """A model ready to tune: its default config (as Triton's auto-complete would make it,
-    merged with the user's base config) and whether Triton can batch it."""
+    """A model ready to tune, as its format (tracker/triton/formats/) read it: its default
+    config (as Triton's auto-complete would make it, merged with the user's base config) and
+    whether Triton can batch it. ``model_file`` is what a trial carries and the registry
+    stores: the ONNX file, or the whole model directory for directory formats.
+    ``auto_complete``: the I/O comes from the model's own auto_complete_config (read from the
+    server once it loaded the model)."""
 
     config: ModelConfig
     supports_batching: bool
     model_file: Path
     platform: str = PLATFORM
-
-
-class _ModelLike(Protocol):
-    name: str
-    path: Path
-    config: Path | None
-
-
-def from_onnx(path: str | Path, name: str) -> ModelInfo:
-    """The default config of the ONNX model at `path`, served under `name`."""
-    model = read_onnx(Path(path))
-    cfg = default_config(model, name, batching=model.can_batch,
-                         max_batch_size=DEFAULT_MAX_BATCH_SIZE)
-    return ModelInfo(cfg, model.can_batch, Path(path))
-
-
-def model_info(model: ModelSection | _ModelLike) -> ModelInfo:
-    """ModelInfo for a spec's `model` section: an ONNX file or a Triton model directory, with
-    `model.config` (when given) as the base config."""
-    return load_model_info(Path(model.path), model.name, model.config)
-
-
-def load_model_info(path: Path, name: str, base_config: Path | None = None) -> ModelInfo:
-    """ModelInfo for an `.onnx` file or a model directory (`config.pbtxt`, `<version>/model.onnx`).
-
-    The base config is `base_config` when given, else the directory's config.pbtxt when there is
-    one; its fields win, and what it leaves out is completed from the ONNX model.
-    """
-    base: ModelConfig | None = load(base_config) if base_config is not None else None
-    if path.is_dir():
-        dir_cfg = path / "config.pbtxt"
-        if base is None and dir_cfg.is_file():
-            base = load(dir_cfg)
-        filename = base.default_model_filename if base and base.default_model_filename else ""
-        model_file = _model_file(path, filename or "model.onnx")
-    elif path.is_file() or path.suffix == ".onnx":
-        model_file = path
-    else:
-        raise ModelError(f"model path {path} does not exist (expected an .onnx file or a "
-                         "Triton model directory)")
-    model = read_onnx(model_file)
-    if base is None:
-        cfg = default_config(model, name, batching=model.can_batch,
-                             max_batch_size=DEFAULT_MAX_BATCH_SIZE)
-        return ModelInfo(cfg, model.can_batch, model_file)
-    cfg = _complete(base, model, name)
-    return ModelInfo(cfg, cfg.max_batch_size > 0, model_file)
-
-
-def _model_file(model_dir: Path, filename: str) -> Path:
-    versions = sorted((int(p.name) for p in model_dir.iterdir()
-                       if p.is_dir() and p.name.isdigit()), reverse=True)
-    for version in versions:
-        candidate = model_dir / str(version) / filename
-        if candidate.is_file():
-            return candidate
-    raise ModelError(f"model directory {model_dir} has no <version>/{filename} "
-                     f"(versions found: {versions or 'none'})")
-
-
-def _complete(base: ModelConfig, model: OnnxModel, name: str) -> ModelConfig:
-    """Auto-complete `base` from the ONNX model, as Triton does: given fields win."""
-    cfg = _copy(base)
-    cfg.name = name
-    if cfg.platform and cfg.platform != PLATFORM:
-        raise ConfigError(f"base config platform must be {PLATFORM!r} for an ONNX model, "
-                          f"but got {cfg.platform!r}")
-    if cfg.backend and cfg.backend != BACKEND:
-        raise ConfigError(f"base config backend must be {BACKEND!r} for an ONNX model, "
-                          f"but got {cfg.backend!r}")
-    cfg.platform, cfg.backend = PLATFORM, BACKEND
-    if cfg.max_batch_size < 0:
-        raise ConfigError(f"max_batch_size must be >= 0, but got {cfg.max_batch_size}")
-    if cfg.max_batch_size > 0 and not model.can_batch:
-        raise ConfigError(f"base config sets max_batch_size={cfg.max_batch_size}, but model "
-                          f"{model.path.name} does not support batching (some input or output "
-                          "has a fixed first dimension); use max_batch_size 0")
-    batching = cfg.max_batch_size > 0
-    if cfg.max_batch_size == 0 and model.can_batch and not _full_rank_io(cfg, model):
-        batching = True
-        cfg.max_batch_size = DEFAULT_MAX_BATCH_SIZE
-        has_scheduler = cfg.WhichOneof("scheduling_choice") is not None
-        if not has_scheduler:
-            cfg.dynamic_batching.SetInParent()
-    derived = default_config(model, name, batching=batching,
-                             max_batch_size=cfg.max_batch_size)
-    for kind in ("input", "output"):
-        _complete_io(kind, cfg, derived, model)
-    return cfg
-
-
-def _full_rank_io(cfg: ModelConfig, model: OnnxModel) -> bool:
-    """True when the base config lists inputs with the batch dim included (batching off)."""
-    ranks = {t.name: len(t.shape) for t in model.inputs}
-    given = [t for t in cfg.input if t.dims and t.name in ranks]
-    return bool(given) and all(len(t.dims) == ranks[t.name] for t in given)
-
-
-def _complete_io(kind: str, cfg: ModelConfig, derived: ModelConfig, model: OnnxModel) -> None:
-    given = getattr(cfg, kind)
-    by_name = {t.name: t for t in getattr(derived, kind)}
-    seen = set()
-    for tensor in given:
-        ref = by_name.get(tensor.name)
-        if ref is None:
-            raise ConfigError(f"base config {kind} {tensor.name!r} is not an {kind} of "
-                              f"{model.path.name} (its {kind}s: {sorted(by_name)})")
-        seen.add(tensor.name)
-        if tensor.data_type == model_config_pb2.TYPE_INVALID:
-            tensor.data_type = ref.data_type
-        elif tensor.data_type != ref.data_type:
-            want = model_config_pb2.DataType.Name(ref.data_type)
-            got = model_config_pb2.DataType.Name(tensor.data_type)
-            raise ConfigError(f"base config {kind} {tensor.name!r} must have data_type {want} "
-                              f"(the model's), but got {got}")
-        if not tensor.dims:
-            tensor.dims.extend(ref.dims)
-            if ref.HasField("reshape") and not tensor.HasField("reshape"):
-                tensor.reshape.CopyFrom(ref.reshape)
-    for name, ref in by_name.items():
-        if name not in seen:
-            given.add().CopyFrom(ref)
+    format: str = "onnx"
+    auto_complete: bool = False
 
 
 # ---- changing a config by field path ------------------------------------------------------------

@@ -1,75 +1,62 @@
-"""A trial's model repository: the model file, and the config the server will load.
+"""A trial's model repository: the model's files, and the config the server will load.
 
 Two configs exist per trial and both are kept:
 
-- the *production* config: what a real Triton with the onnxruntime backend would load
-  (``backend: "onnxruntime"``). It is the one logged and registered.
-- the *served* config: what this trial's server actually loads. Where the server has the
-  onnxruntime backend it is the production config; otherwise (the nvidia-pytriton wheel's
-  server) it is the same config with ``backend: "python"`` and parameters naming the ONNX file,
-  served by the onnxruntime shim (``tracker/triton/shim/model.py``), which honours the same
-  max_batch_size, dynamic batching and instance groups.
+- the *production* config: what a real Triton with the model's own backend loads (for an ONNX
+  model ``backend: "onnxruntime"``; a Python-backend or config-driven model's own backend).
+  It is the one logged and registered.
+- the *served* config: what this trial's server actually loads. It is the production config,
+  except for an ONNX model on a server without the onnxruntime backend (the nvidia-pytriton
+  wheel's): then the same config with ``backend: "python"`` served by the onnxruntime shim.
 
-Layout::
-
-    <root>/<model>/config.pbtxt              served config (a header comment says which)
-    <root>/<model>/production_config.pbtxt   production config (shim only)
-    <root>/<model>/<version>/model.onnx      hard link to the model file (copy across devices)
-    <root>/<model>/<version>/model.py        the shim (shim only)
+What goes into the model folder is the format's business (tracker/triton/formats/): the ONNX
+file (plus the shim and ``production_config.pbtxt``), or the user's model directory as it is.
+The model name and folder are explicit, so a configuration of several models writes each of
+its models with :func:`write_model` into one repository root.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from tracker.errors import ModelError
+from tracker.serving import Serving, serving_choices
+from tracker.triton.formats import ServeOptions, format_of
+from tracker.triton.formats.onnx import SHIM_HEADER, production_config, shim_config
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
     from tracker.triton.model_config import ModelInfo
 
-Serving = Literal["python", "native"]
-SHIM = Path(__file__).resolve().parent / "shim" / "model.py"
-MODEL_FILE = "model.onnx"
-INTRA, INTER = "intra_op_thread_count", "inter_op_thread_count"
-SHIM_HEADER = ("# Served config: the onnxruntime shim on Triton's Python backend (this server has\n"
-               "# no onnxruntime backend). The production config is production_config.pbtxt\n"
-               "# (beside this file, and among the trial's MLflow artifacts).\n")
-
-
-def serving_choices(wanted: str, has_native: Callable[[], bool | None]) -> list[Serving]:
-    """The ways to serve an ONNX model, to try in order. ``wanted``: ``python`` (the shim),
-    ``native``/``onnxruntime`` (the server's onnxruntime backend) or ``auto``: then
-    ``has_native()`` says whether the server has that backend (asked only for ``auto``;
-    None: not known, so native first and the shim as the fallback)."""
-    if wanted == "python":
-        return ["python"]
-    if wanted in ("native", "onnxruntime"):
-        return ["native"]
-    if wanted != "auto":
-        raise ModelError(f"serving must be auto, native/onnxruntime or python, but got "
-                         f"{wanted!r}")
-    known = has_native()
-    if known is None:
-        return ["native", "python"]
-    return ["native"] if known else ["python"]
+__all__ = [
+    "SHIM_HEADER",
+    "ServeOptions",
+    "Serving",
+    "TrialRepository",
+    "production_config",
+    "served_configs",
+    "serving_choices",
+    "shim_config",
+    "write_model",
+    "write_repository",
+]
 
 
 @dataclass(frozen=True)
 class TrialRepository:
-    """A written repository: ``path`` is the root given to ``--model-repository``."""
+    """A written repository: ``path`` is the root given to ``--model-repository``.
+    ``serving``: how an ONNX model is served (None: a format served by its own backend)."""
 
     path: Path
     model_name: str
     production_config: ModelConfig
     served_config: ModelConfig
-    serving: Serving = "native"
+    serving: Serving | None = None
+    header: str = ""
 
     @property
     def model_dir(self) -> Path:
@@ -79,74 +66,51 @@ class TrialRepository:
     def served_config_path(self) -> Path:
         return self.model_dir / "config.pbtxt"
 
-
-def production_config(config: ModelConfig, *,
-                      ort_threads: tuple[int | None, int | None] = (None, None)) -> ModelConfig:
-    """``config`` for Triton's onnxruntime backend, with the thread parameters set."""
-    from tritonclient.grpc.model_config_pb2 import ModelConfig
-
-    prod = ModelConfig()
-    prod.CopyFrom(config)
-    prod.backend = "onnxruntime"
-    prod.platform = "onnxruntime_onnx"
-    if not prod.default_model_filename:
-        prod.default_model_filename = MODEL_FILE
-    for key, value in zip((INTRA, INTER), ort_threads, strict=True):
-        if value is not None:
-            prod.parameters[key].string_value = str(value)
-    return prod
+    @property
+    def shimmed(self) -> bool:
+        """The server loads another config than the production one (the ONNX shim)."""
+        return bool(self.served_config.backend != self.production_config.backend)
 
 
-def shim_config(production: ModelConfig) -> ModelConfig:
-    """The production config as the Python-backend shim serves it."""
-    from tritonclient.grpc.model_config_pb2 import ModelConfig
-
-    served = ModelConfig()
-    served.CopyFrom(production)
-    served.backend = "python"
-    served.platform = ""
-    served.default_model_filename = ""
-    served.parameters["onnx_file"].string_value = production.default_model_filename or MODEL_FILE
-    return served
+def served_configs(info: ModelInfo, config: ModelConfig, *, serving: Serving | None,
+                   options: ServeOptions | None = None) -> tuple[ModelConfig, ModelConfig, str]:
+    """(production, served, header) of ``config`` for ``info``'s model, no files written."""
+    fmt = format_of(info)
+    prod = fmt.production_config(info, config, options or ServeOptions())
+    served, header = fmt.served_config(prod, serving)
+    return prod, served, header
 
 
-def write_repository(root: Path, info: ModelInfo, config: ModelConfig, *,
-                     serving: Serving,
-                     ort_threads: tuple[int | None, int | None] = (None, None),
-                     version: int = 1) -> TrialRepository:
-    """Write ``config`` for ``info``'s model under ``root`` (created; an existing model folder
-    of the same name is replaced) and return both configs. ``serving="python"`` adds the
-    onnxruntime shim; ``"native"`` serves with the onnxruntime backend."""
+def write_model(root: Path, info: ModelInfo, config: ModelConfig, *,
+                serving: Serving | None, options: ServeOptions | None = None,
+                version: int = 1) -> TrialRepository:
+    """Write ``config`` for ``info``'s model as ``<root>/<config.name>/`` (an existing folder
+    of that name is replaced) and return both configs."""
     from tracker.triton import model_config as mc
 
-    if serving not in ("python", "native"):
-        raise ModelError(f"serving must be 'python' or 'native', but got {serving!r}")
-    source = Path(info.model_file)
-    if not source.is_file():
-        raise ModelError(f"model file {str(source)!r} does not exist")
     if not config.name:
         raise ModelError("the model config has no name")
-    prod = production_config(config, ort_threads=ort_threads)
-    served = prod if serving == "native" else shim_config(prod)
+    prod, served, header = served_configs(info, config, serving=serving, options=options)
     root = Path(root).resolve()
     model_dir = root / config.name
     if model_dir.exists():
         shutil.rmtree(model_dir)
-    version_dir = model_dir / str(version)
-    version_dir.mkdir(parents=True)
-    _link_or_copy(source, version_dir / (prod.default_model_filename or MODEL_FILE))
-    text = mc.dumps(served)
-    if serving == "python":
-        shutil.copyfile(SHIM, version_dir / "model.py")
-        mc.save(prod, model_dir / "production_config.pbtxt")
-        text = SHIM_HEADER + text
-    (model_dir / "config.pbtxt").write_text(text)
+    model_dir.parent.mkdir(parents=True, exist_ok=True)
+    format_of(info).write_model_dir(info, served, prod, model_dir, version=version)
+    (model_dir / "config.pbtxt").write_text(header + mc.dumps(served))
     return TrialRepository(path=root, model_name=config.name, production_config=prod,
-                           served_config=served, serving=serving)
+                           served_config=served, serving=serving, header=header)
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copyfile(src, dst)
+def write_repository(root: Path, info: ModelInfo, config: ModelConfig, *,
+                     serving: Serving | None,
+                     ort_threads: tuple[int | None, int | None] = (None, None),
+                     version: int = 1) -> TrialRepository:
+    """A one-model repository under ``root`` (see :func:`write_model`). ``serving`` matters
+    for ONNX models only: ``"python"`` adds the onnxruntime shim, ``"onnxruntime"`` serves
+    with Triton's onnxruntime backend."""
+    if info.format == "onnx" and serving not in ("python", "onnxruntime"):
+        raise ModelError(f"serving must be 'python' or 'onnxruntime' for an ONNX model, but "
+                         f"got {serving!r}")
+    return write_model(root, info, config, serving=serving,
+                       options=ServeOptions(ort_threads=ort_threads), version=version)

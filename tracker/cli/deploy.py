@@ -1,0 +1,165 @@
+"""The deployment commands: ``tracker promote``, ``watch``, ``status``, ``serve``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tracker.cli.group import cli
+from tracker.cli.params import tracking_uri_env as _tracking_uri
+
+
+# -- promotion and deployment (tracker/deploy/, docs/deploy.md) --
+def _deploy_options(fn: Any) -> Any:
+    for option in reversed([
+        click.option("--url", help="gRPC endpoint of the serving Triton, host:port "
+                     "[TRACKER_TRITON_URL; default localhost:8001]."),
+        click.option("--repository", help="The serving Triton's model repository (a local "
+                     "folder) [TRACKER_TRITON_REPOSITORY]."),
+        click.option("--serving", help="How an ONNX model is served: auto, onnxruntime or python "
+                     "[TRACKER_TRITON_SERVING; default auto]."),
+        click.option("--tracking-uri", help="MLflow tracking/registry URI "
+                     "[MLFLOW_TRACKING_URI; default sqlite:///mlflow.db]."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def _deploy_settings(url: str | None, repository: str | None, serving: str | None) -> Any:
+    """Target settings; an empty option (an MLproject parameter's default) is not given."""
+    from tracker.deploy.settings import resolve_settings
+
+    given = {"url": url, "repository": repository, "serving": serving}
+    return resolve_settings("triton", {k: v for k, v in given.items() if v})
+
+
+@cli.command("promote")
+@click.argument("spec_path", metavar="[SPEC]", required=False, type=click.Path(path_type=Path))
+@click.option("--study", "study_name", help="Study name (default: the spec's search.study_name "
+              "or model name; required without SPEC).")
+@click.option("--storage", help="Optuna storage URL (default: the spec's, else optuna.db beside "
+              "the MLflow sqlite database).")
+@click.option("--registered-model", help="Registered model name (default: the spec's "
+              "mlflow.registered_model or model name; the study name without SPEC).")
+@click.option("--name", "deployment_name", help="Triton model name to serve it as (default: "
+              "the spec's model name; the study name without SPEC).")
+@click.option("--stage", default="Production", show_default=True)
+@click.option("--alias", default="production", show_default=True)
+@click.option("--no-deploy", is_flag=True, help="Register, stage and alias only.")
+@click.option("--force", is_flag=True, help="Promote the best configuration even when the "
+              "confirmation found none measurably better than the default (no_better).")
+@_deploy_options
+def promote_command(spec_path: Path | None, study_name: str | None, storage: str | None,
+                    registered_model: str | None, deployment_name: str | None, stage: str,
+                    alias: str, no_deploy: bool, force: bool, url: str | None,
+                    repository: str | None,
+                    serving: str | None, tracking_uri: str | None) -> None:
+    """Register the study's best feasible trial (the confirmed one after a confirmation),
+    move it to STAGE with ALIAS, deploy it. A study whose confirmation says no_better is
+    refused unless --force.
+
+    Exit status 1 with Triton's message when the deployment fails; the version that served
+    before keeps serving and the new version is tagged tracker.deploy.status=failed.
+    """
+    from tracker.deploy.promote import promote
+    from tracker.errors import DeployError
+    from tracker.search.storage import make_storage
+    from tracker.search.study import default_storage
+
+    settings = None if no_deploy else _deploy_settings(url, repository, serving)
+    objectives: dict[str, str] = {}
+    constraints: dict[str, Any] | None = None
+    if spec_path is not None:
+        from tracker.spec import load_spec
+
+        spec = load_spec(spec_path)
+        tracking_uri = tracking_uri or spec.mlflow.tracking_uri
+        study_name = study_name or spec.study_name
+        storage = storage or spec.search.storage
+        registered_model = registered_model or spec.registered_model_name
+        deployment_name = deployment_name or spec.model.name
+        objectives, constraints = dict(spec.objectives), dict(spec.constraints)
+    if not study_name:
+        raise DeployError("tracker promote needs a SPEC or --study NAME")
+    import optuna
+
+    with _tracking_uri(tracking_uri) as uri:
+        storage = storage or default_storage(uri)
+        try:
+            study = optuna.load_study(study_name=study_name,
+                                      storage=make_storage(storage, heartbeat_interval=None))
+        except KeyError as exc:
+            raise DeployError(f"no study named {study_name!r} in {storage}") from exc
+        objectives = objectives or dict(study.user_attrs.get("objectives")
+                                        or {"perf_throughput": "maximize"})
+        result = promote(study, objectives=objectives, constraints=constraints,
+                         registered_model=registered_model or study_name,
+                         deployment_name=deployment_name or study_name, stage=stage,
+                         alias=alias, settings=settings, force=force,
+                         log=lambda line: click.echo(line, err=True))
+    served = (f"; serving as Triton model {result.deployment['name']!r} version "
+              f"{result.deployment['version']}" if result.deployment else "")
+    click.echo(f"{result.registered_model} version {result.version} (trial {result.trial}) is in "
+               f"{result.stage} with alias {result.alias!r}{served}")
+
+
+@cli.command("watch")
+@click.option("--interval", default=10.0, show_default=True, type=float,
+              help="Seconds between polls of the registry.")
+@click.option("--model", "models", multiple=True, help="Registered model to watch (repeatable; "
+              "default: every model tagged tracker.flavor=triton).")
+@click.option("--stage", default="Production", show_default=True)
+@click.option("--alias", default="production", show_default=True)
+@click.option("--once", is_flag=True, help="Poll once and exit.")
+@_deploy_options
+def watch_command(interval: float, models: tuple[str, ...], stage: str, alias: str, once: bool,
+                  url: str | None, repository: str | None, serving: str | None,
+                  tracking_uri: str | None) -> None:
+    """Deploy each version that enters STAGE or receives ALIAS in the registry (one log line
+    per action). Restart-safe: what was handled is kept in the registry's tags."""
+    import signal
+    import threading
+
+    from tracker.deploy.watch import Watcher
+
+    watcher = Watcher(_deploy_settings(url, repository, serving), models=models, stage=stage,
+                      alias=alias, log=lambda line: click.echo(line))
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+    with _tracking_uri(tracking_uri):
+        watcher.run(interval, stop=stop, max_polls=1 if once else None)
+
+
+@cli.command("status")
+@click.option("--model", "models", multiple=True, help="Registered model to show (repeatable; "
+              "default: every model tagged tracker.flavor=triton).")
+@click.option("--stage", default="Production", show_default=True)
+@click.option("--alias", default="production", show_default=True)
+@_deploy_options
+def status_command(models: tuple[str, ...], stage: str, alias: str, **options: Any) -> None:
+    """What Triton serves and what the registry says (stage, alias, deploy status)."""
+    from tracker.deploy.status import report_for
+    with _tracking_uri(options.pop("tracking_uri")):
+        click.echo(report_for(options, models=models, stage=stage, alias=alias))
+
+
+@cli.command("serve")
+@click.argument("repository", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--grpc-port", default=8001, show_default=True, type=int)
+@click.option("--http-port", default=8000, show_default=True, type=int)
+@click.option("--metrics-port", default=8002, show_default=True, type=int)
+@click.option("--log-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Where the server log goes (default: a temporary folder).")
+def serve_command(repository: Path, grpc_port: int, http_port: int, metrics_port: int,
+                  log_dir: Path | None) -> None:
+    """Run the nvidia-pytriton wheel's Triton in explicit model control mode over REPOSITORY
+    (created when missing) on 127.0.0.1 until Ctrl-C: a serving Triton for `tracker promote`,
+    `tracker watch` and `mlflow deployments -t triton`."""
+    from tracker.deploy.serve import serve_forever
+
+    serve_forever(repository, grpc_port=grpc_port, http_port=http_port,
+                  metrics_port=metrics_port, log_dir=log_dir, echo=click.echo)

@@ -1,0 +1,211 @@
+"""The study commands: ``tracker config``, ``check``, ``tune``, ``confirm``, ``profile``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from tracker.cli.group import cli
+from tracker.cli.params import OptionalChoice as _Choice
+from tracker.cli.params import OptionalNumber as _Optional
+from tracker.cli.params import blank as _blank
+from tracker.cli.params import gpu_list as _gpu_list
+from tracker.launch_modes import MODES
+
+
+# -- config.pbtxt (tracker/triton/model_config.py) --
+@cli.command("config")
+@click.argument("model_path", type=click.Path(path_type=Path))
+@click.option("--name", help="Triton model name (default: the directory name, or the file's "
+              "stem for an .onnx file).")
+@click.option("--base", "base_config", type=click.Path(path_type=Path),
+              help="A config.pbtxt whose fields win over the derived defaults.")
+@click.option("--set", "assignments", multiple=True, metavar="PATH=VALUE",
+              help="Set a config field by its path, e.g. instance_group.count=2 or "
+              "dynamic_batching.preferred_batch_size=[4,8]. Repeatable.")
+def config_command(model_path: Path, name: str | None, base_config: Path | None,
+                   assignments: tuple[str, ...]) -> None:
+    """Print the config.pbtxt Triton would use for MODEL_PATH (an .onnx file or a model
+    directory), with any --set field paths applied."""
+    from tracker.triton import model_config
+    from tracker.triton.formats import load_model_info
+
+    model_name = name or (model_path.name if model_path.is_dir() else model_path.stem)
+    info = load_model_info(model_path, model_name, base_config)
+    values = dict(model_config.parse_assignment(text) for text in assignments)
+    cfg = model_config.apply(info, values) if values else info.config
+    click.echo(model_config.dumps(cfg), nl=False)
+
+
+# -- study spec check (tracker/spec/, tracker/search/summary.py) --
+@cli.command("check")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
+def check_command(spec_path: Path) -> None:
+    """Validate the study spec SPEC against its model and show what the study will do.
+
+    Builds the model first when the spec's `model.build` script has not made it yet.
+    Exit status 1, with one line per problem, when the spec is invalid.
+    """
+    from tracker.search.summary import check
+    from tracker.spec import ensure_model, load_spec
+    from tracker.study.measured import check_servable
+    from tracker.triton.formats import model_info
+    from tracker.triton.server.modes import make_server
+
+    spec = load_spec(spec_path)
+    if not spec.model.path.exists() and spec.model.build is not None:
+        click.echo(f"building {spec.model.path.name} with {spec.model.build.name} ...", err=True)
+    ensure_model(spec)
+    info = model_info(spec.model)
+    text = check(spec, info)
+    check_servable(spec, info, make_server(spec.server))  # constructed, never started
+    click.echo(text)
+
+
+# -- tuning studies (tracker/runner.py, docs/tuning.md) --
+@cli.command("tune")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
+# (each two-word option also as --word_word: what `mlflow run -P word_word=...` appends)
+@click.option("--n-trials", "--n_trials", "n_trials", type=_Optional(int),
+              help="Complete trials the study should hold, across runs and workers "
+              "(default: the spec's search.n_trials).")
+@click.option("--timeout", "timeout_s", type=_Optional(float),
+              help="Stop starting trials after this many seconds.")
+@click.option("--study-name", "--study_name", "study_name", help="Optuna study name "
+              "(default: search.study_name or the model name). The same name and storage "
+              "resume the study.")
+@click.option("--storage", help="Optuna storage URL, e.g. postgresql://user@host/db "
+              "(default: search.storage, else optuna.db beside the MLflow sqlite database). "
+              "${VAR} is read from the environment.")
+@click.option("--sampler", type=_Choice(["tpe", "random", "grid", "nsga2"]))
+@click.option("--seed", type=_Optional(int))
+@click.option("--patience", type=_Optional(int),
+              help="Stop after this many trials without improvement.")
+@click.option("--mode", type=_Choice(list(MODES)),
+              help="Server launch mode (overrides server.mode).")
+@click.option("--strategy", type=_Choice(["restart", "reload"]),
+              help="How a trial config reaches the server (overrides server.strategy).")
+@click.option("--url", help="Remote server gRPC host:port (server.url, mode remote).")
+@click.option("--image", help="Docker image (server.image, mode docker).")
+@click.option("--no-bar", is_flag=True, help="No progress bar (lines only).")
+@click.option("--gpus", help="GPUs of this worker's Triton: 'all' or indices '0,1' "
+              "(server.gpus; CUDA_VISIBLE_DEVICES for local, a device request for docker). "
+              "One worker per GPU: docs/scale-out.md.")
+@click.option("--heartbeat-interval", "--heartbeat_interval", "heartbeat_interval",
+              type=_Optional(int), help="Seconds between a running trial's heartbeats in the "
+              "study storage (default 10).")
+@click.option("--grace-period", "--grace_period", "grace_period", type=_Optional(int),
+              help="Seconds without heartbeat after which another worker fails a trial and "
+              "retries it (default 2 x interval).")
+def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
+                 study_name: str | None, storage: str | None, sampler: str | None,
+                 seed: int | None, patience: int | None, mode: str | None, strategy: str | None,
+                 url: str | None, image: str | None, no_bar: bool, gpus: str | None,
+                 heartbeat_interval: int | None, grace_period: int | None) -> None:
+    """Run (or resume) the tuning study of SPEC: one MLflow child run per trial under the
+    study's parent run. Ctrl-C stops cleanly (exit 130); the same command resumes."""
+    from tracker.study.loop import tune
+    from tracker.study.session import Interrupted, TuneOptions
+
+    options = TuneOptions(
+        n_trials=n_trials, timeout_s=timeout_s, study_name=_blank(study_name),
+        storage=_blank(storage), sampler=_blank(sampler), seed=seed, patience=patience,
+        server={"mode": _blank(mode), "strategy": _blank(strategy), "url": _blank(url),
+                "image": _blank(image), "gpus": _gpu_list(gpus)},
+        bar=False if no_bar else None, heartbeat_interval=heartbeat_interval,
+        grace_period=grace_period)
+    try:
+        tune(spec_path, options)
+    except Interrupted as stop:
+        click.echo(f"{stop}: the current trial is marked FAIL and will be measured again; "
+                   "run the same command to resume.", err=True)
+        sys.exit(stop.exit_code)
+
+
+@cli.command("confirm")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
+@click.option("--study", "--study_name", "study_name", help="Study name (default: the spec's "
+              "search.study_name or model name).")
+@click.option("--storage", help="Optuna storage URL (default: as for tracker tune).")
+@click.option("--rounds", type=click.IntRange(min=1), help="Most rounds (confirm.rounds).")
+@click.option("--top-k", "--top_k", "top_k", type=click.IntRange(min=1),
+              help="Configurations besides the default (confirm.top_k).")
+def confirm_command(spec_path: Path, study_name: str | None, storage: str | None,
+                    rounds: int | None, top_k: int | None) -> None:
+    """Re-measure the best configurations of SPEC's finished study and the default in
+    interleaved rounds (not the search), print the verdict with its 95% intervals, rewrite the
+    study's report. Run again, an interrupted confirmation continues where it stopped."""
+    from tracker.study.confirm import confirm_study
+    from tracker.study.session import Interrupted
+
+    try:
+        result = confirm_study(spec_path, study_name=_blank(study_name),
+                               storage=_blank(storage), rounds=rounds, top_k=top_k)
+    except Interrupted as stop:
+        click.echo(str(stop), err=True)
+        sys.exit(stop.exit_code)
+    click.echo(result.summary)
+    click.echo(f"verdict: {result.verdict or 'none (nothing to confirm)'}; MLflow parent run "
+               f"{result.parent_run_id}")
+
+
+@cli.command("profile")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
+@click.option("--set", "assignments", multiple=True, metavar="PATH=VALUE",
+              help="Set a config field (or concurrency) by its path; repeatable.")
+@click.option("--set-all", "set_all", default="", metavar="'PATH=VALUE ...'",
+              help="Several PATH=VALUE separated by spaces (the MLproject's `set`).")
+@click.option("--mode", type=_Choice(list(MODES)))
+@click.option("--strategy", type=_Choice(["restart", "reload"]))
+@click.option("--url", help="Remote server gRPC host:port.")
+@click.option("--image", help="Docker image.")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False,
+                                                           path_type=Path),
+              help="A config.pbtxt to serve (its fields win over the derived defaults; "
+              "default: the spec's model.config, else the model's default config).")
+@click.option("--concurrency", "concurrency", default="", metavar="1,4,16",
+              help="Concurrency levels to sweep instead of the spec's load.concurrency "
+              "(request rates when the spec sets load.request_rate).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("perf.csv"), show_default=True,
+              help="Where to write the sweep in perf_analyzer's CSV columns.")
+@click.option("--perf-analyzer", "use_perf_analyzer", is_flag=True,
+              help="Measure with the perf_analyzer binary on PATH instead of the built-in "
+              "load generator.")
+def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
+                    mode: str | None, strategy: str | None, url: str | None,
+                    image: str | None, config_path: Path | None, concurrency: str,
+                    csv_path: Path, use_perf_analyzer: bool) -> None:
+    """Measure one configuration of SPEC's model (its default, --config, with --set fields
+    applied) over the load sweep, logged as one MLflow run; print the sweep, write the CSV.
+    The server is stopped at the end, also on errors and Ctrl-C."""
+    from tracker.measure.csvio import write_csv
+    from tracker.measure.report import table
+    from tracker.study.profile import profile
+    from tracker.study.session import Interrupted
+    from tracker.triton.model_config import parse_assignment
+
+    texts = [*assignments, *set_all.split()]
+    values = dict(parse_assignment(text) for text in texts)
+    try:
+        levels = [float(part) for part in concurrency.split(",") if part.strip()] or None
+    except ValueError:
+        raise click.BadParameter(f"must be numbers separated by commas, like 1,4,16, but got "
+                                 f"{concurrency!r}", param_hint="--concurrency") from None
+    try:
+        result = profile(spec_path, values, server_overrides={
+            "mode": _blank(mode), "strategy": _blank(strategy), "url": _blank(url),
+            "image": _blank(image)}, config_path=config_path, levels=levels,
+            backend="perf_analyzer" if use_perf_analyzer else "builtin")
+    except Interrupted as stop:
+        click.echo(str(stop), err=True)
+        sys.exit(stop.exit_code)
+    click.echo(f"{table(result.measurements)}\nwrote {write_csv(result.measurements, csv_path)}")
+    best = result.choice
+    click.echo(f"best level: concurrency {best.concurrency}, "
+               f"{best.metrics.get('perf_throughput', 0):,.1f} infer/s, "
+               f"{'meets' if best.feasible else 'violates'} the constraints"
+               f"{'' if best.stable else ' (UNSTABLE: its windows never agreed)'}; "
+               f"MLflow run {result.run_id}")
