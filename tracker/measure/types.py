@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tracker.metrics import FIELD_METRICS, STEP_METRICS, step_metric
+from tracker.metrics import FIELD_METRICS, STEP_METRICS, model_metric, step_metric
 
 
 @dataclass(frozen=True)
@@ -147,3 +147,37 @@ class SweepResult:
 
     measurements: list[Measurement]
     stop_reason: str
+
+
+@dataclass
+class JointMeasurement:
+    """One joint level of several independent models on one server, measured in the same
+    windows (tracker/measure/multi.py): each model's own Measurement at its own load."""
+
+    measurements: dict[str, Measurement]
+
+    @property
+    def valid(self) -> bool:
+        return all(m.valid for m in self.measurements.values())
+
+    @property
+    def level(self) -> str:
+        """The joint level in words: ``a: concurrency 2, b: concurrency 8``."""
+        return ", ".join(f"{name}: {m.level}" for name, m in self.measurements.items())
+
+    def metrics(self) -> dict[str, float]:
+        """``<model>/<metric>`` -> value for every model's metrics (``a/perf_latency_p99``)."""
+        return {model_metric(name, key): value for name, m in self.measurements.items()
+                for key, value in m.metrics().items()}
+
+
+@dataclass
+class MultiSweepResult:
+    """Every joint level measured, in order, and why the sweep ended."""
+
+    levels: list[JointMeasurement]
+    stop_reason: str
+
+    def of(self, model: str) -> list[Measurement]:
+        """One model's Measurements, a level each."""
+        return [joint.measurements[model] for joint in self.levels]
