@@ -175,6 +175,14 @@ async def measure_level(load: Load, level: Level, settings: LevelSettings,
         await load.stop()
     if run is None:
         run = WindowRun(seen, stable=False, invalid_reason=reason)
+    return finish(run, level, settings, sampler)
+
+
+def finish(run: WindowRun, level: Level, settings: LevelSettings,
+           sampler: Sampler | None = None) -> Measurement:
+    """The Measurement of a level's windows: merged, the monitors averaged over the same span,
+    the client-overhead warning."""
+    ws = settings.windows
     m = merge(run, settings=ws, batch_size=settings.batch_size,
               concurrency=level.concurrency, request_rate=level.request_rate)
     last = run.windows[-ws.stability_count:]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tracker.errors import MeasurementError
 from tracker.feasibility import stops_sweep
-from tracker.measure.inputs import input_specs, make_samples
+from tracker.measure.inputs import Sample, input_specs, make_samples
 from tracker.measure.level import LevelSettings, StatsFn, measure_level
 from tracker.measure.loadgen import Level, LocalLoad
 from tracker.measure.monitors import Monitor, Sampler
@@ -134,6 +134,28 @@ def stats_fn(transport: Transport, models: Sequence[str] = ()) -> StatsFn:
     return snapshot
 
 
+def endpoint_url(endpoints: Endpoints, load: LoadSection) -> str:
+    """The server's URL for ``load.protocol``; MeasurementError when it is unknown."""
+    url = endpoints.grpc if load.protocol == "grpc" else endpoints.http
+    if url is None:
+        raise MeasurementError(f"load.protocol is {load.protocol!r} but the server's "
+                               f"{load.protocol} endpoint is unknown")
+    return url
+
+
+async def open_driver(load: LoadSection, url: str, model_name: str, transport: Transport,
+                      samples: Sequence[Sample], datatypes: dict[str, str]) -> Load:
+    """The load for ``model_name``: in this process, or ``load.processes`` spawned ones
+    (close those with ``driver.close()``)."""
+    payloads = transport.payloads(samples, datatypes)
+    if load.processes > 1:
+        procs = ProcessLoad(load.processes, load.protocol, url, model_name,
+                            load.request_timeout_s, payloads)
+        await procs.open()
+        return procs
+    return InProcessLoad(LocalLoad(transport, payloads))
+
+
 async def check_models(transport: Transport, models: Sequence[str]) -> None:
     """MeasurementError unless the server reports statistics for every one of ``models``."""
     have = await transport.all_stats()
@@ -149,24 +171,14 @@ async def _builtin(endpoints: Endpoints, model_name: str, config: ModelConfig,
                    sampler: Sampler, on_level: Callable[[Measurement], None] | None,
                    plan: LevelPlanner | None = None, models: Sequence[str] = (),
                    ) -> SweepResult:
-    url = endpoints.grpc if load.protocol == "grpc" else endpoints.http
-    if url is None:
-        raise MeasurementError(f"load.protocol is {load.protocol!r} but the server's "
-                               f"{load.protocol} endpoint is unknown")
+    url = endpoint_url(endpoints, load)
     samples = make_samples(config, load.batch_size, load.input_data)
     datatypes = {s.name: s.datatype for s in input_specs(config)}
     settings = settings_from(load)
     transport = make_transport(load.protocol, url, model_name, load.request_timeout_s)
     driver: Load | None = None
     try:
-        payloads = transport.payloads(samples, datatypes)
-        if load.processes > 1:
-            procs = ProcessLoad(load.processes, load.protocol, url, model_name,
-                                load.request_timeout_s, payloads)
-            await procs.open()
-            driver = procs
-        else:
-            driver = InProcessLoad(LocalLoad(transport, payloads))
+        driver = await open_driver(load, url, model_name, transport, samples, datatypes)
         loaded = driver
         stats = stats_fn(transport, models)
         if models:  # a model the server does not have is the caller's mistake: say so now
