@@ -115,3 +115,14 @@ def test_an_unknown_step_is_named_before_any_load(server: LocalTritonServer) -> 
     with pytest.raises(MeasurementError, match=r"no model 'no_such_step'.*step_a"):
         sweep(server.endpoints, "ensemble", mc.parse(ENSEMBLE), load,
               models=["step_a", "no_such_step"])
+
+
+def test_the_split_over_http_reads_the_same_counters(server: LocalTritonServer) -> None:
+    load = LoadSection(concurrency=[2], protocol="http", **FAST)
+    (m,) = sweep(server.endpoints, "ensemble", mc.parse(ENSEMBLE), load,
+                 models=["step_b", "step_a"]).measurements
+    assert m.valid, m.invalid_reason
+    assert list(m.steps) == ["step_b", "step_a"]  # in the order asked
+    for s in m.steps.values():
+        assert s.requests_per_s == pytest.approx(m.throughput, rel=0.05)
+    assert (m.steps["step_a"].compute_infer_ms or 0) > 3.5
