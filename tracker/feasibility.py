@@ -13,6 +13,9 @@ but it says nothing about where to stop.
 
 Used by the sweep (measure/sweep.py, early stop) and by the level choice
 (search/objective.py); bounds are spec ``Bound`` models or ``{max: .., min: ..}`` mappings.
+A metric name may carry a model (``model/pre/queue_ms``, ``resnet/perf_latency_p99`` for one of
+several models measured together, tracker/metrics.py): the rule is the same; a latency maximum
+stops the sweep whichever model it names.
 """
 
 from __future__ import annotations
@@ -104,7 +107,27 @@ def stops_sweep(metrics: Mapping[str, float],
                 constraints: Mapping[str, object] | None) -> list[str]:
     """The broken bounds after which more load cannot help: latency maxima (in words)."""
     return [c.words() for c in judge(metrics, constraints)
-            if c.broken and c.side == "max" and c.metric.startswith("perf_latency")]
+            if c.broken and c.side == "max"
+            and c.metric.rsplit("/", 1)[-1].startswith("perf_latency")]
+
+
+def for_models(constraints: Mapping[str, object] | None,
+               models: Sequence[str]) -> dict[str, object]:
+    """Constraints of several models measured together: a name with a model
+    (``a/perf_latency_p99``) stays; a bare name (``perf_latency_p99``) bounds every model
+    (``a/perf_latency_p99``, ``b/perf_latency_p99``, ...), unless that model has its own."""
+    out: dict[str, object] = {}
+    given = dict(constraints or {})
+    for metric, bound in given.items():
+        if "/" in metric and metric.split("/", 1)[0] in models:
+            out[metric] = bound
+        else:
+            for model in models:
+                out.setdefault(f"{model}/{metric}", bound)
+    for metric, bound in given.items():  # a model's own bound wins over the shared one
+        if "/" in metric and metric.split("/", 1)[0] in models:
+            out[metric] = bound
+    return out
 
 
 def is_feasible(violations: Mapping[str, float] | Sequence[float]) -> bool:

@@ -9,12 +9,20 @@ units all read this table; tests/test_metrics.py checks that they agree.
 Adding a metric: one :class:`Metric` entry here, plus the code that measures it (a Measurement
 field, or a monitor in measure/monitors.py that returns it under this name).
 
+Metric names with a model in them (:func:`lookup` resolves both):
+- ``model/<name>/<figure>``: a composing model of a pipeline measured in the entry model's
+  windows (:data:`STEP_METRICS`: ``queue_ms``, ``compute_input_ms``, ``compute_infer_ms``,
+  ``compute_output_ms``, ``requests_per_s``, ``batch_size``), e.g. ``model/preprocess/queue_ms``;
+- ``<model>/<metric>``: one of several independent models measured together on one server
+  (tracker/measure/multi.py), any name above, e.g. ``resnet/perf_latency_p99``.
+
 Load knobs (:data:`LOAD_KNOBS`) are search-space keys that set the load rather than a
 config.pbtxt field: a trial with ``concurrency: 4`` is measured at that one level.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -64,13 +72,60 @@ MS_COLUMNS: dict[str, str] = {m.column: m.field for m in CATALOG
                               if m.column and m.field and m.unit == "ms"}
 
 
+#: a composing model's figures, as ``model/<name>/<figure>`` (the field is StepSplit's)
+STEP_METRICS: tuple[Metric, ...] = (
+    Metric("queue_ms", "minimize", "ms", "queue_ms"),
+    Metric("compute_input_ms", "minimize", "ms", "compute_input_ms"),
+    Metric("compute_infer_ms", "minimize", "ms", "compute_infer_ms"),
+    Metric("compute_output_ms", "minimize", "ms", "compute_output_ms"),
+    Metric("requests_per_s", "maximize", "req/s", "requests_per_s"),
+    Metric("batch_size", "maximize", "infer/exec", "batch_size"),
+)
+STEP_PREFIX = "model/"
+_STEP = {m.name: m for m in STEP_METRICS}
+_STEP_RE = re.compile(r"model/([^/]+)/([^/]+)")
+_MODEL_RE = re.compile(r"([^/]+)/(.+)")
+
+
+def step_metric(model: str, figure: str) -> str:
+    """``model/<model>/<figure>``: a composing model's figure (a :data:`STEP_METRICS` name)."""
+    return f"{STEP_PREFIX}{model}/{figure}"
+
+
+def model_metric(model: str, name: str) -> str:
+    """``<model>/<name>``: a metric of one of several models measured together."""
+    return f"{model}/{name}"
+
+
+def _lookup(name: str, prefixed: bool) -> Metric | None:
+    metric = BY_NAME.get(name)
+    if metric is not None:
+        return metric
+    step = _STEP_RE.fullmatch(name)
+    if step is not None and step.group(2) in _STEP:
+        figure = _STEP[step.group(2)]
+        return Metric(name, figure.better, figure.unit)
+    whose = _MODEL_RE.fullmatch(name)
+    if prefixed and whose is not None:
+        inner = _lookup(whose.group(2), prefixed=False)
+        if inner is not None:
+            return Metric(name, inner.better, inner.unit, inner.field, inner.column)
+    return None
+
+
+def lookup(name: str) -> Metric | None:
+    """The catalog entry of ``name``: a catalog name, ``model/<name>/<figure>`` or
+    ``<model>/<metric>`` (direction and unit of the figure or metric); None when unknown."""
+    return _lookup(name, prefixed=True)
+
+
 def unit(name: str) -> str:
     """The unit of metric ``name``; outside the catalog: "ms" for a ``perf_*`` name (a timing),
     else ""."""
-    metric = BY_NAME.get(name)
+    metric = lookup(name)
     if metric is not None:
         return metric.unit
-    return "ms" if name.startswith("perf_") else ""
+    return "ms" if name.rsplit("/", 1)[-1].startswith("perf_") else ""
 
 
 # ---- load knobs -----------------------------------------------------------------------------

@@ -84,3 +84,24 @@ def test_load_knobs_are_the_catalog_knobs() -> None:
     assert set(load) == set(catalog.LOAD_KNOBS) and config == {"max_batch_size": 8}
     assert catalog.load_levels_from(load) == [4.0]
     assert catalog.load_levels_from(config) is None
+
+
+def test_names_with_a_model_resolve_to_their_figure() -> None:
+    """``model/<step>/<figure>`` (a pipeline's composing model) and ``<model>/<metric>`` (one of
+    several models measured together) carry the direction and unit of what they name."""
+    for figure in catalog.STEP_METRICS:
+        name = catalog.step_metric("preprocess", figure.name)
+        found = catalog.lookup(name)
+        assert found is not None and found.name == name
+        assert (found.better, found.unit) == (figure.better, figure.unit)
+        assert catalog.unit(name) == figure.unit
+    assert catalog.lookup("model/preprocess/queue_ms").better == "minimize"  # type: ignore[union-attr]
+    assert catalog.lookup("model/pre/batch_size").better == "maximize"  # type: ignore[union-attr]
+    p99 = catalog.lookup(catalog.model_metric("resnet", "perf_latency_p99"))
+    assert p99 is not None and (p99.better, p99.unit) == ("minimize", "ms")
+    nested = catalog.lookup("resnet/model/pre/requests_per_s")  # a pipeline among several
+    assert nested is not None and nested.better == "maximize"
+    for unknown in ("model/pre/latency", "model//queue_ms", "a/b/perf_throughput",
+                    "perf_nothing", "resnet/", "a/a/model/x/queue_ms"):
+        assert catalog.lookup(unknown) is None, unknown
+    assert catalog.lookup("perf_throughput") is catalog.BY_NAME["perf_throughput"]

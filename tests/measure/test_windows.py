@@ -137,3 +137,33 @@ def test_settings_are_validated() -> None:
 
 def test_is_stable_needs_enough_windows() -> None:
     assert not is_stable([win(100), win(100)], WindowSettings())
+
+
+def test_composing_models_are_split_over_the_same_windows() -> None:
+    """Each step's counters are summed over the last windows and divided per request; the
+    average execution batch is inferences / executions; a step one window lacks is left out."""
+    def step(requests: int, execs: int, infer_ms: float) -> ServerStats:
+        ns = int(infer_ms * 1e6) * requests
+        return ServerStats(inference_count=requests, execution_count=execs,
+                           success_count=requests, queue_count=requests, queue_ns=requests * 1000,
+                           compute_infer_count=requests, compute_infer_ns=ns)
+
+    ws = [win(100, start=i * SEC) for i in range(4)]
+    for w in ws:
+        w.steps = {"slow": step(100, 25, 4.0), "fast": step(100, 100, 0.5),
+                   "gone": step(100, 100, 1.0)}
+    ws[2].steps = {k: v for k, v in (ws[2].steps or {}).items() if k != "gone"}
+    n, res = run(ws, max_tries=4)
+    assert n == 3  # stable after three windows: the steps of those three
+    m = merge(res, settings=WindowSettings(max_tries=4))
+    assert list(m.steps) == ["slow", "fast"]
+    slow = m.steps["slow"]
+    assert slow.requests == 300 and slow.requests_per_s == pytest.approx(100.0)
+    assert slow.compute_infer_ms == pytest.approx(4.0) and slow.queue_ms == pytest.approx(0.001)
+    assert slow.batch_size == pytest.approx(4.0) and m.steps["fast"].batch_size == 1.0
+    assert slow.compute_input_ms is None  # not measured: absent from the metrics, not 0
+    got = m.metrics()
+    assert got["model/slow/compute_infer_ms"] == pytest.approx(4.0)
+    assert got["model/slow/batch_size"] == pytest.approx(4.0)
+    assert "model/slow/compute_input_ms" not in got
+    assert (m.start_ns, m.end_ns) == (0, 3 * SEC)

@@ -9,11 +9,19 @@ from tracker.feasibility import (
     UNMEASURED_VIOLATION,
     constraint_keys,
     constraint_violations,
+    for_models,
     is_feasible,
     named_violations,
+    stops_sweep,
 )
-from tracker.measure.types import Measurement
-from tracker.search.objective import objective_values, pick_best_level
+from tracker.measure.types import JointMeasurement, Measurement
+from tracker.search.objective import (
+    objective_values,
+    pick_best_joint_level,
+    pick_best_level,
+    relative_gain,
+    weighted_gain,
+)
 from tracker.spec import Bound
 
 
@@ -87,3 +95,51 @@ def test_invalid_levels_are_skipped_and_none_left_raises() -> None:
     assert choice.concurrency == 1
     with pytest.raises(MeasurementError, match="no concurrency level"):
         pick_best_level([bad], {}, MAX_THR)
+
+
+def test_relative_gain_is_symmetric_and_signed_by_direction() -> None:
+    assert relative_gain(150, 50, "maximize") == pytest.approx(1.0)
+    assert relative_gain(50, 150, "maximize") == pytest.approx(-1.0)
+    assert relative_gain(5, 10, "minimize") == pytest.approx(10 / 15 * 1)
+    assert relative_gain(0, 0, "maximize") == 0.0
+    # a big model does not drown a small one: +10% on each scores the same
+    m = {"big/perf_throughput": 5500.0, "small/perf_throughput": 55.0}
+    r = {"big/perf_throughput": 5000.0, "small/perf_throughput": 50.0}
+    only_big = weighted_gain(m, r, {"big": 1, "small": 0})
+    only_small = weighted_gain(m, r, {"big": 0, "small": 1})
+    assert only_big == pytest.approx(only_small)
+    with pytest.raises(MeasurementError, match="big/perf_latency_p99"):
+        weighted_gain(m, r, {"big": 1, "small": 1}, {"perf_latency_p99": 1})
+
+
+def test_bare_constraints_bound_every_model_and_a_models_own_wins() -> None:
+    got = for_models({"perf_latency_p99": {"max": 10}, "b/perf_latency_p99": {"max": 5},
+                      "model/pre/queue_ms": {"max": 1}}, ["a", "b"])
+    assert got == {"a/perf_latency_p99": {"max": 10}, "b/perf_latency_p99": {"max": 5},
+                   "a/model/pre/queue_ms": {"max": 1}, "b/model/pre/queue_ms": {"max": 1}}
+    # a latency maximum stops a sweep whichever model (or step) it names; a step's queue not
+    assert stops_sweep({"a/perf_latency_p99": 12.0}, {"a/perf_latency_p99": {"max": 10}})
+    assert not stops_sweep({"model/pre/queue_ms": 2.0}, {"model/pre/queue_ms": {"max": 1}})
+
+
+def test_the_joint_level_is_the_feasible_one_with_the_best_weighted_gain() -> None:
+    def joint(a: tuple[float, float], b: tuple[float, float], valid: bool = True,
+              ) -> JointMeasurement:
+        return JointMeasurement({"a": level(1, *a), "b": level(1, *b, valid=valid)})
+
+    levels = [joint((100, 2), (10, 2)), joint((150, 4), (10, 9)), joint((120, 3), (12, 3)),
+              joint((999, 1), (99, 1), valid=False)]
+    ref = levels[0].metrics()
+    best = pick_best_joint_level(levels, {"perf_latency_p99": {"max": 5}}, {"a": 1, "b": 1},
+                                 reference=ref)
+    # level 1 gains most on a (+40%) but breaks b's bound; level 2: a +18%, b +18%
+    assert best.index == 2 and best.feasible
+    assert best.score == pytest.approx(relative_gain(120, 100, "maximize") / 2
+                                       + relative_gain(12, 10, "maximize") / 2)
+    unbounded = pick_best_joint_level(levels, {}, {"a": 3, "b": 1}, reference=ref)
+    assert unbounded.index == 1  # a's weight 3: its +40% wins
+    assert weighted_gain(ref, ref, {"a": 1}) == 0.0
+    none_fit = pick_best_joint_level(levels, {"b/perf_latency_p99": {"max": 1}})
+    assert not none_fit.feasible and none_fit.index == 0  # the least violating
+    with pytest.raises(MeasurementError, match="no joint level"):
+        pick_best_joint_level(levels[3:], {})

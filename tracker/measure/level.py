@@ -2,7 +2,10 @@
 
 Each window boundary is one statistics request to the server; the boundary instant is the
 middle of that request, and the client's records are cut at the same instant, so the client's
-count and the server's count describe the same span. A server that stops answering ends the
+count and the server's count describe the same span. For a pipeline the request is one
+all-models statistics call whose :class:`~tracker.measure.stats.Snapshot` holds the entry
+model's counters and its composing models' (``sweep(models=...)``): every model's figures
+describe the same windows. A server that stops answering ends the
 level: the statistics request times out (``request_timeout_s``), or no request completes for
 that long, and the Measurement is invalid with a timeout reason, never a hang.
 """
@@ -17,12 +20,14 @@ from dataclasses import dataclass
 from tracker.measure.loadgen import Chunk, Level
 from tracker.measure.monitors import Sampler
 from tracker.measure.procs import Load
-from tracker.measure.stats import ServerStats
+from tracker.measure.stats import ServerStats, Snapshot
 from tracker.measure.transport import describe_error
 from tracker.measure.types import Measurement
 from tracker.measure.windows import Window, WindowRun, WindowSettings, merge, run_windows
 
-StatsFn = Callable[[], Awaitable[ServerStats]]
+#: one boundary's statistics request: the entry model's counters, or a Snapshot of the entry
+#: and its composing models (one all-models request)
+StatsFn = Callable[[], Awaitable[ServerStats | Snapshot]]
 
 OVERHEAD_WARN_PCT = 80.0
 LATE_WARN_SHARE = 0.10
@@ -40,20 +45,26 @@ class LevelSettings:
     processes: int = 1
 
 
-class _Abort(Exception):
+class LevelAborted(Exception):
+    """A level ended early (no response for too long, statistics request failed); the
+    Measurement is invalid with ``reason``."""
+
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
 
 
 @dataclass
-class _Boundary:
+class Boundary:
+    """One window edge: its instant, the client's records up to it, the server's counters."""
+
     t_ns: int
     chunk: Chunk
     server: ServerStats | None
+    steps: dict[str, ServerStats] | None = None
 
 
-async def _wait_for(load: Load, count: int, timeout_s: float, what: str) -> None:
+async def wait_for(load: Load, count: int, timeout_s: float, what: str) -> None:
     """Until ``count`` requests completed (since the last take), or abort when none
     completes for ``timeout_s``."""
     poll = 0.005 if load.processes == 1 else 0.02
@@ -65,34 +76,49 @@ async def _wait_for(load: Load, count: int, timeout_s: float, what: str) -> None
         if done != last:
             last, last_change = done, time.monotonic()
         elif time.monotonic() - last_change > timeout_s:
-            raise _Abort(f"timeout: no response from the server for {timeout_s:g} s "
-                         f"during the {what} ({done} of {count} requests completed)")
+            raise LevelAborted(f"timeout: no response from the server for {timeout_s:g} s "
+                               f"during the {what} ({done} of {count} requests completed)")
         await asyncio.sleep(poll)
 
 
-async def _boundary(load: Load, stats: StatsFn | None, timeout_s: float) -> _Boundary:
-    server = None
+async def timed_stats(stats: Callable[[], Awaitable[object]] | None, timeout_s: float,
+                      ) -> tuple[int, object | None]:
+    """One statistics request and its middle instant (``perf_counter_ns``); aborts the level
+    (:class:`LevelAborted`) when the server does not answer within ``timeout_s`` or fails."""
+    result = None
     t0 = time.perf_counter_ns()
     if stats is not None:
         try:
-            server = await asyncio.wait_for(stats(), timeout_s)
+            result = await asyncio.wait_for(stats(), timeout_s)
         except asyncio.TimeoutError as exc:
-            raise _Abort(f"timeout: the server did not answer a statistics request within "
-                         f"{timeout_s:g} s") from exc
+            raise LevelAborted(f"timeout: the server did not answer a statistics request "
+                               f"within {timeout_s:g} s") from exc
         except Exception as exc:
-            raise _Abort(f"the server stopped answering: statistics request failed "
-                         f"({describe_error(exc)})") from exc
+            raise LevelAborted(f"the server stopped answering: statistics request failed "
+                               f"({describe_error(exc)})") from exc
     t1 = time.perf_counter_ns()
-    mid = (t0 + t1) // 2
-    return _Boundary(mid, await load.take(mid), server)
+    return (t0 + t1) // 2, result
 
 
-def _window(prev: _Boundary, cur: _Boundary) -> Window:
+async def boundary(load: Load, stats: StatsFn | None, timeout_s: float) -> Boundary:
+    """One window edge: the statistics request, then the client's records cut at its middle."""
+    mid, result = await timed_stats(stats, timeout_s)
+    if isinstance(result, Snapshot):
+        return Boundary(mid, await load.take(mid), result.entry, dict(result.models))
+    server = result if isinstance(result, ServerStats) else None
+    return Boundary(mid, await load.take(mid), server)
+
+
+def window_between(prev: Boundary, cur: Boundary) -> Window:
+    """The window between two edges (the counters' differences, the client's records)."""
     c = cur.chunk
     w = Window(start_ns=prev.t_ns, end_ns=cur.t_ns, latencies_ns=c.latencies_ns,
                errors=c.errors, first_error=c.first_error, sent=c.sent,
                busy_pct=max(c.busy) if c.busy else None,
                server=(cur.server - prev.server) if cur.server and prev.server else None)
+    if cur.steps is not None and prev.steps is not None:
+        w.steps = {name: stats - prev.steps[name] for name, stats in cur.steps.items()
+                   if name in prev.steps}
     if c.sent and c.late > LATE_WARN_SHARE * c.sent:
         w.warnings.append(f"the client could not keep up with the request rate: {c.late} of "
                           f"{c.sent} requests were sent more than 1 ms late; raise "
@@ -100,7 +126,7 @@ def _window(prev: _Boundary, cur: _Boundary) -> Window:
     return w
 
 
-async def _first_request_error(load: Load, seen: list[Window]) -> str | None:
+async def first_request_error(load: Load, seen: list[Window]) -> str | None:
     """The first failed request of an aborted level, from its windows or the requests answered
     since the last one: often the cause (a crashed backend before the server went away), so
     the level's reason names it first."""
@@ -124,31 +150,39 @@ async def measure_level(load: Load, level: Level, settings: LevelSettings,
     run: WindowRun | None = None
     await load.start(level)
     try:
-        await _wait_for(load, settings.warmup_requests, settings.timeout_s, "warm-up")
-        prev = await _boundary(load, stats, settings.timeout_s)
+        await wait_for(load, settings.warmup_requests, settings.timeout_s, "warm-up")
+        prev = await boundary(load, stats, settings.timeout_s)
 
         async def next_window() -> Window:
             nonlocal prev
             if ws.window_requests is not None:
-                await _wait_for(load, ws.window_requests, settings.timeout_s, "window")
+                await wait_for(load, ws.window_requests, settings.timeout_s, "window")
             else:
                 await asyncio.sleep(ws.window_ms / 1000.0)
                 if (await load.completed()) == 0:
-                    await _wait_for(load, 1, settings.timeout_s, "window")
-            cur = await _boundary(load, stats, settings.timeout_s)
-            window = _window(prev, cur)
+                    await wait_for(load, 1, settings.timeout_s, "window")
+            cur = await boundary(load, stats, settings.timeout_s)
+            window = window_between(prev, cur)
             prev = cur
             seen.append(window)
             return window
 
         run = await run_windows(next_window, ws)
-    except _Abort as exc:
-        first = await _first_request_error(load, seen)
+    except LevelAborted as exc:
+        first = await first_request_error(load, seen)
         reason = f"request error: {first}; then {exc.reason}" if first else exc.reason
     finally:
         await load.stop()
     if run is None:
         run = WindowRun(seen, stable=False, invalid_reason=reason)
+    return finish(run, level, settings, sampler)
+
+
+def finish(run: WindowRun, level: Level, settings: LevelSettings,
+           sampler: Sampler | None = None) -> Measurement:
+    """The Measurement of a level's windows: merged, the monitors averaged over the same span,
+    the client-overhead warning."""
+    ws = settings.windows
     m = merge(run, settings=ws, batch_size=settings.batch_size,
               concurrency=level.concurrency, request_rate=level.request_rate)
     last = run.windows[-ws.stability_count:]

@@ -1,18 +1,28 @@
 """Numbers from samples: latency percentiles (perf_analyzer's rule). The server-side split
-from Triton's statistics API lives in tracker.triton.statistics (re-exported here)."""
+from Triton's statistics API lives in tracker.triton.statistics (re-exported here); a
+:class:`Snapshot` is one statistics request's counters of the entry model and the other
+models measured with it (a pipeline's composing models)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from tracker.errors import MeasurementError
-from tracker.triton.statistics import ServerStats, stats_from_json, stats_from_proto
+from tracker.triton.statistics import (
+    ServerStats,
+    all_stats_from_json,
+    all_stats_from_proto,
+    pick,
+    stats_from_json,
+    stats_from_proto,
+)
 
-__all__ = ["PERCENTILES", "LatencySummary", "ServerStats", "percentile_index", "percentiles",
+__all__ = ["PERCENTILES", "LatencySummary", "ServerStats", "Snapshot", "all_stats_from_json",
+           "all_stats_from_proto", "percentile_index", "percentiles", "pick", "snapshot_of",
            "stats_from_json", "stats_from_proto", "summarize_latencies"]
 
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
@@ -59,3 +69,24 @@ def summarize_latencies(latencies_ns: npt.ArrayLike) -> LatencySummary | None:
     return LatencySummary(count=int(arr.size), avg_ms=float(arr.mean()) * ms,
                           p50_ms=pct[50] * ms, p90_ms=pct[90] * ms,
                           p95_ms=pct[95] * ms, p99_ms=pct[99] * ms)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The cumulative counters of the entry model and of ``models`` (by name) from one
+    statistics request, or the difference of two such snapshots (``later - earlier``)."""
+
+    entry: ServerStats
+    models: dict[str, ServerStats] = field(default_factory=dict)
+
+    def __sub__(self, earlier: Snapshot) -> Snapshot:
+        return Snapshot(self.entry - earlier.entry,
+                        {name: stats - earlier.models[name] for name, stats in self.models.items()
+                         if name in earlier.models})
+
+
+def snapshot_of(stats: Mapping[str, ServerStats], entry: str, models: Sequence[str]) -> Snapshot:
+    """The :class:`Snapshot` of ``entry`` and ``models`` out of every model's counters (one
+    all-models statistics response); MeasurementError naming a model the server did not
+    report."""
+    return Snapshot(pick(stats, entry), {name: pick(stats, name) for name in models})

@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tracker.errors import MeasurementError
 from tracker.feasibility import stops_sweep
-from tracker.measure.inputs import input_specs, make_samples
-from tracker.measure.level import LevelSettings, measure_level
+from tracker.measure.inputs import Sample, input_specs, make_samples
+from tracker.measure.level import LevelSettings, StatsFn, measure_level
 from tracker.measure.loadgen import Level, LocalLoad
 from tracker.measure.monitors import Monitor, Sampler
 from tracker.measure.procs import InProcessLoad, Load, ProcessLoad
-from tracker.measure.transport import make_transport
+from tracker.measure.stats import Snapshot, snapshot_of
+from tracker.measure.transport import Transport, make_transport
 from tracker.measure.types import Measurement, SweepResult
 from tracker.measure.windows import WindowSettings
 from tracker.triton.client import Endpoints
@@ -118,33 +119,73 @@ async def _run(levels: Sequence[Level], measure: Callable[[Level], Awaitable[Mea
     return SweepResult(done, reason)
 
 
-async def _builtin(endpoints: Endpoints, model_name: str, config: ModelConfig,
-                   load: LoadSection,
-                   levels: Sequence[Level], constraints: Mapping[str, Any] | None,
-                   sampler: Sampler, on_level: Callable[[Measurement], None] | None,
-                   plan: LevelPlanner | None = None) -> SweepResult:
+def stats_fn(transport: Transport, models: Sequence[str] = ()) -> StatsFn:
+    """The boundary's statistics request: the entry model's own (one named request), or, with
+    composing ``models``, one all-models request cut down to the entry and those models (one
+    instant for all of them; measured no dearer than one request per model, see
+    docs/measurement.md)."""
+    if not models:
+        return transport.stats
+    names = [m for m in dict.fromkeys(models) if m != transport.model_name]
+
+    async def snapshot() -> Snapshot:
+        return snapshot_of(await transport.all_stats(), transport.model_name, names)
+
+    return snapshot
+
+
+def endpoint_url(endpoints: Endpoints, load: LoadSection) -> str:
+    """The server's URL for ``load.protocol``; MeasurementError when it is unknown."""
     url = endpoints.grpc if load.protocol == "grpc" else endpoints.http
     if url is None:
         raise MeasurementError(f"load.protocol is {load.protocol!r} but the server's "
                                f"{load.protocol} endpoint is unknown")
+    return url
+
+
+async def open_driver(load: LoadSection, url: str, model_name: str, transport: Transport,
+                      samples: Sequence[Sample], datatypes: dict[str, str]) -> Load:
+    """The load for ``model_name``: in this process, or ``load.processes`` spawned ones
+    (close those with ``driver.close()``)."""
+    payloads = transport.payloads(samples, datatypes)
+    if load.processes > 1:
+        procs = ProcessLoad(load.processes, load.protocol, url, model_name,
+                            load.request_timeout_s, payloads)
+        await procs.open()
+        return procs
+    return InProcessLoad(LocalLoad(transport, payloads))
+
+
+async def check_models(transport: Transport, models: Sequence[str]) -> None:
+    """MeasurementError unless the server reports statistics for every one of ``models``."""
+    have = await transport.all_stats()
+    missing = [m for m in models if m not in have]
+    if missing:
+        raise MeasurementError(f"the server has no model {', '.join(map(repr, missing))} to "
+                               f"measure (it reports: {', '.join(sorted(have))})")
+
+
+async def _builtin(endpoints: Endpoints, model_name: str, config: ModelConfig,
+                   load: LoadSection,
+                   levels: Sequence[Level], constraints: Mapping[str, Any] | None,
+                   sampler: Sampler, on_level: Callable[[Measurement], None] | None,
+                   plan: LevelPlanner | None = None, models: Sequence[str] = (),
+                   ) -> SweepResult:
+    url = endpoint_url(endpoints, load)
     samples = make_samples(config, load.batch_size, load.input_data)
     datatypes = {s.name: s.datatype for s in input_specs(config)}
     settings = settings_from(load)
     transport = make_transport(load.protocol, url, model_name, load.request_timeout_s)
     driver: Load | None = None
     try:
-        payloads = transport.payloads(samples, datatypes)
-        if load.processes > 1:
-            procs = ProcessLoad(load.processes, load.protocol, url, model_name,
-                                load.request_timeout_s, payloads)
-            await procs.open()
-            driver = procs
-        else:
-            driver = InProcessLoad(LocalLoad(transport, payloads))
+        driver = await open_driver(load, url, model_name, transport, samples, datatypes)
         loaded = driver
+        stats = stats_fn(transport, models)
+        if models:  # a model the server does not have is the caller's mistake: say so now
+            await check_models(transport, models)
 
         async def measure(level: Level) -> Measurement:
-            return await measure_level(loaded, level, settings, transport.stats, sampler)
+            return await measure_level(loaded, level, settings, stats, sampler)
 
         return await _run(levels, measure, constraints, on_level, plan)
     finally:
@@ -157,21 +198,27 @@ def sweep(endpoints: Endpoints, model_name: str, config: ModelConfig, load: Load
           constraints: Mapping[str, Any] | None = None, monitors: Sequence[Monitor] = (),
           *, levels: Sequence[float] | None = None, backend: str = "builtin",
           on_level: Callable[[Measurement], None] | None = None,
-          plan: LevelPlanner | None = None) -> SweepResult:
+          plan: LevelPlanner | None = None, models: Sequence[str] = ()) -> SweepResult:
     """Measure ``model_name`` on the server at ``endpoints`` over the load levels of ``load``
     (a LoadSection; ``levels`` overrides its list). ``config`` is the served ModelConfig (it
     shapes the random inputs). ``backend`` is "builtin" or "perf_analyzer" (the binary on
     PATH). ``monitors`` are sampled during the windows and left open for the caller.
     ``plan`` (concurrency levels only) picks the levels one at a time instead of measuring the
-    list from the lowest up with the stop rules above."""
+    list from the lowest up with the stop rules above. ``models`` are a pipeline's composing
+    models (the entry model, which the load drives, aside): each one's server-side split over
+    the same windows is in ``Measurement.steps`` and its ``model/<name>/...`` metrics (builtin
+    backend only)."""
     level_list = load_levels(load, levels)
     sampler = Sampler(monitors)
     sampler.start()
     try:
         if backend == "builtin":
             return asyncio.run(_builtin(endpoints, model_name, config, load, level_list,
-                                        constraints, sampler, on_level, plan))
+                                        constraints, sampler, on_level, plan, models))
         if backend == "perf_analyzer":
+            if models:
+                raise MeasurementError("the per-model split of a pipeline (models=...) needs "
+                                       "the builtin backend, but backend is 'perf_analyzer'")
             from tracker.measure.perf_analyzer import PerfAnalyzer
 
             binary = shutil.which("perf_analyzer")

@@ -19,7 +19,13 @@ import numpy as np
 
 from tracker.errors import MeasurementError
 from tracker.measure.inputs import Sample
-from tracker.measure.stats import ServerStats, stats_from_json, stats_from_proto
+from tracker.measure.stats import (
+    ServerStats,
+    all_stats_from_json,
+    all_stats_from_proto,
+    stats_from_json,
+    stats_from_proto,
+)
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 STATS_METHOD = "/inference.GRPCInferenceService/ModelStatistics"
@@ -111,6 +117,7 @@ class GrpcTransport:
             STATS_METHOD, request_serializer=service_pb2.ModelStatisticsRequest.SerializeToString,
             response_deserializer=service_pb2.ModelStatisticsResponse.FromString)
         self._stats_request = service_pb2.ModelStatisticsRequest(name=model_name)
+        self._all_stats_request = service_pb2.ModelStatisticsRequest(name="")
 
     def payloads(self, samples: Sequence[Sample], datatypes: dict[str, str]) -> list[Payload]:
         return grpc_payloads(self.model_name, samples, datatypes)
@@ -122,6 +129,12 @@ class GrpcTransport:
     async def stats(self, timeout_s: float | None = None) -> ServerStats:
         response = await self._stats(self._stats_request, timeout=timeout_s or self.timeout_s)
         return stats_from_proto(response, self.model_name)
+
+    async def all_stats(self, timeout_s: float | None = None) -> dict[str, ServerStats]:
+        """Every model's counters from one request (the statistics API without a name)."""
+        response = await self._stats(self._all_stats_request,
+                                     timeout=timeout_s or self.timeout_s)
+        return all_stats_from_proto(response)
 
     async def close(self) -> None:
         await self._channel.close()
@@ -139,6 +152,7 @@ class HttpTransport:
         self.url, self.model_name, self.timeout_s = base.rstrip("/"), model_name, timeout_s
         self._infer_url = f"{self.url}/v2/models/{model_name}/infer"
         self._stats_url = f"{self.url}/v2/models/{model_name}/stats"
+        self._all_stats_url = f"{self.url}/v2/models/stats"
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session = aiohttp.ClientSession(
             timeout=self._timeout, connector=aiohttp.TCPConnector(limit=0))
@@ -157,14 +171,22 @@ class HttpTransport:
             if resp.status != 200:
                 raise RequestFailed(f"HTTP {resp.status}: {_http_error(data)}")
 
-    async def stats(self, timeout_s: float | None = None) -> ServerStats:
+    async def _get_stats(self, url: str, timeout_s: float | None) -> Any:
         import aiohttp
 
         timeout = aiohttp.ClientTimeout(total=timeout_s or self.timeout_s)
-        async with self._session.get(self._stats_url, timeout=timeout) as resp:
+        async with self._session.get(url, timeout=timeout) as resp:
             if resp.status != 200:
                 raise RequestFailed(f"HTTP {resp.status}: {_http_error(await resp.read())}")
-            return stats_from_json(await resp.json(), self.model_name)
+            return await resp.json()
+
+    async def stats(self, timeout_s: float | None = None) -> ServerStats:
+        return stats_from_json(await self._get_stats(self._stats_url, timeout_s),
+                               self.model_name)
+
+    async def all_stats(self, timeout_s: float | None = None) -> dict[str, ServerStats]:
+        """Every model's counters from one request (``/v2/models/stats``)."""
+        return all_stats_from_json(await self._get_stats(self._all_stats_url, timeout_s))
 
     async def close(self) -> None:
         await self._session.close()

@@ -11,7 +11,47 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tracker.metrics import FIELD_METRICS
+from tracker.metrics import FIELD_METRICS, STEP_METRICS, model_metric, step_metric
+
+
+@dataclass(frozen=True)
+class StepSplit:
+    """Where one composing model of a pipeline spent its time over the same windows as the
+    entry model's figures (the differences of its statistics counters): requests it answered
+    (and per second), queue and compute input/infer/output per request (ms; None when it
+    executed nothing), and inferences and executions (``batch_size``, inferences per
+    execution, shows how well its dynamic batcher batched)."""
+
+    requests: int = 0
+    requests_per_s: float = 0.0
+    queue_ms: float | None = None
+    compute_input_ms: float | None = None
+    compute_infer_ms: float | None = None
+    compute_output_ms: float | None = None
+    inferences: int = 0
+    executions: int = 0
+    failures: int = 0
+
+    @property
+    def batch_size(self) -> float | None:
+        """Average execution batch (inferences per execution); None without executions."""
+        return self.inferences / self.executions if self.executions > 0 else None
+
+    @property
+    def server_ms(self) -> float:
+        """Queue + compute input/infer/output per request (the parts measured)."""
+        parts = (self.queue_ms, self.compute_input_ms, self.compute_infer_ms,
+                 self.compute_output_ms)
+        return sum(v for v in parts if v is not None)
+
+    def metrics(self, model: str) -> dict[str, float]:
+        """``model/<model>/<figure>`` -> value; figures not measured are absent."""
+        out: dict[str, float] = {}
+        for figure in STEP_METRICS:
+            value = getattr(self, figure.name)
+            if value is not None:
+                out[step_metric(model, figure.name)] = float(value)
+        return out
 
 
 @dataclass
@@ -54,6 +94,12 @@ class Measurement:
     warnings: list[str] = field(default_factory=list)
     monitors: dict[str, float] = field(default_factory=dict)
     source: str = "builtin"
+    # a pipeline's composing models, by name, over the same windows (sweep(models=...))
+    steps: dict[str, StepSplit] = field(default_factory=dict)
+    # the span the figures come from: first window's start, last window's end
+    # (time.perf_counter_ns, CLOCK_MONOTONIC: comparable across the measurements of one host)
+    start_ns: int | None = None
+    end_ns: int | None = None
 
     @property
     def level(self) -> str:
@@ -89,6 +135,8 @@ class Measurement:
             if value is not None:
                 out[name] = float(value)
         out.update({k: float(v) for k, v in self.monitors.items()})
+        for model, split in self.steps.items():
+            out.update(split.metrics(model))
         return out
 
 
@@ -99,3 +147,37 @@ class SweepResult:
 
     measurements: list[Measurement]
     stop_reason: str
+
+
+@dataclass
+class JointMeasurement:
+    """One joint level of several independent models on one server, measured in the same
+    windows (tracker/measure/multi.py): each model's own Measurement at its own load."""
+
+    measurements: dict[str, Measurement]
+
+    @property
+    def valid(self) -> bool:
+        return all(m.valid for m in self.measurements.values())
+
+    @property
+    def level(self) -> str:
+        """The joint level in words: ``a: concurrency 2, b: concurrency 8``."""
+        return ", ".join(f"{name}: {m.level}" for name, m in self.measurements.items())
+
+    def metrics(self) -> dict[str, float]:
+        """``<model>/<metric>`` -> value for every model's metrics (``a/perf_latency_p99``)."""
+        return {model_metric(name, key): value for name, m in self.measurements.items()
+                for key, value in m.metrics().items()}
+
+
+@dataclass
+class MultiSweepResult:
+    """Every joint level measured, in order, and why the sweep ended."""
+
+    levels: list[JointMeasurement]
+    stop_reason: str
+
+    def of(self, model: str) -> list[Measurement]:
+        """One model's Measurements, a level each."""
+        return [joint.measurements[model] for joint in self.levels]

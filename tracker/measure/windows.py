@@ -22,14 +22,15 @@ import numpy.typing as npt
 
 from tracker.errors import MeasurementError
 from tracker.measure.stats import ServerStats, summarize_latencies
-from tracker.measure.types import Measurement
+from tracker.measure.types import Measurement, StepSplit
 
 
 @dataclass
 class Window:
     """What happened in one window: latencies of the requests that completed in it (by end
     time, as perf_analyzer counts), failed requests, requests sent, the client's busy share and
-    the server's counters over the same span."""
+    the server's counters over the same span (the entry model's, and a pipeline's composing
+    models' in ``steps``)."""
 
     start_ns: int
     end_ns: int
@@ -40,6 +41,7 @@ class Window:
     busy_pct: float | None = None
     server: ServerStats | None = None
     warnings: list[str] = field(default_factory=list)
+    steps: dict[str, ServerStats] | None = None  # composing models' counters, same span
 
     @property
     def duration_s(self) -> float:
@@ -176,6 +178,8 @@ def merge(run: WindowRun, *, settings: WindowSettings, batch_size: int = 1,
         m.server_compute_input_ms = server.compute_input_ms
         m.server_compute_infer_ms = server.compute_infer_ms
         m.server_compute_output_ms = server.compute_output_ms
+    m.steps = step_splits(last, m.duration_s)
+    m.start_ns, m.end_ns = last[0].start_ns, last[-1].end_ns
     busy = [w.busy_pct for w in last if w.busy_pct is not None]
     m.client_overhead_pct = max(busy) if busy else None
     for w in last:
@@ -194,3 +198,24 @@ def merge(run: WindowRun, *, settings: WindowSettings, batch_size: int = 1,
             f"windows differ by more than {settings.stability_pct:g}% after "
             f"{len(run.windows)} windows")
     return m
+
+
+def step_splits(windows: Sequence[Window], duration_s: float) -> dict[str, StepSplit]:
+    """Each composing model's split over ``windows`` (their counters summed), for the models
+    every window measured; ``duration_s`` is the windows' total time."""
+    if not windows or any(w.steps is None for w in windows):
+        return {}
+    names = [n for n in windows[0].steps or {} if all(n in (w.steps or {}) for w in windows)]
+    out: dict[str, StepSplit] = {}
+    for name in names:
+        total = ServerStats()
+        for w in windows:
+            total = total + (w.steps or {})[name]
+        out[name] = StepSplit(
+            requests=total.success_count,
+            requests_per_s=total.success_count / duration_s if duration_s > 0 else 0.0,
+            queue_ms=total.queue_ms, compute_input_ms=total.compute_input_ms,
+            compute_infer_ms=total.compute_infer_ms, compute_output_ms=total.compute_output_ms,
+            inferences=total.inference_count, executions=total.execution_count,
+            failures=total.fail_count)
+    return out

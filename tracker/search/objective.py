@@ -6,6 +6,11 @@ is the level that meets every constraint and is best on the first objective
 least, and the trial is infeasible. Whether a level meets the constraints, and how an
 unmeasured constrained metric counts, is tracker/feasibility.py's rule (the sweep's early stop
 uses the same module).
+
+Several independent models measured together (tracker/measure/multi.py) are judged by one
+number, Model Analyzer's ``weighting``: :func:`weighted_gain` (what it computes, and why
+relative to the default configuration, is in its docstring), over the joint level chosen by
+:func:`pick_best_joint_level`.
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tracker.errors import MeasurementError, StudyError
-from tracker.feasibility import is_feasible, named_violations, total_violation
-from tracker.measure.types import Measurement
+from tracker.feasibility import for_models, is_feasible, named_violations, total_violation
+from tracker.measure.types import JointMeasurement, Measurement
+from tracker.metrics import lookup, model_metric
 
 MAXIMIZE = "maximize"
 
@@ -108,3 +114,122 @@ def pick_best_level(measurements: Sequence[Measurement], constraints: Mapping[st
         return min(feasible, key=lambda c: (sign * c.values[0], c.concurrency))
     return min(choices, key=lambda c: (total_violation(c.violations), sign * c.values[0],
                                        c.concurrency))
+
+
+def relative_gain(value: float, reference: float, better: str) -> float:
+    """How much better ``value`` is than ``reference``, relative to their mean (Model
+    Analyzer's per-metric score): ``(value - reference) / mean(value, reference)``, negated for
+    a metric where lower is better; 0 when both are 0. Symmetric and bounded by +-2."""
+    mean = (value + reference) / 2.0
+    if mean == 0:
+        return 0.0
+    gain = (value - reference) / mean
+    return gain if better == MAXIMIZE else -gain
+
+
+def _normalized(weights: Mapping[str, float], what: str) -> dict[str, float]:
+    if not weights:
+        raise StudyError(f"{what} needs at least one entry, but got none")
+    bad = {k: w for k, w in weights.items() if not (math.isfinite(w) and w >= 0)}
+    if bad or sum(weights.values()) <= 0:
+        raise StudyError(f"{what} must be finite, >= 0 and not all 0, but got {dict(weights)}")
+    total = sum(weights.values())
+    return {k: w / total for k, w in weights.items()}
+
+
+def weighted_gain(metrics: Mapping[str, float], reference: Mapping[str, float],
+                  weights: Mapping[str, float],
+                  objectives: Mapping[str, float] | None = None) -> float:
+    """One score for several models measured together: Model Analyzer's ``weighting``.
+
+    ``metrics`` and ``reference`` are joint metrics (``<model>/<metric>``, as
+    ``JointMeasurement.metrics()`` names them): this configuration's and the reference's,
+    normally the default configuration's. ``weights`` maps each model to its weight and
+    ``objectives`` each metric to its weight (default ``{"perf_throughput": 1}``); both are
+    normalized to sum 1, as Model Analyzer does. The score is
+
+        sum over models m of  w_m * sum over metrics k of  v_k * relative_gain(m/k)
+
+    with :func:`relative_gain` ((x - ref) / mean(x, ref), sign by the catalog's direction of
+    k). Model Analyzer compares two configurations pairwise with this score; its Optuna search
+    scores each trial against the default configuration's measurement, and so does this: the
+    default scores 0, a configuration 0.2 is on (weighted) average ~20% better than it, and
+    the study maximizes the score. Unlike a weighted sum of raw values, a model serving 5,000
+    infer/s does not drown one serving 50. MeasurementError when a needed metric is missing.
+    """
+    model_w = _normalized(weights, "weighting")
+    metric_w = _normalized(objectives or {"perf_throughput": 1.0}, "objective weights")
+    score = 0.0
+    for model, wm in model_w.items():
+        for metric, wk in metric_w.items():
+            found = lookup(metric)
+            if found is None:
+                raise StudyError(f"unknown metric `{metric}` in the objective weights")
+            key = model_metric(model, metric)
+            value, ref = metrics.get(key), reference.get(key)
+            if value is None or ref is None or not (math.isfinite(value)
+                                                    and math.isfinite(ref)):
+                raise MeasurementError(
+                    f"the weighted objective needs `{key}` measured in both the configuration "
+                    f"and the reference, but got {value!r} and {ref!r}")
+            score += wm * wk * relative_gain(value, ref, found.better)
+    return score
+
+
+@dataclass(frozen=True)
+class JointChoice:
+    """The joint level a configuration of several models is judged by."""
+
+    index: int                      # position in the joint sweep
+    metrics: dict[str, float]       # joint metrics, ``<model>/<metric>``
+    score: float                    # weighted_gain against the reference
+    violations: dict[str, float] = field(default_factory=dict)
+    stable: bool = True             # every model's windows agreed
+
+    @property
+    def feasible(self) -> bool:
+        return is_feasible(self.violations)
+
+
+def pick_best_joint_level(levels: Sequence[JointMeasurement],
+                          constraints: Mapping[str, object] | None,
+                          weights: Mapping[str, float] | None = None,
+                          objectives: Mapping[str, float] | None = None,
+                          reference: Mapping[str, float] | None = None) -> JointChoice:
+    """The joint level that meets every constraint (``<model>/<metric>``; a bare name bounds
+    every model, tracker.feasibility.for_models) and has the best :func:`weighted_gain`
+    against ``reference`` (the default configuration's chosen level's joint metrics);
+    ``weights`` default to 1 for every model measured (Model Analyzer's default). With no
+    reference (measuring the default itself) the first usable level is the reference. No
+    feasible level: the least violating one, as :func:`pick_best_level`. Levels where a model
+    is invalid or an objective metric is missing are skipped; MeasurementError when none is
+    left."""
+    names = list(levels[0].measurements) if levels else []
+    weights = weights if weights is not None else dict.fromkeys(names, 1.0)
+    usable: list[tuple[int, dict[str, float]]] = []
+    for i, joint in enumerate(levels):
+        if not joint.valid:
+            continue
+        metrics = joint.metrics()
+        try:
+            weighted_gain(metrics, metrics, weights, objectives)
+        except MeasurementError:
+            continue
+        usable.append((i, metrics))
+    if not usable:
+        raise MeasurementError(f"no joint level measured every model's objective "
+                               f"({len(levels)} level(s) measured)"
+                               + "".join(f"; {j.level}: " + "; ".join(
+                                   f"{n}: {m.invalid_reason}" for n, m in
+                                   j.measurements.items() if m.invalid_reason)
+                                   for j in levels if not j.valid))
+    ref = reference if reference is not None else usable[0][1]
+    bounds = for_models(constraints, names)
+    choices = [JointChoice(i, metrics, weighted_gain(metrics, ref, weights, objectives),
+                           named_violations(metrics, bounds),
+                           all(m.stable for m in levels[i].measurements.values()))
+               for i, metrics in usable]
+    feasible = [c for c in choices if c.feasible]
+    if feasible:
+        return max(feasible, key=lambda c: (c.score, -c.index))
+    return min(choices, key=lambda c: (total_violation(c.violations), -c.score, c.index))

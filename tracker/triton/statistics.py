@@ -68,48 +68,68 @@ def _int(value: Any) -> int:
     return int(value) if value not in (None, "") else 0
 
 
+def _from_json_entry(entry: Mapping[str, Any]) -> ServerStats:
+    inf = entry.get("inference_stats", {}) or {}
+    values: dict[str, int] = {
+        "inference_count": _int(entry.get("inference_count")),
+        "execution_count": _int(entry.get("execution_count")),
+    }
+    for key in _DURATIONS:
+        part = inf.get(key, {}) or {}
+        values[f"{key}_count"] = _int(part.get("count"))
+        if key != "fail":
+            values[f"{key}_ns"] = _int(part.get("ns"))
+    return ServerStats(**values)
+
+
+def _from_proto_entry(entry: Any) -> ServerStats:
+    inf = entry.inference_stats
+    return ServerStats(
+        inference_count=entry.inference_count, execution_count=entry.execution_count,
+        success_count=inf.success.count, success_ns=inf.success.ns,
+        fail_count=inf.fail.count,
+        queue_count=inf.queue.count, queue_ns=inf.queue.ns,
+        compute_input_count=inf.compute_input.count, compute_input_ns=inf.compute_input.ns,
+        compute_infer_count=inf.compute_infer.count, compute_infer_ns=inf.compute_infer.ns,
+        compute_output_count=inf.compute_output.count,
+        compute_output_ns=inf.compute_output.ns)
+
+
+def _summed(pairs: Any) -> dict[str, ServerStats]:
+    out: dict[str, ServerStats] = {}
+    for name, stats in pairs:
+        out[name] = out[name] + stats if name in out else stats
+    return out
+
+
+def all_stats_from_json(doc: Mapping[str, Any]) -> dict[str, ServerStats]:
+    """Every model of a statistics response in JSON form (HTTP ``/v2/models/stats``, or the
+    response of one model), each summed over its versions."""
+    return _summed((str(e.get("name")), _from_json_entry(e)) for e in doc.get("model_stats", []))
+
+
+def all_stats_from_proto(response: Any) -> dict[str, ServerStats]:
+    """Every model of a gRPC ``ModelStatisticsResponse`` (a request without a model name
+    returns every model the server has), each summed over its versions."""
+    return _summed((e.name, _from_proto_entry(e)) for e in response.model_stats)
+
+
+def pick(stats: Mapping[str, ServerStats], model_name: str) -> ServerStats:
+    """``model_name``'s counters from :func:`all_stats_from_json`/``_proto``'s result;
+    MeasurementError when the server reported none for it."""
+    found = stats.get(model_name)
+    if found is None:
+        raise MeasurementError(
+            f"the server reported no statistics for model {model_name!r}; is it loaded?")
+    return found
+
+
 def stats_from_json(doc: Mapping[str, Any], model_name: str) -> ServerStats:
     """A snapshot from the statistics API's JSON form (HTTP ``/v2/models/NAME/stats``, or the
     gRPC response turned into a dict), summed over the model's versions."""
-    entries = [m for m in doc.get("model_stats", []) if m.get("name") == model_name]
-    if not entries:
-        raise MeasurementError(
-            f"the server reported no statistics for model {model_name!r}; is it loaded?")
-    total = ServerStats()
-    for entry in entries:
-        inf = entry.get("inference_stats", {}) or {}
-        values: dict[str, int] = {
-            "inference_count": _int(entry.get("inference_count")),
-            "execution_count": _int(entry.get("execution_count")),
-        }
-        for key in _DURATIONS:
-            part = inf.get(key, {}) or {}
-            values[f"{key}_count"] = _int(part.get("count"))
-            if key != "fail":
-                values[f"{key}_ns"] = _int(part.get("ns"))
-        total = total + ServerStats(**values)
-    return total
+    return pick(all_stats_from_json(doc), model_name)
 
 
 def stats_from_proto(response: Any, model_name: str) -> ServerStats:
     """A snapshot from a gRPC ``ModelStatisticsResponse``, summed over the model's versions."""
-    total = ServerStats()
-    found = False
-    for entry in response.model_stats:
-        if entry.name != model_name:
-            continue
-        found = True
-        inf = entry.inference_stats
-        total = total + ServerStats(
-            inference_count=entry.inference_count, execution_count=entry.execution_count,
-            success_count=inf.success.count, success_ns=inf.success.ns,
-            fail_count=inf.fail.count,
-            queue_count=inf.queue.count, queue_ns=inf.queue.ns,
-            compute_input_count=inf.compute_input.count, compute_input_ns=inf.compute_input.ns,
-            compute_infer_count=inf.compute_infer.count, compute_infer_ns=inf.compute_infer.ns,
-            compute_output_count=inf.compute_output.count,
-            compute_output_ns=inf.compute_output.ns)
-    if not found:
-        raise MeasurementError(
-            f"the server reported no statistics for model {model_name!r}; is it loaded?")
-    return total
+    return pick(all_stats_from_proto(response), model_name)
