@@ -38,6 +38,7 @@ class LevelSettings:
     batch_size: int = 1
     overhead_warn_pct: float = OVERHEAD_WARN_PCT
     processes: int = 1
+    streaming: bool = False       # each request a gRPC stream (a decoupled model)
 
 
 class _Abort(Exception):
@@ -90,7 +91,8 @@ async def _boundary(load: Load, stats: StatsFn | None, timeout_s: float) -> _Bou
 def _window(prev: _Boundary, cur: _Boundary) -> Window:
     c = cur.chunk
     w = Window(start_ns=prev.t_ns, end_ns=cur.t_ns, latencies_ns=c.latencies_ns,
-               errors=c.errors, first_error=c.first_error, sent=c.sent,
+               ttft_ns=c.ttft_ns, span_ns=c.span_ns, tokens=c.tokens, errors=c.errors,
+               first_error=c.first_error, sent=c.sent,
                busy_pct=max(c.busy) if c.busy else None,
                server=(cur.server - prev.server) if cur.server and prev.server else None)
     if c.sent and c.late > LATE_WARN_SHARE * c.sent:
@@ -150,7 +152,8 @@ async def measure_level(load: Load, level: Level, settings: LevelSettings,
     if run is None:
         run = WindowRun(seen, stable=False, invalid_reason=reason)
     m = merge(run, settings=ws, batch_size=settings.batch_size,
-              concurrency=level.concurrency, request_rate=level.request_rate)
+              concurrency=level.concurrency, request_rate=level.request_rate,
+              streaming=settings.streaming)
     last = run.windows[-ws.stability_count:]
     if sampler is not None and last:
         m.monitors = sampler.aggregate(last[0].start_ns, last[-1].end_ns)
