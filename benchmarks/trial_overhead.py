@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))  # tests.support.docker_host
 
 from tracker.spec import ensure_model, load_spec  # noqa: E402
 from tracker.triton import model_config as mc  # noqa: E402
@@ -79,18 +79,18 @@ def run(modes: dict[str, Callable[[], TritonServer]], info: mc.ModelInfo, workdi
 
 def docker_image() -> tuple[str, object] | None:
     """The test image tag and the daemon handle, or None (with the reason printed)."""
-    import docker_support
+    from tests.support import docker_host
 
     try:
-        daemon = docker_support.start_daemon()
-    except docker_support.DockerUnavailable as exc:
+        daemon = docker_host.start_daemon()
+    except docker_host.DockerUnavailable as exc:
         print(f"docker: skipped ({exc})")
         return None
     import docker
 
     client = docker.from_env(timeout=120)
     try:
-        tag = docker_support.ensure_image(client)
+        tag = docker_host.ensure_image(client)
     finally:
         client.close()
     return tag, daemon

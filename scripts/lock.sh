@@ -6,7 +6,7 @@
 # shim's tensor paths: the plain-install leg (scripts/plain-install.sh, Python 3.11's bundled
 # pip) resolves numpy 2 with nvidia-pytriton 0.5.7.
 #   bash scripts/lock.sh            # then commit requirements.lock
-# tests/test_install.py checks that the lock still satisfies pyproject.toml.
+# tests/project/test_install.py checks that the lock still satisfies pyproject.toml.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"

@@ -66,22 +66,22 @@ def cpu_count() -> int:
     return os.cpu_count() or 1
 
 
-# ---- scale-out: a private PostgreSQL and a real `mlflow server` (tests/pg_support.py) ----
+# ---- scale-out: a private PostgreSQL and a real `mlflow server` (tests/support/postgres.py) ----
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Any]:
     """A private PostgreSQL (initdb in a temp dir, 127.0.0.1, free port) for the whole session;
     stopped (`pg_ctl stop -m immediate`) and removed at the end, also when tests fail."""
-    import pg_support
+    from tests.support import postgres
 
     try:
-        inst = pg_support.start_postgres()
-    except pg_support.ServiceUnavailable as exc:
+        inst = postgres.start_postgres()
+    except postgres.ServiceUnavailable as exc:
         pytest.skip(f"PostgreSQL unavailable: {exc}")
     pids = inst.backend_pids()
     yield inst
     inst.stop()
-    left = pg_support.still_running(pids)
+    left = postgres.still_running(pids)
     if left:
         pytest.fail(f"PostgreSQL processes survived pg_ctl stop: {left}", pytrace=False)
 
@@ -96,16 +96,16 @@ def pg_url(postgres: Any) -> str:
 def mlflow_server() -> Iterator[Any]:
     """A real `mlflow server` process (sqlite backend, --serve-artifacts) on 127.0.0.1; its
     process group is stopped at the end of the session."""
-    import pg_support
+    from tests.support import postgres
 
     try:
-        server = pg_support.start_mlflow_server()
-    except pg_support.ServiceUnavailable as exc:
+        server = postgres.start_mlflow_server()
+    except postgres.ServiceUnavailable as exc:
         pytest.skip(f"mlflow server unavailable: {exc}")
     yield server
-    pids = pg_support.group_pids(server.proc.pid)
+    pids = postgres.group_pids(server.proc.pid)
     server.stop()
-    left = pg_support.still_running(pids)
+    left = postgres.still_running(pids)
     if left:
         pytest.fail(f"mlflow server processes survived stop: {left}", pytrace=False)
 
@@ -129,20 +129,20 @@ def docker_image() -> Iterator[str]:
     """The tag of a local Triton image built from the wheel's server (cached by content hash).
     Starts dockerd when none runs (and stops it at the end); skips, saying why, where the
     daemon cannot start. Removes every container the tests left (and fails if there were)."""
-    import docker_support
+    from tests.support import docker_host
 
     try:
-        daemon = docker_support.start_daemon()
-    except docker_support.DockerUnavailable as exc:
+        daemon = docker_host.start_daemon()
+    except docker_host.DockerUnavailable as exc:
         pytest.skip(f"Docker daemon unavailable: {exc}")
     try:
         import docker
 
         client = docker.from_env(timeout=120)
-        tag = docker_support.ensure_image(client)
-        docker_support.remove_old_images(client, tag)
+        tag = docker_host.ensure_image(client)
+        docker_host.remove_old_images(client, tag)
         yield tag
-        left = docker_support.managed_containers(client)
+        left = docker_host.managed_containers(client)
         for container in left:
             container.remove(force=True)
         client.close()

@@ -1,0 +1,232 @@
+"""Layers point one way (docs/architecture.md): a module never imports from a layer above it.
+
+Every module of the package has a layer (root modules included), no module is over DESIGN.md's
+400 lines, and there is no import circle inside ``tracker/``. The checker is shown to fail on
+a violation of each rule.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[2] / "tracker"
+MAX_LINES = 400
+
+_ABOVE_SPEC = ("tracker.triton", "tracker.measure", "tracker.search", "tracker.tracking",
+               "tracker.deploy", "tracker.study", "tracker.cli")
+_LOOP = ("tracker.study", "tracker.cli")
+
+#: the study package, bottom first: each module may import those before it, never one after
+STUDY_ORDER = ("progress", "model_store", "measured", "session", "trial", "conclude",
+               "confirm_rounds", "loop", "profile", "confirm")
+
+
+def _study_above(name: str) -> tuple[str, ...]:
+    later = STUDY_ORDER[STUDY_ORDER.index(name) + 1:]
+    return (*(f"tracker.study.{m}" for m in later), "tracker.deploy", "tracker.cli")
+
+
+# layer -> the tracker packages/modules it must never import. A layer is a package (its
+# modules included) or a single module.
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    # the bottom: plain tables and names, importing nothing of the package (errors aside)
+    "tracker": ("tracker.",),  # the package's __init__
+    "tracker.errors": ("tracker.",),
+    "tracker.trial_attrs": ("tracker.",),
+    "tracker.tags": ("tracker.",),
+    "tracker.metrics": ("tracker.",),
+    "tracker.launch_modes": ("tracker.",),
+    "tracker.feasibility": ("tracker.",),
+    "tracker.confirm_stats": ("tracker.",),  # pure statistics of the confirmation round
+    # the spec package sits on the bottom
+    "tracker.spec": _ABOVE_SPEC,
+    "tracker.triton": ("tracker.measure", "tracker.search", "tracker.tracking", "tracker.deploy",
+                       *_LOOP),
+    "tracker.measure": ("tracker.search", "tracker.tracking", "tracker.deploy",
+                        "tracker.triton.server", *_LOOP),
+    "tracker.search": ("tracker.measure.loadgen", "tracker.tracking", "tracker.deploy",
+                       "tracker.triton.server", *_LOOP),
+    "tracker.tracking": ("tracker.triton.server", "tracker.triton.client",
+                         "tracker.measure.loadgen", "tracker.search", "tracker.deploy", *_LOOP),
+    "tracker.deploy": ("tracker.search", "tracker.measure", *_LOOP),
+    # the study loop: one measured configuration, then a trial, then the loop around it
+    "tracker.study": ("tracker.deploy", "tracker.cli"),  # the package's __init__
+    **{f"tracker.study.{m}": _study_above(m) for m in STUDY_ORDER},
+    "tracker.study.progress": ("tracker.",),
+    "tracker.study.measured": (*_study_above("measured"), "tracker.triton.server.local",
+                               "tracker.triton.server.docker", "tracker.triton.server.remote"),
+    "tracker.study.model_store": (*_study_above("model_store"), "tracker.triton.server",
+                                  "tracker.measure"),
+    # the command line: everything; its parameter helpers nothing of the package
+    "tracker.cli": (),
+    "tracker.cli.params": ("tracker.",),
+}
+
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "tracker.errors": ("tracker.errors",),
+    "tracker.feasibility": ("tracker.errors",),
+}
+
+#: the spec package's helpers never import its root (tracker/spec/__init__.py imports them)
+SPEC_HELPERS = ("tracker.spec.sections", "tracker.spec.checks", "tracker.spec.messages",
+                "tracker.spec.fields")
+
+
+def _module_name(path: Path, root: Path = PKG) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+            names.extend(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _layer(module: str) -> str | None:
+    if module in FORBIDDEN:
+        return module
+    for layer in sorted(FORBIDDEN, key=len, reverse=True):
+        if layer != "tracker" and module.startswith(layer + "."):
+            return layer
+    return None
+
+
+def _matches(name: str, prefix: str) -> bool:
+    if prefix.endswith("."):
+        return name.startswith(prefix)
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def violations(path: Path, module: str) -> list[str]:
+    """The imports of ``path`` (module ``module``) that its layer forbids."""
+    layer = _layer(module)
+    if layer is None:
+        return [f"{module} has no layer"]
+    allowed = ALLOWED.get(layer, ())
+    bad = sorted({name for name in _imports(path) for prefix in FORBIDDEN[layer]
+                  if _matches(name, prefix) and not any(_matches(name, a) for a in allowed)})
+    if module in SPEC_HELPERS:
+        tree = ast.parse(path.read_text())
+        bad += [f"from {n.module} import ..." for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and n.module == "tracker.spec"]
+    return bad
+
+
+MODULES = sorted(PKG.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PKG)))
+def test_no_upward_imports(path: Path) -> None:
+    module = _module_name(path)
+    bad = violations(path, module)
+    assert not bad, f"{module} (layer {_layer(module)}) imports from a layer above it: {bad}"
+
+
+def test_every_module_has_a_layer() -> None:
+    missing = [_module_name(p) for p in MODULES if _layer(_module_name(p)) is None]
+    assert not missing, f"modules without a layer in FORBIDDEN: {missing}"
+
+
+def test_checker_sees_a_violation(tmp_path: Path) -> None:
+    """The checker itself must be able to fail: an upward import is flagged for its layer,
+    a module outside every layer is flagged, a spec helper importing the spec root is."""
+    fake = tmp_path / "x.py"
+    fake.write_text("from tracker.search import space\nimport tracker.study.loop\n")
+    names = _imports(fake)
+    assert "tracker.search" in names and "tracker.study.loop" in names
+    assert violations(fake, "tracker.measure.fake") == [
+        "tracker.search", "tracker.search.space", "tracker.study.loop"]
+    assert violations(fake, "tracker.cli") == []
+    assert violations(fake, "tracker.brand_new") == ["tracker.brand_new has no layer"]
+    helper = tmp_path / "h.py"
+    helper.write_text("from tracker.spec import StudySpec\n")
+    assert violations(helper, "tracker.spec.checks") == ["from tracker.spec import ..."]
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(PKG)))
+def test_modules_stay_small(path: Path) -> None:
+    lines = len(path.read_text().splitlines())
+    assert lines <= MAX_LINES, f"{path.name} has {lines} lines; split it (DESIGN.md: 400 at most)"
+
+
+def _imported(tree: ast.AST, skip: bool = False) -> list[str]:
+    """The names imported in ``tree`` (TYPE_CHECKING blocks left out: they never run)."""
+    names: list[str] = []
+    for child in ast.iter_child_nodes(tree):
+        hidden = skip or (isinstance(child, ast.If) and "TYPE_CHECKING" in ast.dump(child.test))
+        if isinstance(child, ast.Import) and not hidden:
+            names += [a.name for a in child.names]
+        elif isinstance(child, ast.ImportFrom) and not hidden and child.module \
+                and child.level == 0:
+            names += [child.module, *(f"{child.module}.{a.name}" for a in child.names)]
+        names += _imported(child, hidden)
+    return names
+
+
+def _graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the package modules it imports, at import time or lazily in a function."""
+    mods = {_module_name(p, root): p for p in root.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in mods.items():
+        out: set[str] = set()
+        for name in _imported(ast.parse(path.read_text())):
+            while name and name not in mods:
+                name = name.rpartition(".")[0]
+            if name and name not in (module, root.name):
+                out.add(name)
+        graph[module] = out
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import circle of ``graph`` (empty when there is none)."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def walk(node: str) -> list[str]:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt):], nxt]
+            if nxt not in state:
+                found = walk(nxt)
+                if found:
+                    return found
+        state[node] = 2
+        stack.pop()
+        return []
+
+    for node in sorted(graph):
+        if node not in state:
+            found = walk(node)
+            if found:
+                return found
+    return []
+
+
+def test_no_import_circle() -> None:
+    circle = _cycle(_graph(PKG))
+    assert not circle, "import circle: " + " -> ".join(circle)
+
+
+def test_circle_check_sees_a_circle(tmp_path: Path) -> None:
+    pkg = tmp_path / "tracker"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from tracker.b import x\n")
+    (pkg / "b.py").write_text("def f():\n    from tracker.a import y\n")
+    assert _cycle(_graph(pkg)) == ["tracker.a", "tracker.b", "tracker.a"]

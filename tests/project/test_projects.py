@@ -1,0 +1,155 @@
+"""The sample projects: their make_model.py scripts build valid, deterministic ONNX models that
+onnxruntime runs, their study specs load, and `tracker config` describes them as Triton would."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from click.testing import CliRunner
+
+from tracker.cli import cli
+from tracker.spec import load_spec
+from tracker.triton import model_config as mc
+
+PROJECTS = Path(__file__).resolve().parents[2] / "projects"
+DENSENET = PROJECTS / "densenet_onnx"
+QUICKSTART = PROJECTS / "quickstart"
+
+
+def make(project: Path, output: Path, *args: str) -> float:
+    """Run the project's make_model.py as a user (or ensure_model) would; seconds taken."""
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, str(project / "make_model.py"), str(output), *args],
+                          cwd=project, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert output.is_file()
+    return time.perf_counter() - start
+
+
+@pytest.fixture(scope="session")
+def densenet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """DenseNet-121 built once per session: the fixed and the dynamic-batch variants."""
+    out = tmp_path_factory.mktemp("densenet")
+    fixed, dynamic = out / "model.onnx", out / "model_dynamic.onnx"
+    seconds = make(DENSENET, fixed)
+    assert seconds < 30, f"building DenseNet-121 took {seconds:.1f} s; it should take a few"
+    make(DENSENET, dynamic)  # the file name picks the dynamic variant, as study_batching.yaml
+    return {"fixed": fixed, "dynamic": dynamic}
+
+
+def run_once(path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 2
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return [np.asarray(o) for o in session.run(None, feeds)]
+
+
+def dims(value: onnx.ValueInfoProto) -> list[int | str]:
+    return [d.dim_param or d.dim_value for d in value.type.tensor_type.shape.dim]
+
+
+# ---- densenet_onnx ----------------------------------------------------------------------------
+
+def test_densenet_is_densenet121_and_checks(densenet: dict[str, Path]) -> None:
+    model = onnx.load(str(densenet["fixed"]))
+    onnx.checker.check_model(model)
+    graph = model.graph
+    assert [(i.name, dims(i)) for i in graph.input] == [("data_0", [1, 3, 224, 224])]
+    assert [(o.name, dims(o)) for o in graph.output] == [("prob_1", [1, 1000, 1, 1])]
+    convs = [n for n in graph.node if n.op_type == "Conv"]
+    # stem + 2 per dense layer (6+12+24+16) + 3 transitions + classifier = 121 - 1 dense layers
+    assert len(convs) == 1 + 2 * (6 + 12 + 24 + 16) + 3 + 1
+    params = sum(int(np.prod(t.dims)) for t in graph.initializer
+                 if not t.name.endswith(("_mean", "_var")))
+    assert 7_900_000 < params < 8_100_000  # DenseNet-121 has about 8.0 M parameters
+    assert graph.node[-1].op_type == "Softmax"
+
+
+def test_densenet_runs_with_the_guide_shapes(densenet: dict[str, Path]) -> None:
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    (prob,) = run_once(densenet["fixed"], {"data_0": x})
+    assert prob.shape == (1, 1000, 1, 1) and prob.dtype == np.float32
+    assert np.isfinite(prob).all() and prob.sum() == pytest.approx(1.0, rel=1e-4)
+
+
+def test_densenet_dynamic_variant_batches(densenet: dict[str, Path]) -> None:
+    model = onnx.load(str(densenet["dynamic"]), load_external_data=False)
+    assert dims(model.graph.input[0]) == ["batch", 3, 224, 224]
+    x = np.random.default_rng(1).standard_normal((2, 3, 224, 224)).astype(np.float32)
+    (prob,) = run_once(densenet["dynamic"], {"data_0": x})
+    assert prob.shape == (2, 1000, 1, 1)
+    info = mc.from_onnx(densenet["dynamic"], "densenet_onnx_dynamic")
+    assert info.supports_batching and list(info.config.input[0].dims) == [3, 224, 224]
+
+
+def test_tracker_config_on_densenet_matches_the_guide(densenet: dict[str, Path]) -> None:
+    result = CliRunner().invoke(cli, ["config", str(densenet["fixed"]), "--name",
+                                      "densenet_onnx"])
+    assert result.exit_code == 0, result.output
+    assert "max_batch_size: 0\n" in result.output
+    cfg = mc.parse(result.output)
+    assert cfg.max_batch_size == 0 and cfg.platform == "onnxruntime_onnx"
+    assert [(t.name, list(t.dims)) for t in cfg.input] == [("data_0", [1, 3, 224, 224])]
+    assert [(t.name, list(t.dims)) for t in cfg.output] == [("prob_1", [1, 1000, 1, 1])]
+    assert mc.dumps(cfg) == result.output
+
+
+# ---- quickstart -------------------------------------------------------------------------------
+
+def test_quickstart_builds_deterministically_and_runs(tmp_path: Path) -> None:
+    first, second, other = tmp_path / "a.onnx", tmp_path / "b.onnx", tmp_path / "c.onnx"
+    make(QUICKSTART, first)
+    make(QUICKSTART, second)
+    make(QUICKSTART, other, "--seed", "1")
+    assert first.read_bytes() == second.read_bytes()
+    assert first.read_bytes() != other.read_bytes()
+    onnx.checker.check_model(onnx.load(str(first)))
+    x = np.ones((5, 64), dtype=np.float32)
+    (y,) = run_once(first, {"INPUT0": x})
+    assert y.shape == (5, 16) and (y >= 0).all()
+    info = mc.from_onnx(first, "quickstart")
+    assert info.supports_batching and info.config.max_batch_size == 4
+    assert list(info.config.input[0].dims) == [64] and list(info.config.output[0].dims) == [16]
+
+
+def test_quickstart_fixed_variant(tmp_path: Path) -> None:
+    path = tmp_path / "q.onnx"
+    make(QUICKSTART, path, "--batch", "fixed")
+    info = mc.from_onnx(path, "q")
+    assert not info.supports_batching and list(info.config.input[0].dims) == [1, 64]
+
+
+# ---- the study specs --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec_file", [QUICKSTART / "study.yaml", DENSENET / "study.yaml",
+                                       DENSENET / "study_batching.yaml"],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_study_specs_load_and_their_space_applies(spec_file: Path, tmp_path: Path) -> None:
+    spec = load_spec(spec_file)
+    assert spec.model.build == spec_file.parent / "make_model.py"
+    assert spec.model.path.parent == spec_file.parent and spec.model.path.suffix == ".onnx"
+    # build the model where the spec's name says (file name decides the batch variant)
+    model = tmp_path / spec.model.path.name
+    make(spec_file.parent, model)
+    info = mc.model_info(spec.model.model_copy(update={"path": model}))
+    assert info.config == mc.from_onnx(model, spec.model.name).config
+    # every point of the space is a config Triton would accept
+    space = spec.search.space
+    assert space, "a sample study names its space"
+    keys = list(space)
+    grid: list[dict[str, object]] = [{}]
+    for key in keys:
+        values = space[key]
+        assert isinstance(values, list)
+        grid = [{**point, key: value} for point in grid for value in values]
+    for point in grid:
+        config_values, load_values = mc.split_params(point)
+        assert not load_values
+        mc.apply(info, config_values)
