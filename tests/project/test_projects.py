@@ -153,3 +153,22 @@ def test_study_specs_load_and_their_space_applies(spec_file: Path, tmp_path: Pat
         config_values, load_values = mc.split_params(point)
         assert not load_values
         mc.apply(info, config_values)
+
+
+def test_streaming_lm_spec_loads_and_its_space_applies() -> None:
+    """projects/streaming_lm: the spec validates (its load.stream names the model's inputs),
+    and every point of its space is a config Triton would accept for tiny_lm."""
+    spec = load_spec(PROJECTS / "streaming_lm" / "study.yaml")
+    base = mc.load(spec.model.path / "config.pbtxt")
+    assert base.model_transaction_policy.decoupled  # streamed, whatever load.stream says
+    names = {i.name for i in base.input}
+    stream = spec.load.stream
+    assert stream.input_tokens is not None and stream.input_tokens.input in names
+    assert stream.output_tokens is not None and stream.output_tokens.input in names
+    assert "perf_time_to_first_token_p99" in spec.constraints
+    grid: list[dict[str, object]] = [{}]
+    for key, values in spec.search.space.items():
+        assert isinstance(values, list)
+        grid = [{**point, key: value} for point in grid for value in values]
+    for point in grid:
+        assert mc.apply(base, point, supports_batching=True).max_batch_size >= 1
