@@ -28,6 +28,8 @@ from tracker.errors import StudyError
 
 #: the violation of a bound whose metric was not measured (always infeasible)
 UNMEASURED_VIOLATION = 1.0
+#: latencies that only grow with more load: a broken maximum stops the sweep
+LATENCY_PREFIXES = ("perf_latency", "perf_time_to_first_token", "perf_inter_token_latency")
 
 
 @dataclass(frozen=True)
@@ -105,10 +107,11 @@ def broken(metrics: Mapping[str, float], constraints: Mapping[str, object] | Non
 
 def stops_sweep(metrics: Mapping[str, float],
                 constraints: Mapping[str, object] | None) -> list[str]:
-    """The broken bounds after which more load cannot help: latency maxima (in words)."""
+    """The broken bounds after which more load cannot help: latency maxima (in words),
+    a streaming model's time to first token and inter-token latency included."""
     return [c.words() for c in judge(metrics, constraints)
             if c.broken and c.side == "max"
-            and c.metric.rsplit("/", 1)[-1].startswith("perf_latency")]
+            and c.metric.rsplit("/", 1)[-1].startswith(LATENCY_PREFIXES)]
 
 
 def for_models(constraints: Mapping[str, object] | None,

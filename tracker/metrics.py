@@ -53,6 +53,16 @@ CATALOG: tuple[Metric, ...] = (
            "Server Compute Infer"),
     Metric("perf_server_compute_output", "minimize", "ms", "server_compute_output_ms",
            "Server Compute Output"),
+    # streaming (decoupled) models, AIPerf's meanings: time_to_first_token (request sent to
+    # first token), inter_token_latency (per request: (last - first token) / (tokens - 1)),
+    # output_token_throughput (tokens of the requests that ended in the windows / their time).
+    # For these models perf_throughput is requests/s and perf_latency_* end-to-end latency.
+    *(Metric(f"perf_time_to_first_token_{s}", "minimize", "ms", f"ttft_{s}_ms", f"TTFT {s}")
+      for s in ("avg", "p50", "p90", "p95", "p99")),
+    *(Metric(f"perf_inter_token_latency_{s}", "minimize", "ms", f"itl_{s}_ms", f"ITL {s}")
+      for s in ("avg", "p50", "p90", "p95", "p99")),
+    Metric("perf_output_token_throughput", "maximize", "tokens/s", "output_token_throughput",
+           "Output Tokens/Second"),
     Metric("gpu_used_memory", "minimize", "MB", column="Max GPU Memory Usage"),
     Metric("gpu_utilization", "maximize", "%", column="Avg GPU Utilization"),
     Metric("gpu_power_usage", "minimize", "W", column="Avg GPU Power Usage"),

@@ -39,7 +39,9 @@ def test_measurement_fields_give_the_catalog_metrics() -> None:
 
 
 def test_csv_columns_are_the_catalog_columns() -> None:
-    header = csvio.header([Measurement(concurrency=1)])
+    header = csvio.header([Measurement(concurrency=1, streaming=True)])
+    # a file of unary levels only has perf_analyzer's own columns, no streaming ones
+    assert not set(csvio.header([Measurement(concurrency=1)])) & set(csvio.STREAM_COLUMNS)
     for m in catalog.CATALOG:
         if m.column is None:
             continue
@@ -49,7 +51,8 @@ def test_csv_columns_are_the_catalog_columns() -> None:
             assert csvio.GPU_COLUMNS[m.column][0] == m.name
     assert {name for name, _, _ in csvio.GPU_COLUMNS.values()} <= set(catalog.NAMES)
     # a written value comes back as the same metric (ms -> us -> ms)
-    src = Measurement(concurrency=2, throughput=10.0, latency_avg_ms=2.0, **{
+    src = Measurement(concurrency=2, throughput=10.0, latency_avg_ms=2.0,
+                      output_token_throughput=123.5, **{
         m.field: 1.0 + i for i, m in enumerate(catalog.CATALOG)
         if m.unit == "ms" and m.field and m.field != "latency_avg_ms"})
     (back,) = csvio.loads(csvio.dumps([src]))

@@ -173,3 +173,22 @@ def test_image_preprocess_checks_as_a_python_model_with_its_crop_knob() -> None:
         for mbs in (1, 8):
             cfg = mc.apply(info, {"instance_group.count": count, "max_batch_size": mbs})
             assert cfg.backend == "python" and list(cfg.input[0].dims) == [256, 256, 3]
+
+
+def test_streaming_lm_spec_loads_and_its_space_applies() -> None:
+    """projects/streaming_lm: the spec validates (its load.stream names the model's inputs),
+    and every point of its space is a config Triton would accept for tiny_lm."""
+    spec = load_spec(PROJECTS / "streaming_lm" / "study.yaml")
+    base = mc.load(spec.model.path / "config.pbtxt")
+    assert base.model_transaction_policy.decoupled  # streamed, whatever load.stream says
+    names = {i.name for i in base.input}
+    stream = spec.load.stream
+    assert stream.input_tokens is not None and stream.input_tokens.input in names
+    assert stream.output_tokens is not None and stream.output_tokens.input in names
+    assert "perf_time_to_first_token_p99" in spec.constraints
+    grid: list[dict[str, object]] = [{}]
+    for key, values in spec.search.space.items():
+        assert isinstance(values, list)
+        grid = [{**point, key: value} for point in grid for value in values]
+    for point in grid:
+        assert mc.apply(base, point, supports_batching=True).max_batch_size >= 1

@@ -7,6 +7,11 @@ microseconds, the percentiles, and (verbose CSV) ``Avg latency``, ``request/resp
 they were measured (perf_analyzer sorts by throughput), and a figure that was not measured
 is an empty cell (perf_analyzer writes 0): the built-in client does not time request
 serialization apart, so its ``Client Send``, ``Client Recv`` and ``request/response`` are empty.
+
+Streaming (decoupled) models add columns after perf_analyzer's own, in the catalog's names:
+``Output Tokens/Second``, ``Output Tokens/Request``, ``TTFT avg`` ... ``TTFT p99`` and
+``ITL avg`` ... ``ITL p99`` (microseconds, like the other times); a file without a streaming
+level has none of them.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from pathlib import Path
 
 from tracker.errors import MeasurementError
 from tracker.measure.types import Measurement
-from tracker.metrics import MS_COLUMNS
+from tracker.metrics import BY_NAME, MS_COLUMNS
 
 CONCURRENCY = "Concurrency"
 REQUEST_RATE = "Request Rate"
@@ -29,6 +34,13 @@ COLUMNS: tuple[str, ...] = (
     "p50 latency", "p90 latency", "p95 latency", "p99 latency",
     "Avg latency", "request/response", "response wait",
 )
+TOKENS_PER_S = BY_NAME["perf_output_token_throughput"].column or "Output Tokens/Second"
+TOKENS_PER_REQUEST = "Output Tokens/Request"
+STREAM_MS: tuple[tuple[str, str], ...] = tuple(
+    (m.column, m.field) for m in BY_NAME.values()
+    if m.column and m.field and m.field.startswith(("ttft_", "itl_")))
+STREAM_COLUMNS: tuple[str, ...] = (TOKENS_PER_S, TOKENS_PER_REQUEST,
+                                   *(col for col, _ in STREAM_MS))
 # perf_analyzer --collect-metrics columns: "GPU-uuid:value;GPU-uuid:value;" per cell.
 GPU_COLUMNS = {
     "Avg GPU Utilization": ("gpu_utilization", 100.0, "mean"),
@@ -49,7 +61,16 @@ def header(measurements: Iterable[Measurement]) -> list[str]:
     """The header row: ``Request Rate`` first when every level is a request rate."""
     ms = list(measurements)
     first = REQUEST_RATE if ms and all(m.concurrency is None for m in ms) else CONCURRENCY
-    return [first, THROUGHPUT, *COLUMNS]
+    streamed = any(_streamed(m) for m in ms)
+    return [first, THROUGHPUT, *COLUMNS, *(STREAM_COLUMNS if streamed else ())]
+
+
+def _streamed(m: Measurement) -> bool:
+    return m.streaming or any(getattr(m, f) is not None for _, f in STREAM_MS)
+
+
+def _num(value: float | None, fmt: str = ".4f") -> str:
+    return "" if value is None else format(value, fmt)
 
 
 def _row(m: Measurement, first: str) -> list[str]:
@@ -68,6 +89,11 @@ def _row(m: Measurement, first: str) -> list[str]:
     ]
 
 
+def _stream_row(m: Measurement) -> list[str]:
+    return [_num(m.output_token_throughput), _num(m.output_tokens_avg),
+            *(_us(getattr(m, f)) for _, f in STREAM_MS)]
+
+
 def dumps(measurements: Iterable[Measurement]) -> str:
     """The CSV text for the levels that have latencies (a level where nothing completed has
     no row, as with perf_analyzer)."""
@@ -76,8 +102,9 @@ def dumps(measurements: Iterable[Measurement]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(head)
+    streamed = len(head) > 2 + len(COLUMNS)
     for m in rows:
-        writer.writerow(_row(m, head[0]))
+        writer.writerow(_row(m, head[0]) + (_stream_row(m) if streamed else []))
     return buf.getvalue()
 
 
@@ -136,6 +163,10 @@ def loads(text: str, *, source: str = "perf_analyzer", where: str = "CSV") -> li
         else:
             m.request_rate = level
         m.throughput = _float(row, THROUGHPUT, at) or 0.0
+        if TOKENS_PER_S in names:
+            m.streaming = True
+            m.output_token_throughput = _float(row, TOKENS_PER_S, at)
+            m.output_tokens_avg = _float(row, TOKENS_PER_REQUEST, at)
         for column, attr in _MS_FIELDS.items():
             value = _float(row, column, at)
             if value is not None:

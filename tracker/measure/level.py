@@ -43,6 +43,7 @@ class LevelSettings:
     batch_size: int = 1
     overhead_warn_pct: float = OVERHEAD_WARN_PCT
     processes: int = 1
+    streaming: bool = False       # each request a gRPC stream (a decoupled model)
 
 
 class LevelAborted(Exception):
@@ -113,7 +114,8 @@ def window_between(prev: Boundary, cur: Boundary) -> Window:
     """The window between two edges (the counters' differences, the client's records)."""
     c = cur.chunk
     w = Window(start_ns=prev.t_ns, end_ns=cur.t_ns, latencies_ns=c.latencies_ns,
-               errors=c.errors, first_error=c.first_error, sent=c.sent,
+               ttft_ns=c.ttft_ns, span_ns=c.span_ns, tokens=c.tokens, errors=c.errors,
+               first_error=c.first_error, sent=c.sent,
                busy_pct=max(c.busy) if c.busy else None,
                server=(cur.server - prev.server) if cur.server and prev.server else None)
     if cur.steps is not None and prev.steps is not None:
@@ -184,7 +186,8 @@ def finish(run: WindowRun, level: Level, settings: LevelSettings,
     the client-overhead warning."""
     ws = settings.windows
     m = merge(run, settings=ws, batch_size=settings.batch_size,
-              concurrency=level.concurrency, request_rate=level.request_rate)
+              concurrency=level.concurrency, request_rate=level.request_rate,
+              streaming=settings.streaming)
     last = run.windows[-ws.stability_count:]
     if sampler is not None and last:
         m.monitors = sampler.aggregate(last[0].start_ns, last[-1].end_ns)

@@ -9,6 +9,11 @@ appends; the requests are pre-built (see transport.py). Completions are appended
 they are observed, so end times are sorted and a window is a bisect away: :meth:`take` hands
 over (and forgets) everything that ended before a given instant. ``perf_counter_ns`` is
 CLOCK_MONOTONIC on Linux, shared by all processes, so several processes' records line up.
+
+A streaming transport's call returns a :class:`~tracker.measure.stream.StreamRecord`; then a
+request's latency runs to its final response, and three more lists, aligned with the
+latencies, keep its time to the first token, the span from its first to its last token and
+its token count.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tracker.errors import MeasurementError
+from tracker.measure.stream import StreamRecord
 from tracker.measure.transport import Payload, Transport, describe_error
 
 MAX_INFLIGHT = 4096
@@ -60,6 +66,10 @@ class Chunk:
     """What a process recorded up to an instant since the last take."""
 
     latencies_ns: npt.NDArray[np.int64]
+    # streaming requests, aligned with latencies_ns (empty for unary ones); -1: no token
+    ttft_ns: npt.NDArray[np.int64] = field(default_factory=lambda: _empty())
+    span_ns: npt.NDArray[np.int64] = field(default_factory=lambda: _empty())
+    tokens: npt.NDArray[np.int64] = field(default_factory=lambda: _empty())
     errors: int = 0
     first_error: str | None = None
     sent: int = 0
@@ -70,15 +80,22 @@ class Chunk:
 
     @staticmethod
     def merge(chunks: Sequence[Chunk]) -> Chunk:
+        def cat(name: str) -> npt.NDArray[np.int64]:
+            return (np.concatenate([getattr(c, name) for c in chunks]) if chunks
+                    else _empty())
+
         return Chunk(
-            latencies_ns=np.concatenate([c.latencies_ns for c in chunks])
-            if chunks else np.empty(0, dtype=np.int64),
-            errors=sum(c.errors for c in chunks),
+            latencies_ns=cat("latencies_ns"), ttft_ns=cat("ttft_ns"), span_ns=cat("span_ns"),
+            tokens=cat("tokens"), errors=sum(c.errors for c in chunks),
             first_error=next((c.first_error for c in chunks if c.first_error), None),
             sent=sum(c.sent for c in chunks), late=sum(c.late for c in chunks),
             cpu_ns=sum(c.cpu_ns for c in chunks), wall_ns=max((c.wall_ns for c in chunks),
                                                               default=0),
             busy=[b for c in chunks for b in c.busy])
+
+
+def _empty() -> npt.NDArray[np.int64]:
+    return np.empty(0, dtype=np.int64)
 
 
 class LocalLoad:
@@ -99,6 +116,9 @@ class LocalLoad:
     def _reset(self) -> None:
         self.ends: list[int] = []
         self.lats: list[int] = []
+        self.ttfts: list[int] = []   # streaming only, aligned with lats
+        self.spans: list[int] = []
+        self.tokens: list[int] = []
         self.err_ends: list[int] = []
         self.err_msgs: list[str] = []
         self.sent = 0
@@ -120,12 +140,15 @@ class LocalLoad:
         k = bisect_left(self.ends, until_ns)
         lats = np.array(self.lats[:k], dtype=np.int64)
         del self.ends[:k], self.lats[:k]
+        ttft, span, tokens = (np.array(x[:k], dtype=np.int64)
+                              for x in (self.ttfts, self.spans, self.tokens))
+        del self.ttfts[:k], self.spans[:k], self.tokens[:k]
         e = bisect_left(self.err_ends, until_ns)
         first = self.err_msgs[0] if e else None
         del self.err_ends[:e], self.err_msgs[:e]
         cpu, wall = time.thread_time_ns(), time.perf_counter_ns()
-        chunk = Chunk(lats, errors=e, first_error=first, sent=self.sent, late=self.late,
-                      cpu_ns=cpu - self._mark_cpu, wall_ns=wall - self._mark_wall)
+        chunk = Chunk(lats, ttft, span, tokens, errors=e, first_error=first, sent=self.sent,
+                      late=self.late, cpu_ns=cpu - self._mark_cpu, wall_ns=wall - self._mark_wall)
         chunk.busy = [100.0 * chunk.cpu_ns / chunk.wall_ns] if chunk.wall_ns > 0 else []
         self.sent = self.late = 0
         self._mark_cpu, self._mark_wall = cpu, wall
@@ -142,26 +165,39 @@ class LocalLoad:
             self.sent += 1
             t0 = now()
             try:
-                await call(data)
+                got = await call(data)
             except Exception as exc:
                 self._error(exc)
                 continue
             t1 = now()
             ends.append(t1)
-            lats.append(t1 - t0)
+            if type(got) is StreamRecord:
+                self._streamed(t0, got)
+            else:  # a unary call's response (bytes, or None over HTTP)
+                lats.append(t1 - t0)
+
+    def _streamed(self, t0: int, rec: StreamRecord) -> None:
+        """One streamed request's figures (its end is already in ``ends``)."""
+        self.lats.append(rec.final_ns - t0)
+        self.ttfts.append(rec.first_ns - t0 if rec.tokens else -1)
+        self.spans.append(rec.last_ns - rec.first_ns if rec.tokens else 0)
+        self.tokens.append(rec.tokens)
 
     # -- open loop -------------------------------------------------------------------------
     async def _one(self, data: Payload) -> None:
         self._inflight += 1
         t0 = time.perf_counter_ns()
         try:
-            await self._call(data)
+            got = await self._call(data)
         except Exception as exc:
             self._error(exc)
         else:
             t1 = time.perf_counter_ns()
             self.ends.append(t1)
-            self.lats.append(t1 - t0)
+            if type(got) is StreamRecord:
+                self._streamed(t0, got)
+            else:
+                self.lats.append(t1 - t0)
         finally:
             self._inflight -= 1
 

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from tracker.errors import MeasurementError
 from tracker.measure.loadgen import Chunk, Level, LocalLoad, split_level
+from tracker.measure.stream import TokenCount
 from tracker.measure.transport import Payload, make_transport
 
 SPAWN_TIMEOUT_S = 120.0
@@ -98,18 +99,18 @@ class _AsyncConn:
 
 
 def _child_main(conn: Connection, protocol: str, url: str, model_name: str, timeout_s: float,
-                payloads: list[Payload]) -> None:
+                payloads: list[Payload], stream: TokenCount | None = None) -> None:
     """Entry point of a load process: serve the parent's commands until "close"."""
     try:
-        asyncio.run(_child(conn, protocol, url, model_name, timeout_s, payloads))
+        asyncio.run(_child(conn, protocol, url, model_name, timeout_s, payloads, stream))
     except Exception:
         with contextlib.suppress(OSError):
             conn.send(("error", traceback.format_exc(limit=3)))
 
 
 async def _child(conn: Connection, protocol: str, url: str, model_name: str, timeout_s: float,
-                 payloads: list[Payload]) -> None:
-    load = LocalLoad(make_transport(protocol, url, model_name, timeout_s), payloads)
+                 payloads: list[Payload], stream: TokenCount | None) -> None:
+    load = LocalLoad(make_transport(protocol, url, model_name, timeout_s, stream), payloads)
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -145,11 +146,12 @@ class ProcessLoad:
     """``processes`` spawned load processes; call :meth:`open` inside the event loop."""
 
     def __init__(self, processes: int, protocol: str, url: str, model_name: str,
-                 timeout_s: float, payloads: Sequence[Payload]) -> None:
+                 timeout_s: float, payloads: Sequence[Payload],
+                 stream: TokenCount | None = None) -> None:
         if processes < 2:
             raise MeasurementError(f"ProcessLoad needs >= 2 processes, but got {processes}")
         self.processes = processes
-        self._args = (protocol, url, model_name, timeout_s, list(payloads))
+        self._args = (protocol, url, model_name, timeout_s, list(payloads), stream)
         self.timeout_s = timeout_s
         self._procs: list[Any] = []
         self._conns: list[_AsyncConn] = []

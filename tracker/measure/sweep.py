@@ -3,7 +3,8 @@
 Levels are the spec's concurrency list (or powers of two up to a maximum), or its request
 rates. After each level the sweep stops when
 - the level is invalid (errors above the threshold, server not answering),
-- a latency constraint (``perf_latency_*: {max: ...}``) is broken: more load only adds latency,
+- a latency constraint (``perf_latency_*``, ``perf_time_to_first_token_*``,
+  ``perf_inter_token_latency_*``: ``{max: ...}``) is broken: more load only adds latency,
 - the last 3 levels gained under 5% throughput over the level before them (throughput has
   saturated; Model Analyzer's rule).
 Whether a constraint is broken is tracker/feasibility.py's rule; which level a configuration
@@ -19,12 +20,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from tracker.errors import MeasurementError
 from tracker.feasibility import stops_sweep
-from tracker.measure.inputs import Sample, input_specs, make_samples
+from tracker.measure.inputs import Sample, input_specs
 from tracker.measure.level import LevelSettings, StatsFn, measure_level
 from tracker.measure.loadgen import Level, LocalLoad
 from tracker.measure.monitors import Monitor, Sampler
 from tracker.measure.procs import InProcessLoad, Load, ProcessLoad
 from tracker.measure.stats import Snapshot, snapshot_of
+from tracker.measure.stream import TokenCount, check_tokens
+from tracker.measure.stream_inputs import samples_for
 from tracker.measure.transport import Transport, make_transport
 from tracker.measure.types import Measurement, SweepResult
 from tracker.measure.windows import WindowSettings
@@ -80,14 +83,31 @@ def load_levels(load: LoadSection, override: Sequence[float] | None = None) -> l
     return out
 
 
-def settings_from(load: LoadSection) -> LevelSettings:
-    """LevelSettings from a LoadSection."""
+def stream_rule(config: ModelConfig, load: LoadSection) -> TokenCount | None:
+    """How tokens are counted when ``config``'s model is streamed (each request one gRPC
+    stream), or None for unary requests: a decoupled model is always streamed
+    (``load.stream.enabled: auto``), any other only with ``enabled: true``."""
+    decoupled = bool(config.model_transaction_policy.decoupled)
+    enabled = load.stream.enabled
+    if enabled is False and decoupled:
+        raise MeasurementError(f"load.stream.enabled is false, but model {config.name!r} is "
+                               "decoupled (model_transaction_policy { decoupled: true }): it "
+                               "answers over gRPC streams only; use 'auto' or true")
+    if not decoupled and enabled is not True:
+        return None
+    count = TokenCount(load.stream.tokens)
+    check_tokens(count, [o.name for o in config.output])
+    return count
+
+
+def settings_from(load: LoadSection, streaming: bool = False) -> LevelSettings:
+    """LevelSettings from a LoadSection (``streaming``: each request a gRPC stream)."""
     return LevelSettings(
         windows=WindowSettings(window_ms=load.window_ms, window_requests=load.window_requests,
                                stability_pct=load.stability_pct, max_tries=load.max_tries,
                                max_error_pct=load.max_error_pct),
         warmup_requests=load.warmup_requests, timeout_s=load.request_timeout_s,
-        batch_size=load.batch_size, processes=load.processes)
+        batch_size=load.batch_size, processes=load.processes, streaming=streaming)
 
 
 async def _run(levels: Sequence[Level], measure: Callable[[Level], Awaitable[Measurement]],
@@ -144,13 +164,14 @@ def endpoint_url(endpoints: Endpoints, load: LoadSection) -> str:
 
 
 async def open_driver(load: LoadSection, url: str, model_name: str, transport: Transport,
-                      samples: Sequence[Sample], datatypes: dict[str, str]) -> Load:
+                      samples: Sequence[Sample], datatypes: dict[str, str],
+                      stream: TokenCount | None = None) -> Load:
     """The load for ``model_name``: in this process, or ``load.processes`` spawned ones
     (close those with ``driver.close()``)."""
     payloads = transport.payloads(samples, datatypes)
     if load.processes > 1:
         procs = ProcessLoad(load.processes, load.protocol, url, model_name,
-                            load.request_timeout_s, payloads)
+                            load.request_timeout_s, payloads, stream)
         await procs.open()
         return procs
     return InProcessLoad(LocalLoad(transport, payloads))
@@ -172,13 +193,15 @@ async def _builtin(endpoints: Endpoints, model_name: str, config: ModelConfig,
                    plan: LevelPlanner | None = None, models: Sequence[str] = (),
                    ) -> SweepResult:
     url = endpoint_url(endpoints, load)
-    samples = make_samples(config, load.batch_size, load.input_data)
+    stream = stream_rule(config, load)
+    samples = samples_for(config, load)
     datatypes = {s.name: s.datatype for s in input_specs(config)}
-    settings = settings_from(load)
-    transport = make_transport(load.protocol, url, model_name, load.request_timeout_s)
+    settings = settings_from(load, streaming=stream is not None)
+    transport = make_transport(load.protocol, url, model_name, load.request_timeout_s, stream)
     driver: Load | None = None
     try:
-        driver = await open_driver(load, url, model_name, transport, samples, datatypes)
+        driver = await open_driver(load, url, model_name, transport, samples, datatypes,
+                                   stream)
         loaded = driver
         stats = stats_fn(transport, models)
         if models:  # a model the server does not have is the caller's mistake: say so now
@@ -220,6 +243,11 @@ def sweep(endpoints: Endpoints, model_name: str, config: ModelConfig, load: Load
                 raise MeasurementError("the per-model split of a pipeline (models=...) needs "
                                        "the builtin backend, but backend is 'perf_analyzer'")
             from tracker.measure.perf_analyzer import PerfAnalyzer
+
+            if stream_rule(config, load) is not None:
+                raise MeasurementError("a streaming (decoupled) model is measured by the "
+                                       "built-in load generator only: perf_analyzer's CSV has "
+                                       "no time to first token or inter-token latency")
 
             binary = shutil.which("perf_analyzer")
             if binary is None:

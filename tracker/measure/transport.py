@@ -26,6 +26,7 @@ from tracker.measure.stats import (
     stats_from_json,
     stats_from_proto,
 )
+from tracker.measure.stream import StreamCaller, StreamFailed, TokenCount, with_final_flag
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 STATS_METHOD = "/inference.GRPCInferenceService/ModelStatistics"
@@ -55,7 +56,9 @@ def describe_error(exc: BaseException) -> str:
         return f"{name}: {details()}"
     if isinstance(exc, asyncio.TimeoutError):
         return "request timed out"
-    return f"{type(exc).__name__}: {exc}" if not isinstance(exc, RequestFailed) else str(exc)
+    if isinstance(exc, RequestFailed | StreamFailed):
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"
 
 
 def grpc_payloads(model_name: str, samples: Sequence[Sample],
@@ -99,15 +102,19 @@ def http_payloads(samples: Sequence[Sample],
 
 
 class GrpcTransport:
-    """gRPC over one ``grpc.aio`` channel (create it inside the event loop that uses it)."""
+    """gRPC over one ``grpc.aio`` channel (create it inside the event loop that uses it).
+    With ``stream`` (a decoupled model) each request is one ``ModelStreamInfer`` stream whose
+    call returns a :class:`~tracker.measure.stream.StreamRecord` (stream.py)."""
 
     protocol = "grpc"
 
-    def __init__(self, url: str, model_name: str, timeout_s: float) -> None:
+    def __init__(self, url: str, model_name: str, timeout_s: float,
+                 stream: TokenCount | None = None) -> None:
         import grpc
         from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE, service_pb2
 
         self.url, self.model_name, self.timeout_s = url, model_name, timeout_s
+        self.stream = stream
         opts = [("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
                 ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE)]
         self._channel = grpc.aio.insecure_channel(url, options=opts)
@@ -120,10 +127,14 @@ class GrpcTransport:
         self._all_stats_request = service_pb2.ModelStatisticsRequest(name="")
 
     def payloads(self, samples: Sequence[Sample], datatypes: dict[str, str]) -> list[Payload]:
-        return grpc_payloads(self.model_name, samples, datatypes)
+        out = grpc_payloads(self.model_name, samples, datatypes)
+        return [with_final_flag(p) for p in out] if self.stream is not None else list(out)
 
     def caller(self) -> Callable[[Payload], Awaitable[Any]]:
-        """The per-request call: the channel's multicallable with the deadline bound."""
+        """The per-request call: the channel's multicallable with the deadline bound (a
+        stream's: :class:`~tracker.measure.stream.StreamCaller`)."""
+        if self.stream is not None:
+            return StreamCaller(self._channel, self.stream, self.timeout_s)
         return functools.partial(self._infer, timeout=self.timeout_s)
 
     async def stats(self, timeout_s: float | None = None) -> ServerStats:
@@ -144,6 +155,7 @@ class HttpTransport:
     """HTTP/REST with one aiohttp session (create it inside the event loop that uses it)."""
 
     protocol = "http"
+    stream = None
 
     def __init__(self, url: str, model_name: str, timeout_s: float) -> None:
         import aiohttp
@@ -204,10 +216,16 @@ def _http_error(data: bytes) -> str:
 Transport = GrpcTransport | HttpTransport
 
 
-def make_transport(protocol: str, url: str, model_name: str, timeout_s: float) -> Transport:
-    """The transport for ``protocol`` ("grpc": ``host:port``; "http": ``[http://]host:port``)."""
+def make_transport(protocol: str, url: str, model_name: str, timeout_s: float,
+                   stream: TokenCount | None = None) -> Transport:
+    """The transport for ``protocol`` ("grpc": ``host:port``; "http": ``[http://]host:port``);
+    ``stream``: each request one gRPC stream, tokens counted by that rule (gRPC only)."""
     if protocol == "grpc":
-        return GrpcTransport(url, model_name, timeout_s)
+        return GrpcTransport(url, model_name, timeout_s, stream)
     if protocol == "http":
+        if stream is not None:
+            raise MeasurementError("load.protocol must be 'grpc' for a streaming (decoupled) "
+                                   "model: Triton streams a request's responses over gRPC "
+                                   "only, but got 'http'")
         return HttpTransport(url, model_name, timeout_s)
     raise MeasurementError(f"load.protocol must be 'grpc' or 'http', but got {protocol!r}")

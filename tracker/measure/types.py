@@ -3,8 +3,11 @@
 use them without knowing how they were made.
 
 Units: latencies and server times in milliseconds, throughput in inferences per second
-(requests x batch size per second). A figure that was not measured is ``None`` (or absent from
-``monitors``), never a made-up zero.
+(requests x batch size per second). For a streaming (decoupled) model a request is one
+stream: ``throughput`` is requests/s and the ``latency_*`` figures are end-to-end (request
+sent to final response); the token figures (``ttft_*``, ``itl_*``, output tokens/s) are
+AIPerf's time_to_first_token, inter_token_latency and output_token_throughput. A figure that
+was not measured is ``None`` (or absent from ``monitors``), never a made-up zero.
 """
 
 from __future__ import annotations
@@ -81,6 +84,20 @@ class Measurement:
     # (the built-in client sends pre-serialized requests and does not time them apart)
     client_send_ms: float | None = None
     client_recv_ms: float | None = None
+    # streaming models only (None otherwise)
+    streaming: bool = False
+    ttft_avg_ms: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p90_ms: float | None = None
+    ttft_p95_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    itl_avg_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p90_ms: float | None = None
+    itl_p95_ms: float | None = None
+    itl_p99_ms: float | None = None
+    output_token_throughput: float | None = None   # tokens/s
+    output_tokens_avg: float | None = None         # tokens per request (not a catalog metric)
     requests: int = 0
     server_requests: int | None = None
     errors: int = 0

@@ -37,6 +37,7 @@ from tracker.spec.checks import (
 )
 from tracker.spec.fields import config_field
 from tracker.spec.messages import Problems, join_path, problem, show
+from tracker.spec.streaming import StreamSection
 
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16)
 
@@ -230,6 +231,7 @@ class LoadSection(SpecModel):
     processes: PosInt = 1
     max_error_pct: Annotated[float, Field(ge=0, le=100)] = 1.0
     request_timeout_s: PosFloat = 10.0
+    stream: StreamSection = Field(default_factory=StreamSection)  # spec/streaming.py
 
     @field_validator("input_data")
     @classmethod

@@ -30,7 +30,7 @@ from tracker.errors import TrackingError
 from tracker.study.measured import serve_options
 from tracker.study.session import StudyContext
 from tracker.study.trial import configs
-from tracker.tracking import confirmed, runs, study_record, view
+from tracker.tracking import confirmed, runs, stream_plots, study_record, view
 from tracker.tracking.report import (
     TrialRow,
     best_row,
@@ -101,7 +101,8 @@ def _log_view(ctx: StudyContext, rows: list[TrialRow]) -> str:
     view.drop_superseded_views(parent.client, parent.experiment_id)
     view_id = view.write_view(parent.client, parent.experiment_id, parent.run_id,
                               name=f"Study {ctx.study.study_name}",
-                              knobs=list(ctx.distributions), objectives=dict(spec.objectives))
+                              knobs=list(ctx.distributions), objectives=dict(spec.objectives),
+                              streaming=stream_plots.is_streaming(rows))
     return view.study_link(parent.tracking_uri, parent.experiment_id, view_id)
 
 
@@ -112,9 +113,11 @@ def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, 
     objectives = dict(spec.objectives)
     metric = next(iter(objectives))
     with tempfile.TemporaryDirectory(prefix="tracker-report-") as tmp:
+        curves = (stream_plots.sweep_curves(client, rows)
+                  if stream_plots.is_streaming(rows) else None)
         files: dict[str, str | bytes | Path] = dict(
             write_report(rows, objectives, spec.constraints, Path(tmp),
-                         title=f"Study {ctx.study.study_name}"))
+                         title=f"Study {ctx.study.study_name}", curves=curves))
         if best is not None:
             cfg, served = configs(ctx, best.params, best.baseline)
             prod, _served, _header = served_configs(ctx.info, cfg, serving=ctx.serving,

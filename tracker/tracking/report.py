@@ -191,10 +191,13 @@ def summary(rows: Sequence[TrialRow], objectives: Mapping[str, str]) -> str:
 
 def write_report(rows: Sequence[TrialRow], objectives: Mapping[str, str],
                  constraints: Mapping[str, object], out_dir: Path, *,
-                 title: str = "Study") -> dict[str, Path]:
+                 title: str = "Study",
+                 curves: Mapping[str, Mapping[str, list[tuple[int, float]]]] | None = None,
+                 ) -> dict[str, Path]:
     """trials.csv, plots/*.png|html and report.html under ``out_dir``; returns
-    ``{artifact path: file}`` for :func:`tracker.tracking.runs.log_files`."""
-    from tracker.tracking import plots
+    ``{artifact path: file}`` for :func:`tracker.tracking.runs.log_files`. ``curves`` (a
+    streaming model's per-trial sweeps, stream_plots.sweep_curves) add the TTFT/ITL plot."""
+    from tracker.tracking import plots, stream_plots
 
     out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
@@ -202,6 +205,9 @@ def write_report(rows: Sequence[TrialRow], objectives: Mapping[str, str],
     csv_path.write_text(trials_csv(rows, objectives))
     files["trials.csv"] = csv_path
     figures = plots.make_all(rows, objectives, constraints, out_dir / "plots")
+    if curves:
+        figures.update(stream_plots.streaming({k: dict(v) for k, v in curves.items()},
+                                              constraints, out_dir / "plots"))
     for name, path in figures.items():
         files[f"plots/{name}"] = path
     text = summary(rows, objectives)

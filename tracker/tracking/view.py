@@ -11,7 +11,8 @@ parent has its own, and the views of parents a resumed study superseded are remo
   chosen concurrency, feasibility;
 - charts: throughput against p99 latency (scatter), parallel coordinates of the knobs
   coloured by the first objective, and ``sweep/perf_throughput`` / ``sweep/perf_latency_p99``
-  against their step (= concurrency).
+  against their step (= concurrency); for a streaming model also the time to first token
+  (p99) and inter-token latency (p50) against concurrency, and those as columns.
 
 :func:`study_link` says how to open it: the tracking server's URL when the tracking URI is
 http(s), else the ``mlflow ui`` command for the store and the address to open.
@@ -34,6 +35,8 @@ VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 MAX_VIEW_CHARS = 20_000
 HEADLINE = ("perf_throughput", "perf_latency_p99", "perf_latency_p50", "perf_latency_avg",
             "concurrency")
+STREAM_HEADLINE = ("perf_output_token_throughput", "perf_time_to_first_token_p99",
+                   "perf_time_to_first_token_p50", "perf_inter_token_latency_p50")
 UI_ADDRESS = "http://127.0.0.1:5000"
 _SECTION = "tracker-study"
 
@@ -43,10 +46,11 @@ def _q(kind: str, key: str) -> str:
 
 
 def view_state(parent_run_id: str, knobs: Sequence[str],
-               objectives: Mapping[str, str]) -> dict[str, object]:
+               objectives: Mapping[str, str], *, streaming: bool = False) -> dict[str, object]:
     """The runs-page state of the study's view (see the module docstring)."""
     first, direction = next(iter(objectives.items()))
-    metrics = list(dict.fromkeys([*objectives, *HEADLINE]))
+    metrics = list(dict.fromkeys([*objectives, *(STREAM_HEADLINE if streaming else ()),
+                                  *HEADLINE]))
     columns = ([_q("params", k) for k in knobs] + [_q("metrics", m) for m in metrics]
                + [_q("tags", "tracker.feasible"), _q("tags", "tracker.baseline")])
     def card(uuid: str, kind: str, **fields: object) -> dict[str, object]:
@@ -71,6 +75,9 @@ def view_state(parent_run_id: str, knobs: Sequence[str],
         line("tracker-sweep-throughput", SWEEP_PREFIX + "perf_throughput"),
         line("tracker-sweep-p99", SWEEP_PREFIX + "perf_latency_p99"),
     ]
+    if streaming:
+        charts += [line("tracker-sweep-ttft", SWEEP_PREFIX + "perf_time_to_first_token_p99"),
+                   line("tracker-sweep-itl", SWEEP_PREFIX + "perf_inter_token_latency_p50")]
     return {
         "searchFilter": f"tags.`{PARENT_TAG}` = '{parent_run_id}'",
         "orderByKey": _q("metrics", first),
@@ -86,9 +93,10 @@ def view_state(parent_run_id: str, knobs: Sequence[str],
 
 
 def write_view(client: MlflowClient, experiment_id: str, parent_run_id: str, *, name: str,
-               knobs: Sequence[str], objectives: Mapping[str, str]) -> str:
+               knobs: Sequence[str], objectives: Mapping[str, str],
+               streaming: bool = False) -> str:
     """Write the study's saved view on the experiment; returns the view id."""
-    state = view_state(parent_run_id, knobs, objectives)
+    state = view_state(parent_run_id, knobs, objectives, streaming=streaming)
     value = json.dumps({"name": name[:200], "createdAt": int(time.time() * 1000),
                         "state": json.dumps(state)})
     if len(value) > MAX_VIEW_CHARS:  # very many knobs: keep the table, drop the charts
