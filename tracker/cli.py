@@ -155,20 +155,24 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
 @click.option("--study", "--study_name", "study_name", help="Study name (default: the spec's "
               "search.study_name or model name).")
 @click.option("--storage", help="Optuna storage URL (default: as for tracker tune).")
-@click.option("--rounds", type=click.IntRange(min=1), help="Most rounds (confirm.rounds).")
+@click.option("--rounds", type=click.IntRange(min=1), help="Most rounds in all, those already "
+              "measured included (confirm.rounds).")
 @click.option("--top-k", "--top_k", "top_k", type=click.IntRange(min=1),
               help="Configurations besides the default (confirm.top_k).")
+@click.option("--new", "new", is_flag=True, help="Start a new confirmation instead of "
+              "continuing the study's rounds.")
 def confirm_command(spec_path: Path, study_name: str | None, storage: str | None,
-                    rounds: int | None, top_k: int | None) -> None:
+                    rounds: int | None, top_k: int | None, new: bool) -> None:
     """Re-measure the best configurations of SPEC's finished study and the default in
-    interleaved rounds (not the search), print the verdict with its 95% intervals, rewrite the
-    study's report. Run again, an interrupted confirmation continues where it stopped."""
+    interleaved rounds (not the search) until the verdict is decided, print it with its 95%
+    intervals, rewrite the study's report. The study's rounds are continued (an interrupted or
+    inconclusive confirmation goes on where it stopped, up to --rounds); --new starts over."""
     from tracker.confirm_study import confirm_study
     from tracker.runner import Interrupted
 
     try:
         result = confirm_study(spec_path, study_name=_blank(study_name),
-                               storage=_blank(storage), rounds=rounds, top_k=top_k)
+                               storage=_blank(storage), rounds=rounds, top_k=top_k, new=new)
     except Interrupted as stop:
         click.echo(str(stop), err=True)
         sys.exit(stop.exit_code)
@@ -275,7 +279,7 @@ def _deploy_settings(url: str | None, repository: str | None, serving: str | Non
 @click.option("--alias", default="production", show_default=True)
 @click.option("--no-deploy", is_flag=True, help="Register, stage and alias only.")
 @click.option("--force", is_flag=True, help="Promote the best configuration even when the "
-              "confirmation found none measurably better than the default (no_better).")
+              "confirmation keeps the default (equivalent or inconclusive).")
 @_deploy_options
 def promote_command(spec_path: Path | None, study_name: str | None, storage: str | None,
                     registered_model: str | None, deployment_name: str | None, stage: str,
@@ -283,8 +287,8 @@ def promote_command(spec_path: Path | None, study_name: str | None, storage: str
                     repository: str | None,
                     serving: str | None, tracking_uri: str | None) -> None:
     """Register the study's best feasible trial (the confirmed one after a confirmation),
-    move it to STAGE with ALIAS, deploy it. A study whose confirmation says no_better is
-    refused unless --force.
+    move it to STAGE with ALIAS, deploy it. A study whose confirmation says equivalent or
+    inconclusive is refused unless --force.
 
     Exit status 1 with Triton's message when the deployment fails; the version that served
     before keeps serving and the new version is tagged tracker.deploy.status=failed.

@@ -1,6 +1,7 @@
 """``tracker confirm``: the confirmation round (tracker/confirm.py) on a finished study, without
-re-running the search; an interrupted confirmation continues where it stopped. Then the study's
-report is written again with the verdict."""
+re-running the search; the study's rounds are continued (an interrupted or inconclusive
+confirmation goes on where it stopped), ``new`` starts over. Then the study's report is written
+again with the verdict."""
 
 from __future__ import annotations
 
@@ -27,10 +28,11 @@ class ConfirmResult:
 
 def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
                   storage: str | None = None, rounds: int | None = None,
-                  top_k: int | None = None) -> ConfirmResult:
-    """``tracker confirm``: run (or continue) the confirmation of an existing study on the
-    spec's server, then rewrite the study's report with the verdict. A finished confirmation
-    is replaced by a new one (the search is not run again)."""
+                  top_k: int | None = None, new: bool = False) -> ConfirmResult:
+    """``tracker confirm``: continue the confirmation of an existing study on the spec's server
+    up to ``rounds`` rounds in all (a finished one of the same configurations too; ``new``:
+    start a new one), then rewrite the study's report with the verdict. The search is not run
+    again."""
     import signal
     import tempfile
 
@@ -87,7 +89,7 @@ def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
     try:
         with signals():
             try:
-                run(ctx, settings_of(ctx, rounds, top_k), again=True)
+                run(ctx, settings_of(ctx, rounds, top_k), again=True, new=new)
             except KeyboardInterrupt as exc:
                 signum = received_signal()
                 raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name}; "
