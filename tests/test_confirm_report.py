@@ -135,3 +135,52 @@ def test_confirm_section_is_validated_like_the_others(tmp_path: Path) -> None:
         parse_spec({"model": model, "confirm": {"topk": 2}})
     with pytest.raises(SpecError, match=r"confirm\.rounds"):
         parse_spec({"model": model, "confirm": {"rounds": 0}})
+
+
+# ---- when the rounds stop (tracker/confirm.py), on stored records --------------------------
+
+def _timed(rec: dict[str, Any], seconds: float) -> dict[str, Any]:
+    for rnd in rec["rounds"]:
+        for got in rnd["results"].values():
+            got["seconds"] = seconds
+    rec.update(min_rounds=3, rounds_target=10, tie_margin_pct=5.0)
+    return rec
+
+
+def test_rounds_stop_when_decided_at_the_most_rounds_or_at_the_budget() -> None:
+    from tracker.confirm import _next
+
+    every = ["trial-0", "trial-4"]
+    decided = _timed(_record({0: [28.0, 28.6, 28.3, 28.1, 28.4],
+                              4: [30.6, 31.3, 30.9, 30.7, 31.0]}), 5.0)
+    assert _next(decided, OBJ, every, 0.0) == ([], "decided (better) after 5 rounds")
+    early = _timed(_record({0: [28.0, 28.6], 4: [30.6, 31.3]}), 5.0)
+    assert _next(early, OBJ, every, 20.0) == (every, "")   # before min_rounds: go on
+    noisy = _timed(_record({0: [24.9, 26.6, 16.0], 4: [26.9, 30.5, 31.6]}), 5.0)
+    assert _next(noisy, OBJ, every, 30.0) == (every, "")
+    noisy["budget_s"] = 35.0                                # another round: 2 x 5 s > 5 s left
+    keys, why = _next(noisy, OBJ, every, 30.0)
+    assert keys == [] and why.startswith("budget: another round (about 10 s) would not fit")
+    assert _next(noisy, OBJ, every, 0.0)[1] == ""          # a new invocation's budget is fresh
+    noisy["rounds_target"] = 3
+    assert _next(noisy, OBJ, every, 0.0)[1] == "3 rounds done (the most asked for) without " \
+                                                "a decision"
+
+
+def test_the_default_budget_is_the_search_time() -> None:
+    import datetime
+
+    import optuna
+
+    from tracker.confirm import search_seconds
+
+    study = optuna.create_study()
+    assert search_seconds(study) is None
+    start = datetime.datetime(2026, 12, 1, 12, 0, 0)
+    for number, took in enumerate((8.0, 12.5)):
+        study.add_trial(optuna.trial.FrozenTrial(
+            number=number, state=optuna.trial.TrialState.COMPLETE, value=1.0,
+            datetime_start=start, datetime_complete=start + datetime.timedelta(seconds=took),
+            params={}, distributions={}, user_attrs={}, system_attrs={},
+            intermediate_values={}, trial_id=number))
+    assert search_seconds(study) == 20.5

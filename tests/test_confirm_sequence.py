@@ -4,6 +4,7 @@ stays under 5%, where the fixed-sample t-interval looked at the same way does no
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import statistics
@@ -88,7 +89,7 @@ def test_the_width_is_the_price_of_looking() -> None:
     t-interval over the rounds a confirmation takes."""
     assert math.isinf(seq.factor(1)) and math.isinf(seq.factor(2))
     widths = [seq.factor(n) for n in range(3, 31)]
-    assert all(a > b for a, b in zip(widths, widths[1:], strict=False))
+    assert all(a > b for a, b in itertools.pairwise(widths))
     for n in range(5, 13):
         assert 1.6 < seq.factor(n) / _t_half(n) < 2.2
     assert seq.interval([4.0]) == (4.0, -math.inf, math.inf)
@@ -126,7 +127,7 @@ def _confirm(effects: list[float], noise: Noise, rng: random.Random, *, scale: f
                                           baseline=k == "trial-0",
                                           feasible_rounds=len(values[k])) for k in keys])
         n = len(values["trial-0"])
-        if n >= min_rounds and verdict.decided or n >= rounds:
+        if (n >= min_rounds and verdict.decided) or n >= rounds:
             return verdict
         if n >= min_rounds:
             open_keys = cs.still_open(verdict)

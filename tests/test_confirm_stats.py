@@ -4,6 +4,7 @@ stopping rule on simulated rounds is tests/test_confirm_sequence.py."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import pytest
 
@@ -73,9 +74,9 @@ def test_improvement_to_minimize_and_missing_rounds() -> None:
     assert cs.improvement([None], [1.0]) is None
 
 
-def _cand(key: str, values: list[float | None], p99: float = 10.0, instances: int = 1,
+def _cand(key: str, values: Sequence[float | None], p99: float = 10.0, instances: int = 1,
           baseline: bool = False, feasible: int | None = None) -> cs.Candidate:
-    return cs.Candidate(key, values, [p99] * len(values), instances=instances,
+    return cs.Candidate(key, list(values), [p99] * len(values), instances=instances,
                         baseline=baseline,
                         feasible_rounds=len(values) if feasible is None else feasible)
 

@@ -8,7 +8,8 @@ new random order, so drift of the machine hits all of them alike. After every ro
 ``confirm.min_rounds`` on the verdict is computed (:mod:`tracker.confirm_stats`, intervals that
 stay valid however often they are looked at): the rounds stop as soon as it is decided
 (better, tied or equivalent), when ``confirm.rounds`` rounds are done or when another round
-would not fit in ``confirm.budget_s`` (inconclusive). A configuration that can no longer change
+would not fit in ``confirm.budget_s`` (default: as long as the search's trials took)
+(inconclusive). A configuration that can no longer change
 the outcome is not measured again. The record kept in the study:
 :mod:`tracker.tracking.confirmed`.
 
@@ -88,9 +89,19 @@ def measure_one(ctx: Context, params: dict[str, Any], *, baseline: bool, level: 
 def settings_of(ctx: Context, rounds: int | None = None, top_k: int | None = None) -> Settings:
     c = ctx.spec.confirm
     r = rounds or c.rounds
+    budget = c.budget_s if c.budget_s is not None else search_seconds(ctx.study)
     return Settings(top_k or c.top_k, r, min(c.min_rounds, r),
                     ctx.spec.search.seed if ctx.spec.search.seed is not None else 0,
-                    c.tie_margin_pct, c.budget_s)
+                    c.tie_margin_pct, budget)
+
+
+def search_seconds(study: Any) -> float | None:
+    """How long the search's finished trials took, together (the default budget: the
+    confirmation takes at most as long as the search did); None without a finished trial."""
+    took = [(t.datetime_complete - t.datetime_start).total_seconds()
+            for t in study.get_trials(deepcopy=False)
+            if t.datetime_start is not None and t.datetime_complete is not None]
+    return round(sum(took), 1) if took else None
 
 
 def pick(rows: list[TrialRow], objectives: Mapping[str, str], top_k: int) -> list[TrialRow]:
@@ -185,6 +196,7 @@ def run(ctx: Context, s: Settings, *, again: bool = False, new: bool = False,
             rnd["results"][str(n)] = got
             study.set_user_attr(confirmed.ATTR, record)
     record["status"] = "done"
+    record["finished"] = time.time()
     study.set_user_attr(confirmed.ATTR, record)
     say(f"confirmation stopped: {record['stop']}")
     return record

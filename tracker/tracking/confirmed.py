@@ -109,8 +109,9 @@ def _pct(iv: cs.Interval) -> str:
 def _value(metric: str, iv: cs.Interval, *, inner: bool = False) -> str:
     """``30.90 infer/s (95% CI 30.2-31.5)``; ``inner``: for use inside parentheses."""
     digits = fmt(metric, iv.estimate)
-    low = fmt(metric, iv.low).split(" ")[0]
-    high = fmt(metric, iv.high).split(" ")[0] if math.isfinite(iv.high) else "unbounded"
+    places = len(digits.split(" ")[0].partition(".")[2])  # the bounds as precise as the figure
+    low = f"{iv.low:,.{places}f}"
+    high = f"{iv.high:,.{places}f}" if math.isfinite(iv.high) else "unbounded"
     ci = f"95% CI {low}{'-' if iv.low >= 0 and math.isfinite(iv.high) else ' to '}{high}"
     return f"{digits}, {ci}" if inner else f"{digits} ({ci})"
 
@@ -157,7 +158,7 @@ def sentence(v: cs.Verdict, objectives: Mapping[str, str], command: str | None =
                 + (f"; {best}" if best else "")
                 + ": keep the default; nothing is promoted unless forced.")
     elif v.verdict == cs.INCONCLUSIVE:
-        why = (f"{best}, not yet told apart from the default configuration ({base_text})"
+        why = (f"{best}, not yet told apart from the default configuration ({base_ci})"
                if best else "no configuration met the constraints in most of its rounds")
         more = f"; `{command}` measures more of the same rounds" if command else ""
         text = (f"inconclusive after {rounds}: {why}{more}; until then the default is kept "
@@ -204,7 +205,7 @@ def swing_note(v: cs.Verdict) -> str:
     worst = f"; worst round {s.worst:.3g}" if s.worst is not None else ""
     return (f" {name[0].upper()}{name[1:]}'s readings swing far more than the others' "
             f"(round-to-round CV {cv:.0f}% against at most {others:.0f}%{worst}): it is the "
-            "one a busy machine slows most.")
+            "one a busy machine moves most.")
 
 
 def _ci(prefix: str, iv: cs.Interval | None) -> dict[str, float]:
