@@ -8,14 +8,19 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracker import tags
 from tracker.confirm import run, settings_of
 from tracker.errors import TrackerError
 from tracker.tracking import confirmed
 from tracker.trial import Context
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
 
 
 @dataclass(frozen=True)
@@ -26,32 +31,21 @@ class ConfirmResult:
     summary: str
 
 
-def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
-                  storage: str | None = None, rounds: int | None = None,
-                  top_k: int | None = None, new: bool = False) -> ConfirmResult:
-    """``tracker confirm``: continue the confirmation of an existing study on the spec's server
-    up to ``rounds`` rounds in all (a finished one of the same configurations too; ``new``:
-    start a new one), then rewrite the study's report with the verdict. The search is not run
-    again."""
-    import signal
+@contextlib.contextmanager
+def confirm_session(spec_path: str | Path, *, study_name: str | None = None,
+                    storage: str | None = None) -> Iterator[tuple[Context, Run]]:
+    """The study of SPEC, its parent run and the spec's server as a confirmation's
+    :class:`~tracker.trial.Context` (and the parent's MLflow run); the server is stopped and
+    the work folder removed on the way out. ``tracker confirm`` runs one confirmation in it;
+    benchmarks/verdict_stability.py runs its A/A confirmations in one."""
     import tempfile
 
     import optuna
     from mlflow import MlflowClient
 
-    from tracker.conclude import finish_study
     from tracker.pipeline import resolve_serving
     from tracker.progress import Progress
-    from tracker.runner import (
-        Interrupted,
-        TuneOptions,
-        apply_overrides,
-        expand_env,
-        received_signal,
-        shielded,
-        signals,
-        tracking_uri,
-    )
+    from tracker.runner import TuneOptions, apply_overrides, expand_env, shielded, tracking_uri
     from tracker.search.storage import make_storage
     from tracker.search.study import default_storage
     from tracker.spec import ensure_model, load_spec
@@ -87,20 +81,39 @@ def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
     ctx = Context(spec, info, {}, study, parent, server, resolve_serving(spec, server), work,
                   progress, log_models=False)
     try:
-        with signals():
-            try:
-                run(ctx, settings_of(ctx, rounds, top_k), again=True, new=new)
-            except KeyboardInterrupt as exc:
-                signum = received_signal()
-                raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name}; "
-                                  "the measurements so far are kept: run the same command "
-                                  "to continue") from exc
+        yield ctx, prun
     finally:
         with shielded():
             with contextlib.suppress(Exception):
                 server.stop()
             shutil.rmtree(work, ignore_errors=True)
             progress.close()
+
+
+def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
+                  storage: str | None = None, rounds: int | None = None,
+                  top_k: int | None = None, new: bool = False) -> ConfirmResult:
+    """``tracker confirm``: continue the confirmation of an existing study on the spec's server
+    up to ``rounds`` rounds in all (a finished one of the same configurations too; ``new``:
+    start a new one), then rewrite the study's report with the verdict. The search is not run
+    again."""
+    import signal
+
+    from tracker.conclude import finish_study
+    from tracker.runner import Interrupted, received_signal, signals
+    from tracker.tracking import runs
+
+    with confirm_session(spec_path, study_name=study_name, storage=storage) as (ctx, prun), \
+            signals():
+        try:
+            run(ctx, settings_of(ctx, rounds, top_k), again=True, new=new)
+        except KeyboardInterrupt as exc:
+            signum = received_signal()
+            raise Interrupted(signum, f"interrupted by {signal.Signals(signum).name}; the "
+                              "measurements so far are kept: run the same command to "
+                              "continue") from exc
+    spec, parent, study = ctx.spec, ctx.parent, ctx.study
+    client = parent.client
     result = finish_study(ctx, status="FINISHED", owner=False,
                           stop_reason=str(prun.data.tags.get(tags.STOP_REASON, "")),
                           wall_s=float(prun.data.metrics.get("wall_s", 0.0)))
