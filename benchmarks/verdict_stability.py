@@ -138,7 +138,8 @@ def one_run(spec_path: Path, folder: Path, index: int, seed: int) -> dict[str, A
         out = _tracker(["tune", str(local), "--no-bar"], folder)
     wall = time.monotonic() - started
     study = _study(folder, f"verdict-{index}")
-    said = next((line for line in out.splitlines() if "interleaved round" in line), "")
+    said = next((line for line in out.splitlines()
+                 if line.startswith("In ") and "interleaved round" in line), "")
     record = confirmed.load(study)
     if record is None:
         raise SystemExit("the study has no confirmation (is confirm.enabled false?)")
@@ -242,7 +243,7 @@ def main() -> None:
     parser.add_argument("--aa-spec", type=Path, default=ROOT / "projects" / "quickstart" /
                         "study.yaml")
     parser.add_argument("--aa", type=int, default=20, help="A/A confirmations")
-    parser.add_argument("--aa-rounds", type=int, default=4)
+    parser.add_argument("--aa-rounds", type=int, default=5)
     parser.add_argument("--reference-rounds", type=int, default=8)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
