@@ -4,6 +4,7 @@ resuming, and a study where nothing beats the default."""
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import signal
@@ -98,6 +99,9 @@ def test_tune_confirms_then_tracker_confirm_reproduces_and_resumes(
     assert tags[runs.NOTE_TAG] == result.summary
     client = MlflowClient(uri)
     assert "confirm.csv" in {f.path for f in client.list_artifacts(parent.info.run_id)}
+    report = Path(client.download_artifacts(parent.info.run_id, "report.html",
+                                            str(tmp_path))).read_text()
+    assert html.escape(result.summary) in report  # the report says what the note says
     kids = {r.data.tags.get("tracker.trial"): r for r in all_runs(uri)
             if r.data.tags.get(runs.PARENT_TAG) == parent.info.run_id}
     ranks = sorted(int(kids[str(n)].data.tags[confirmed.RANK_TAG]) for n in numbers)
