@@ -1,40 +1,52 @@
-"""Does the study's verdict survive a re-run? The densenet_onnx study, N times end to end.
+"""Does the study's verdict decide, and is it right? The densenet_onnx study N times end to end,
+a long reference measurement, and an A/A check.
 
-    python benchmarks/verdict_stability.py --runs 5 [--spec projects/densenet_onnx/study.yaml]
+    python benchmarks/verdict_stability.py --runs 5 [--aa 20] [--reference-rounds 8]
 
-Each run is a fresh study (its own MLflow and Optuna sqlite stores in a temporary folder)
-run by ``tracker tune`` as a user runs it, with a noisy neighbour that this script starts
-before and stops after each run: a process burning CPU in irregular bursts (random bursts of
-50-600 ms, idle gaps drawn so that it averages about 40% of one core). For each run it
-records
+Everything runs beside a noisy neighbour that this script starts before and stops after each
+part: a process burning CPU in irregular bursts (random bursts of 50-600 ms, idle gaps drawn
+so that it averages about 40% of one core).
 
-- the confirmed verdict: the configuration the confirmation chose, its improvement over the
-  default with the 95% interval, and the configurations tied with it;
-- the single-measurement verdict (the rule before confirmation): the best trial by its search
-  measurement against the default's search measurement.
+1. **Runs**: each a fresh densenet study (its own MLflow and Optuna sqlite stores in a
+   temporary folder) run by ``tracker tune`` as a user runs it. For each: the confirmed
+   outcome, the configuration chosen (or, when the default is kept, the best other), its
+   improvement with the 95% interval, the rounds, the share of the study's wall time spent
+   confirming, and what the single search measurement said.
+2. **Reference**: once per benchmark run, the first run's study confirmed again with every
+   configuration of its grid in ``--reference-rounds`` interleaved rounds, all of them
+   measured (no early stop: the round count is fixed, so the fixed-sample t-interval of the
+   mean log-ratio is the right one). A configuration is *really better* when that interval
+   lies above 0; its reference improvement is ``100 (exp(mean log-ratio) - 1)``, the figure
+   the confirmation's interval is about.
+3. **A/A**: the quickstart model's default configuration confirmed ``--aa`` times against an
+   identical copy of itself (one study: the default trial, and a copy of it added as a second
+   trial), each a new confirmation of up to ``--aa-rounds`` rounds. ``better`` or ``tied``
+   there is a false discovery.
 
-Figures (the issue's definitions): *agreement* is the share of runs whose winner is the most
-frequent winner or statistically tied with it (a single measurement has no ties); *spread* is
-max - min of the runs' improvement estimates in percentage points; *coverage* is the share of
-runs whose 95% interval holds the median of all runs' estimates (a single measurement's
-"interval" is the point itself). A winner is named by its parameters, so runs compare even if
-trial numbers differed; "default" when the verdict keeps the default. The last line is one
-JSON object.
+Figures: *power* is the share of runs whose verdict is better or tied with a chosen
+configuration the reference shows really better; *aa_false_better* the share of A/A
+confirmations that say better or tied; *ci_coverage* the share of runs whose interval holds
+the reference improvement of the configuration it is about; *confirm_wall_share* the median
+share of a run's wall time spent confirming. A configuration is named by its parameters, so
+runs compare even if trial numbers differ. The last line is one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import json
+import math
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +56,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tracker import confirm_stats as cs  # noqa: E402
 from tracker.spec import ensure_model, load_spec  # noqa: E402
+from tracker.study.confirm import confirm_session  # noqa: E402
+from tracker.study.confirm_rounds import Settings, run  # noqa: E402
 from tracker.tracking import confirmed  # noqa: E402
 from tracker.tracking.report import best_row, improvement_pct, trial_rows  # noqa: E402
 
@@ -58,144 +73,241 @@ while True:
         pass
     time.sleep(burst * 1.5 * rng.uniform(0.3, 1.7))   # mean idle 1.5 x burst: ~40% busy
 """
+OBJ = {"perf_throughput": "maximize"}
+
+
+@contextmanager
+def neighbour(seed: int) -> Iterator[None]:
+    proc = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(seed)])
+    try:
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def _name(params: dict[str, Any]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(params.items()))
+    return ",".join(f"{k}={v}" for k, v in sorted(params.items())) or "default copy"
 
 
-def one_run(spec_path: Path, index: int, seed: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix=f"verdict-{index}-") as tmp:
-        folder = Path(tmp)
-        spec = yaml.safe_load(spec_path.read_text())
-        base = spec_path.parent
-        for key in ("path", "build"):
-            if key in spec["model"]:
-                spec["model"][key] = str((base / spec["model"][key]).resolve())
-        spec.setdefault("search", {})["study_name"] = f"verdict-{index}"
-        local = folder / "study.yaml"
-        local.write_text(yaml.safe_dump(spec, sort_keys=False))
-        env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}",
-               "PYTHONPATH": str(ROOT)}
-        neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(seed)])
-        started = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "tracker.cli", "tune", str(local),
-                                 "--no-bar"], cwd=folder, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-        try:
-            out, err = proc.communicate(timeout=1800)
-        finally:
-            if proc.poll() is None:  # interrupted: let the study stop its server cleanly
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-            neighbour.terminate()
-            neighbour.wait(timeout=10)
-        wall = time.monotonic() - started
-        if proc.returncode != 0:
-            raise SystemExit(f"run {index} failed ({proc.returncode}):\n{out[-3000:]}"
-                             f"\n{err[-3000:]}")
-        study = optuna.load_study(study_name=f"verdict-{index}",
-                                  storage=f"sqlite:///{folder / 'optuna.db'}")
-        said = next((line for line in out.splitlines() if "confirmed in" in line), "")
-        return {"wall_s": wall, "summary": said, **_verdicts(
-            study, spec.get("objectives") or {"perf_throughput": "maximize"})}
+def _local_spec(spec_path: Path, folder: Path, name: str, **sections: Any) -> Path:
+    spec = yaml.safe_load(spec_path.read_text())
+    for key in ("path", "build"):
+        if key in spec["model"]:
+            spec["model"][key] = str((spec_path.parent / spec["model"][key]).resolve())
+    spec.setdefault("search", {})["study_name"] = name
+    for section, values in sections.items():
+        spec.setdefault(section, {}).update(values)
+    local = folder / f"{name}.yaml"
+    local.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return local
 
 
-def _verdicts(study: optuna.Study, objectives: dict[str, str]) -> dict[str, Any]:
+def _env(folder: Path) -> dict[str, str]:
+    return {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{folder / 'mlflow.db'}",
+            "PYTHONPATH": str(ROOT)}
+
+
+def _tracker(args: list[str], folder: Path) -> str:
+    proc = subprocess.Popen([sys.executable, "-m", "tracker.cli", *args], cwd=folder,
+                            env=_env(folder), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        out, err = proc.communicate(timeout=1800)
+    finally:
+        if proc.poll() is None:  # interrupted: let the study stop its server cleanly
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    if proc.returncode != 0:
+        raise SystemExit(f"tracker {' '.join(args)} failed ({proc.returncode}):\n"
+                         f"{out[-3000:]}\n{err[-3000:]}")
+    return out
+
+
+def _study(folder: Path, name: str) -> optuna.Study:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{folder / 'optuna.db'}")
+
+
+def one_run(spec_path: Path, folder: Path, index: int, seed: int) -> dict[str, Any]:
+    local = _local_spec(spec_path, folder, f"verdict-{index}")
+    started = time.monotonic()
+    with neighbour(seed):
+        out = _tracker(["tune", str(local), "--no-bar"], folder)
+    wall = time.monotonic() - started
+    study = _study(folder, f"verdict-{index}")
+    said = next((line for line in out.splitlines()
+                 if line.startswith("In ") and "interleaved round" in line), "")
+    record = confirmed.load(study)
+    if record is None:
+        raise SystemExit("the study has no confirmation (is confirm.enabled false?)")
+    took = float(record.get("finished", 0.0)) - float(record["started"])
+    return {"wall_s": wall, "confirm_s": took, "share": took / wall, "summary": said,
+            **_verdicts(study, record)}
+
+
+def _verdicts(study: optuna.Study, record: dict[str, Any]) -> dict[str, Any]:
     rows = trial_rows(study)
     names = {r.name: ("default" if r.baseline else _name(r.params)) for r in rows}
-    direction = next(iter(objectives.values()))
-    best = best_row(rows, objectives)
+    best = best_row(rows, OBJ)
     base = next(r for r in rows if r.baseline)
-    single = improvement_pct((best.values or [0])[0], (base.values or [0])[0], direction) \
+    single = improvement_pct((best.values or [0])[0], (base.values or [0])[0], "maximize") \
         if best is not None and base.values else None
-    record = confirmed.load(study)
-    v = confirmed.verdict(record, objectives) if record else None
-    if v is None or record is None:
-        raise SystemExit("the study has no confirmation (is confirm.enabled false?)")
-    metric = next(iter(objectives))
+    v = confirmed.verdict(record, OBJ)
+    assert v is not None
+    about = v.chosen if not v.keeps_default else (v.winner or v.chosen)
+    imp = v.scored[about].improvement
     rounds = {names[confirmed.key(int(c["trial"]))]: confirmed.series(record, int(c["trial"]),
-                                                                      metric)
+                                                                      "perf_throughput")
               for c in record.get("candidates", [])}
-    metrics = confirmed.parent_metrics(v, objectives)
-    group = {names[k] for k in [v.chosen, *([v.winner] if v.winner else []), *v.tied]}
-    if v.verdict == "no_better":
-        group.add("default")
-    return {"single_winner": names[best.name] if best else "none",
-            "single_pct": single or 0.0,
-            "verdict": v.verdict, "confirmed_winner": names[v.chosen], "tied_with": group,
-            "confirmed_pct": metrics.get("improvement_pct", 0.0),
-            "ci": (metrics.get("improvement_pct_ci_low", 0.0),
-                   metrics.get("improvement_pct_ci_high", 0.0)),
-            "rounds": v.rounds, "per_round": rounds}
+    return {"single_winner": names[best.name] if best else "none", "single_pct": single or 0.0,
+            "verdict": v.verdict, "about": names[about],
+            "pct": imp.estimate if imp else 0.0,
+            "ci": (imp.low, imp.high) if imp else (0.0, 0.0), "rounds": v.rounds,
+            "per_round": rounds}
 
 
-def _agreement(winners: list[str], groups: list[set[str]]) -> tuple[float, str]:
-    mode = collections.Counter(winners).most_common(1)[0][0]
-    return sum(1 for w, g in zip(winners, groups, strict=True)
-               if w == mode or mode in g) / len(winners), mode
+def reference(spec_path: Path, folder: Path, rounds: int, seed: int) -> dict[str, Any]:
+    """Every configuration of run 0's study in ``rounds`` interleaved rounds, no early stop."""
+    local = _local_spec(spec_path, folder, "verdict-0",
+                        confirm={"top_k": 20, "rounds": rounds, "min_rounds": rounds,
+                                 "budget_s": 1e6})
+    started = time.monotonic()
+    with neighbour(seed):
+        _tracker(["confirm", str(local), "--new"], folder)
+    study = _study(folder, "verdict-0")
+    record = confirmed.load(study)
+    assert record is not None
+    rows = {r.number: r for r in trial_rows(study)}
+    base = next(int(c["trial"]) for c in record["candidates"] if c["baseline"])
+    default = confirmed.series(record, base, "perf_throughput")
+    out: dict[str, Any] = {"wall_s": time.monotonic() - started, "configs": {}}
+    for c in record["candidates"]:
+        n = int(c["trial"])
+        if n == base:
+            continue
+        logs = cs.log_ratios(confirmed.series(record, n, "perf_throughput"), default)
+        mean, low, high = cs.mean_interval(logs)
+        out["configs"][_name(rows[n].params)] = {
+            "pct": 100 * math.expm1(mean), "low": 100 * math.expm1(low),
+            "high": 100 * math.expm1(high), "n": len(logs), "better": low > 0,
+            "cv": cs.cv_pct([x for x in confirmed.series(record, n, "perf_throughput")
+                             if x is not None])}
+    out["default_cv"] = cs.cv_pct([x for x in default if x is not None])
+    return out
+
+
+def aa_check(spec_path: Path, folder: Path, n: int, rounds: int, seed: int) -> list[str]:
+    """The quickstart default confirmed ``n`` times against an identical copy of itself."""
+    local = _local_spec(spec_path, folder, "aa", search={"n_trials": 1},
+                        confirm={"enabled": False}, load={"window_ms": 500})
+    verdicts = []
+    with neighbour(seed):
+        _tracker(["tune", str(local), "--no-bar"], folder)
+        study = _study(folder, "aa")
+        t0 = study.trials[0]
+        attrs = {k: v for k, v in t0.user_attrs.items()
+                 if k not in ("baseline", "mlflow_run_id", "exact_params")}
+        study.add_trial(optuna.trial.create_trial(params={}, distributions={}, value=t0.value,
+                                                  user_attrs={**attrs, "baseline": False}))
+        cwd = os.getcwd()
+        os.chdir(folder)
+        os.environ["MLFLOW_TRACKING_URI"] = _env(folder)["MLFLOW_TRACKING_URI"]
+        try:
+            with confirm_session(local) as (ctx, _):
+                for i in range(n):
+                    got = run(ctx, Settings(top_k=1, rounds=rounds, min_rounds=3, seed=seed + i),
+                              new=True, on_measured=lambda _line: None)
+                    v = confirmed.verdict(got, OBJ)
+                    verdicts.append(v.verdict if v else "none")
+                    imp = v.scored[v.winner].improvement if v and v.winner else None
+                    print(f"  A/A {i + 1:>2}: {verdicts[-1]:<12} {v.rounds if v else 0} rounds"
+                          + (f"  copy {imp.estimate:+.1f}% ({imp.low:.1f} to {imp.high:.1f})"
+                             if imp else ""), flush=True)
+        finally:
+            os.chdir(cwd)
+    return verdicts
+
+
+def _ci(r: dict[str, Any]) -> str:
+    return f"{r['pct']:+.1f}% ({r['ci'][0]:.1f} to {r['ci'][1]:.1f})"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--spec", type=Path, default=ROOT / "projects" / "densenet_onnx" /
                         "study.yaml")
+    parser.add_argument("--aa-spec", type=Path, default=ROOT / "projects" / "quickstart" /
+                        "study.yaml")
+    parser.add_argument("--aa", type=int, default=20, help="A/A confirmations")
+    parser.add_argument("--aa-rounds", type=int, default=5)
+    parser.add_argument("--reference-rounds", type=int, default=8)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     ensure_model(load_spec(args.spec))
+    ensure_model(load_spec(args.aa_spec))
     load_before = os.getloadavg()
     started = time.monotonic()
     rng = random.Random(args.seed)
-    results = []
-    for i in range(args.runs):
-        r = one_run(args.spec.resolve(), i, rng.randrange(1 << 30))
-        results.append(r)
-        print(f"run {i}: {r['wall_s']:.0f} s  confirmed {r['verdict']} {r['confirmed_winner']} "
-              f"{r['confirmed_pct']:+.1f}% ({r['ci'][0]:.1f} to {r['ci'][1]:.1f}), "
-              f"{r['rounds']} rounds;  single {r['single_winner']} {r['single_pct']:+.1f}%\n"
-              f"  {r['summary']}", flush=True)
-        for name, got in r["per_round"].items():
-            print(f"  {name:<58} " + " ".join("   -  " if x is None else f"{x:6.2f}"
-                                                for x in got), flush=True)
+    folders = [Path(tempfile.mkdtemp(prefix=f"verdict-{i}-")) for i in range(args.runs)]
+    aa_folder = Path(tempfile.mkdtemp(prefix="verdict-aa-"))
+    try:
+        results = []
+        for i, folder in enumerate(folders):
+            r = one_run(args.spec.resolve(), folder, i, rng.randrange(1 << 30))
+            results.append(r)
+            print(f"run {i}: {r['wall_s']:.0f} s ({r['confirm_s']:.0f} s confirming)  "
+                  f"{r['verdict']} {r['about']} {_ci(r)}, {r['rounds']} rounds;  single "
+                  f"{r['single_winner']} {r['single_pct']:+.1f}%\n  {r['summary']}", flush=True)
+            for name, got in r["per_round"].items():
+                print(f"  {name:<58} " + " ".join("   -  " if x is None else f"{x:6.2f}"
+                                                    for x in got), flush=True)
+        ref = reference(args.spec.resolve(), folders[0], args.reference_rounds,
+                        rng.randrange(1 << 30))
+        print(f"\nreference: {args.reference_rounds} interleaved rounds of every configuration"
+              f" ({ref['wall_s']:.0f} s); default's round-to-round CV {ref['default_cv']:.0f}%")
+        for name, got in sorted(ref["configs"].items(), key=lambda kv: -kv[1]["pct"]):
+            print(f"  {name:<58} {got['pct']:+6.1f}% ({got['low']:.1f} to {got['high']:.1f})"
+                  f"  CV {got['cv']:.0f}%  {'better' if got['better'] else 'not shown better'}")
+        print("\nA/A: the quickstart default against an identical copy of itself")
+        aa = aa_check(args.aa_spec.resolve(), aa_folder, args.aa, args.aa_rounds,
+                      rng.randrange(1 << 30))
+    finally:
+        for folder in [*folders, aa_folder]:
+            shutil.rmtree(folder, ignore_errors=True)
     wall = time.monotonic() - started
-    conf_agree, conf_mode = _agreement([r["confirmed_winner"] for r in results],
-                                       [r["tied_with"] for r in results])
-    single_agree, single_mode = _agreement([r["single_winner"] for r in results],
-                                           [{r["single_winner"]} for r in results])
-    conf_pcts = [r["confirmed_pct"] for r in results]
-    single_pcts = [r["single_pct"] for r in results]
-    conf_mid = statistics.median(conf_pcts)
-    coverage = sum(1 for r in results if r["ci"][0] <= conf_mid <= r["ci"][1]) / len(results)
-    single_mid = statistics.median(single_pcts)
-    single_cov = sum(1 for p in single_pcts if p == single_mid) / len(results)
-    print()
-    print(f"{'run':>3}  {'verdict':<9} {'confirmed winner':<58} {'improvement (95% CI)':<24} "
-          f"{'single-measurement winner':<58} single")
+    configs = ref["configs"]
+    found = [r["verdict"] in (cs.BETTER, cs.TIED) and configs.get(r["about"], {}).get("better")
+             for r in results]
+    covered = [r["about"] in configs and r["ci"][0] <= configs[r["about"]]["pct"] <= r["ci"][1]
+               for r in results]
+    false = sum(v in (cs.BETTER, cs.TIED) for v in aa)
+    share = statistics.median(r["share"] for r in results)
+    print(f"\n{'run':>3}  {'verdict':<12} {'configuration':<56} {'improvement (95% CI)':<26} "
+          f"{'rounds':>6} {'confirm':>8} {'reference':>10} {'single':>8}")
     for i, r in enumerate(results):
-        ci = f"{r['confirmed_pct']:+.1f}% ({r['ci'][0]:.1f} to {r['ci'][1]:.1f})"
-        print(f"{i:>3}  {r['verdict']:<9} {r['confirmed_winner']:<58} {ci:<24} "
-              f"{r['single_winner']:<58} {r['single_pct']:+.1f}%")
-    print(f"\nmost frequent winner: confirmed {conf_mode}; single {single_mode}")
-    print(f"winner agreement: confirmed {conf_agree:.2f}, single {single_agree:.2f}")
-    print(f"improvement spread: confirmed {max(conf_pcts) - min(conf_pcts):.1f} pp (median "
-          f"{conf_mid:+.1f}%), single {max(single_pcts) - min(single_pcts):.1f} pp (median "
-          f"{single_mid:+.1f}%)")
-    print(f"interval coverage of the median estimate: confirmed {coverage:.2f}, "
-          f"single {single_cov:.2f}")
-    print(f"wall {wall:.0f} s (runs: median {statistics.median(r['wall_s'] for r in results):.0f}"
-          f" s); load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}")
+        refpct = configs.get(r["about"], {}).get("pct")
+        print(f"{i:>3}  {r['verdict']:<12} {r['about']:<56} {_ci(r):<26} {r['rounds']:>6} "
+              f"{r['share']:>7.0%} " + (f"{refpct:>+9.1f}%" if refpct is not None else
+                                         f"{'-':>10}") + f" {r['single_pct']:>+7.1f}%")
+    print(f"\npower (better/tied with a really better choice): {sum(found)}/{len(found)}; "
+          f"intervals holding the reference: {sum(covered)}/{len(covered)}; A/A false "
+          f"better: {false}/{len(aa)} ({', '.join(f'{aa.count(k)} {k}' for k in sorted(set(aa)))})")
+    print(f"confirming took a median {share:.0%} of a run's wall time; runs: median "
+          f"{statistics.median(r['wall_s'] for r in results):.0f} s; wall {wall:.0f} s; load "
+          f"average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}")
     print(json.dumps({
-        "runs": args.runs, "confirmed_winner_agreement": round(conf_agree, 3),
-        "single_winner_agreement": round(single_agree, 3),
-        "confirmed_improvement_spread_pp": round(max(conf_pcts) - min(conf_pcts), 2),
-        "single_improvement_spread_pp": round(max(single_pcts) - min(single_pcts), 2),
-        "ci_coverage": round(coverage, 3), "single_ci_coverage": round(single_cov, 3),
-        "wall_s": round(wall, 1), "load_before": round(load_before[0], 2),
-        "load_after": round(os.getloadavg()[0], 2)}))
+        "runs": args.runs, "power": round(sum(found) / len(found), 3),
+        "aa_false_better": round(false / len(aa), 3), "aa_confirmations": len(aa),
+        "ci_coverage": round(sum(covered) / len(covered), 3),
+        "confirm_wall_share": round(share, 3),
+        "verdicts": [r["verdict"] for r in results],
+        "rounds": [r["rounds"] for r in results],
+        "reference_rounds": args.reference_rounds, "wall_s": round(wall, 1),
+        "load_before": round(load_before[0], 2), "load_after": round(os.getloadavg()[0], 2)}))
 
 
 if __name__ == "__main__":

@@ -79,9 +79,12 @@ GPU_SOURCE = "tracker.gpu.source"            # where the server's GPU set came f
 GPU_MEMORY_SCOPE = "tracker.gpu.memory_scope"  # processes | device | processes+device
 
 # ---- the confirmation round (tracker/confirm.py, tracking/confirmed.py) ---------------------
-VERDICT = "tracker.verdict"             # parent: better | tied | no_better
+VERDICT = "tracker.verdict"             # parent: better | tied | equivalent | inconclusive
+                                        # (no_better: written before equivalent/inconclusive)
 CONFIRMED_TRIAL = "tracker.confirmed_trial"  # parent: the trial the confirmation chose
 CONFIRM_TIED = "tracker.confirm_tied"   # parent: the configurations tied with it
 CONFIRM_STOP = "tracker.confirm_stop"   # parent: why the rounds stopped
+CONFIRM_SWINGS = "tracker.confirm_swings"  # parent: a configuration whose readings swing far
+                                           # more than the others' ("" when none does)
 CONFIRM_RANK = "tracker.confirm_rank"   # a confirmed trial's run: its rank
 CONFIRM_ROLE = "tracker.confirm_role"   # a confirmed trial's run: default, chosen, tied, ...

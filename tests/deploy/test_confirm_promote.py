@@ -1,5 +1,6 @@
 """`tracker promote` after a confirmation: the confirmed choice, not the search's best; the
-interval on the registered version; a no_better study refused unless forced. Real Optuna and
+interval on the registered version; an equivalent or inconclusive study refused unless forced,
+saying which. Real Optuna and
 MLflow sqlite stores, real logged models; nothing deployed (no settings)."""
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ def _tags(name: str, version: int) -> dict[str, Any]:
 def test_promote_takes_the_confirmed_choice_and_tags_its_interval(
         tmp_path: Path, mlflow_uri: str) -> None:
     study = _study(tmp_path, [100.0, 150.0, 130.0])   # trial 1 was lucky in the search
-    _confirm(study, {0: [100.0, 98.0, 101.0], 1: [101.0, 99.0, 100.0],
-                     2: [120.0, 119.0, 122.0]})
+    _confirm(study, {0: [100.0, 98.0, 101.0, 99.0, 100.0], 1: [101.0, 99.0, 100.0, 98.0, 101.0],
+                     2: [120.0, 119.0, 122.0, 119.5, 120.5]})
     done = promote(study, objectives=OBJ, constraints=None, registered_model="reg",
                    deployment_name=NAME)
     assert done.trial == 2
@@ -67,17 +68,22 @@ def test_promote_takes_the_confirmed_choice_and_tags_its_interval(
     assert tags[confirmed.VERDICT_TAG] == "better"
     low, high = (float(tags[f"confirm/improvement_pct_ci_{s}"]) for s in ("low", "high"))
     assert 0 < low < float(tags["confirm/improvement_pct"]) < high
-    assert "confirmed in 3 interleaved rounds: trial-2 gives" in done.description
+    assert "confirmed in 5 interleaved rounds: trial-2 gives" in done.description
 
 
-def test_a_no_better_study_is_refused_unless_forced(tmp_path: Path, mlflow_uri: str) -> None:
+@pytest.mark.parametrize(("table", "word"), [
+    ({0: [100.0, 98.0, 101.0, 99.0, 100.0, 99.5], 1: [99.0, 98.5, 100.5, 99.0, 100.2, 99.4]},
+     "equivalent"),
+    ({0: [100.0, 60.0, 101.0], 1: [130.0, 98.0, 110.0]}, "inconclusive")])
+def test_a_study_that_keeps_the_default_is_refused_unless_forced(
+        tmp_path: Path, mlflow_uri: str, table: dict[int, list[float]], word: str) -> None:
     study = _study(tmp_path, [100.0, 150.0])
-    _confirm(study, {0: [100.0, 98.0, 101.0], 1: [99.0, 101.0, 100.5]})
-    with pytest.raises(DeployError, match=r"no configuration is measurably better.*--force"):
+    _confirm(study, table)
+    with pytest.raises(DeployError, match=rf"the verdict is {word} .*--force"):
         promote(study, objectives=OBJ, constraints=None, registered_model="reg",
                 deployment_name=NAME)
     assert not mlflow.MlflowClient().search_registered_models()
     forced = promote(study, objectives=OBJ, constraints=None, registered_model="reg",
                      deployment_name=NAME, force=True)
     assert forced.trial == 1
-    assert _tags("reg", forced.version)[confirmed.VERDICT_TAG] == "no_better"
+    assert _tags("reg", forced.version)[confirmed.VERDICT_TAG] == word

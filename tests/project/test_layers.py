@@ -42,6 +42,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tracker.serving": ("tracker.",),
     "tracker.feasibility": ("tracker.",),
     "tracker.confirm_stats": ("tracker.",),  # pure statistics of the confirmation round
+    "tracker.confirm_sequence": ("tracker.",),  # its anytime-valid intervals
     # the spec package sits on the bottom
     "tracker.spec": _ABOVE_SPEC,
     "tracker.triton": ("tracker.measure", "tracker.search", "tracker.tracking", "tracker.deploy",
@@ -70,6 +71,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "tracker.errors": ("tracker.errors",),
     "tracker.feasibility": ("tracker.errors",),
     "tracker.serving": ("tracker.errors",),
+    "tracker.confirm_stats": ("tracker.confirm_sequence",),
 }
 
 #: the spec package's helpers never import its root (tracker/spec/__init__.py imports them)

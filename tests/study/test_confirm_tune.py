@@ -1,10 +1,12 @@
 """The confirmation round on a real tritonserver, real MLflow sqlite and Optuna sqlite: after
-the search, `tracker confirm` on a finished study, an interrupted confirmation resuming, and a
-study where nothing beats the default."""
+the search, `tracker confirm` continuing a finished study's rounds, an interrupted confirmation
+resuming, and a study where nothing beats the default."""
 
 from __future__ import annotations
 
+import html
 import os
+import re
 import signal
 import subprocess
 from pathlib import Path
@@ -35,7 +37,7 @@ from tracker.tracking import confirmed, runs
 
 pytestmark = pytest.mark.triton
 
-CONFIRM = {"enabled": True, "top_k": 2, "rounds": 3, "min_rounds": 2}
+CONFIRM = {"enabled": True, "top_k": 2, "rounds": 3, "min_rounds": 2, "budget_s": 600}
 
 
 @pytest.fixture(scope="module")
@@ -76,12 +78,14 @@ def test_tune_confirms_then_tracker_confirm_reproduces_and_resumes(
 
     record = _record(storage)
     assert record["status"] == "done"
-    assert 2 <= len(record["rounds"]) <= 3
+    assert 2 <= len(record["rounds"]) <= 3 and record["stop"]
+    assert all("seconds" in got for rnd in record["rounds"] for got in rnd["results"].values())
     numbers = [c["trial"] for c in record["candidates"]]
     assert numbers[0] == 0 and record["candidates"][0]["baseline"] and len(numbers) == 3
     for rnd in record["rounds"][:2]:  # every candidate in each of the first min_rounds
         assert sorted(int(n) for n in rnd["order"]) == sorted(numbers)
-    assert "confirmed in" in result.summary and "95% CI" in result.summary
+    assert re.search(r"(confirmed in|inconclusive after) \d interleaved rounds", result.summary)
+    assert "95% CI" in result.summary
 
     parent = _parent(uri)
     metrics, tags = parent.data.metrics, parent.data.tags
@@ -91,10 +95,14 @@ def test_tune_confirms_then_tracker_confirm_reproduces_and_resumes(
         assert name in metrics, name
     assert metrics["confirm/perf_throughput_ci_low"] <= metrics["confirm/perf_throughput_ci_high"]
     assert metrics["improvement_pct_ci_low"] <= metrics["improvement_pct_ci_high"]
-    assert tags[confirmed.VERDICT_TAG] in ("better", "tied", "no_better")
+    assert tags[confirmed.VERDICT_TAG] in ("better", "tied", "equivalent", "inconclusive")
+    assert tags["tracker.confirm_stop"] == record["stop"]
     assert tags[runs.NOTE_TAG] == result.summary
     client = MlflowClient(uri)
     assert "confirm.csv" in {f.path for f in client.list_artifacts(parent.info.run_id)}
+    report = Path(client.download_artifacts(parent.info.run_id, "report.html",
+                                            str(tmp_path))).read_text()
+    assert html.escape(result.summary) in report  # the report says what the note says
     kids = {r.data.tags.get("tracker.trial"): r for r in all_runs(uri)
             if r.data.tags.get(runs.PARENT_TAG) == parent.info.run_id}
     ranks = sorted(int(kids[str(n)].data.tags[confirmed.RANK_TAG]) for n in numbers)
@@ -102,39 +110,42 @@ def test_tune_confirms_then_tracker_confirm_reproduces_and_resumes(
     for n in numbers:
         assert "confirm/perf_throughput_ci_high" in kids[str(n)].data.metrics
 
-    # the MLproject's confirm entry point on the finished study: a new confirmation, no new
-    # trial; MLflow's own run for it points at the study's parent run
+    # the MLproject's confirm entry point on the finished study continues the same rounds (up
+    # to 5 in all, fewer when decided), no new trial; MLflow's own run for it points at the
+    # study's parent run
     env["PATH"] = f"{Path(TRACKER).parent}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.run([str(Path(TRACKER).parent / "mlflow"), "run", str(REPO), "-e",
                            "confirm", "--env-manager", "local", "-P", f"spec={spec}",
-                           "-P", "rounds=2"], cwd=tmp_path, env=env, capture_output=True,
+                           "-P", "rounds=5"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "verdict: " in proc.stdout and "95% CI" in proc.stdout
     again = _record(storage)
-    assert again["started"] != record["started"] and len(again["rounds"]) == 2
+    assert again["started"] == record["started"] and again["status"] == "done"
+    assert len(record["rounds"]) <= len(again["rounds"]) <= 5
+    assert again["rounds"][:len(record["rounds"])] == record["rounds"]  # kept, then more
     assert len(trials(storage)) == searched
     parent = _parent(uri)
     assert parent.data.tags[runs.NOTE_TAG] in proc.stdout
-    assert parent.data.metrics["confirm/rounds"] == 2
+    assert parent.data.metrics["confirm/rounds"] == len(again["rounds"])
     own = [r for r in all_runs(uri) if r.data.tags.get(runs.ROLE) == "confirm"]
     assert len(own) == 1 and own[0].info.status == "FINISHED"
     assert own[0].data.tags[STUDY_RUN_ID] == parent.info.run_id
     assert own[0].data.tags[confirmed.VERDICT_TAG] == parent.data.tags[confirmed.VERDICT_TAG]
 
-    # interrupted after its first measurement, it continues where it stopped
-    proc = subprocess.Popen([TRACKER, "confirm", str(spec), "--rounds", "3"], cwd=tmp_path,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    # a new one (--new), interrupted after its first measurement, continues where it stopped
+    live = subprocess.Popen([TRACKER, "confirm", str(spec), "--new", "--rounds", "3"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: _record(storage)["started"] != again["started"]
-                 and len(_measured(_record(storage))) >= 1, 240, "a first measurement", proc)
-        proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
+                 and len(_measured(_record(storage))) >= 1, 240, "a first measurement", live)
+        live.send_signal(signal.SIGINT)
+        out, _ = live.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, out
+        if live.poll() is None:
+            live.kill()
+    assert live.returncode == 130, out
     cut = _record(storage)
     assert cut["status"] == "running"
     kept = _measured(cut)
@@ -146,26 +157,28 @@ def test_tune_confirms_then_tracker_confirm_reproduces_and_resumes(
     assert set(kept) <= set(_measured(done))  # the measurements before the cut are kept
 
 
-def test_a_study_where_nothing_beats_the_default_is_no_better(
+def test_a_study_where_nothing_beats_the_default_is_equivalent(
         tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The only other configuration (the grid is the default's delay 0, widened in, and 20 ms;
     3 trials: the default, and both grid points, one a duplicate of the default) waits 20 ms
     for a batch that concurrency 1 never fills:
-    far slower than the default, so the verdict must be no_better, said plainly, and
-    promotion is refused."""
+    far slower than the default, so after 3 rounds the verdict must be equivalent (the default
+    is as good: none beats it by more than the tie margin), said plainly, and promotion is
+    refused."""
     uri = env_for(tmp_path)["MLFLOW_TRACKING_URI"]
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
     spec = write_spec(tmp_path, model, {"dynamic_batching.max_queue_delay_microseconds": [20000],
                                         "instance_group.count": [1]}, n_trials=3,
-                      confirm={**CONFIRM, "rounds": 2}, load={"concurrency": [1]})
+                      confirm={**CONFIRM, "rounds": 4, "min_rounds": 3},
+                      load={"concurrency": [1]})
     result = tune(spec, TuneOptions(bar=False, store_model=False))
-    assert "no configuration is measurably better than the default" in result.summary
+    assert "equivalent: no configuration beats the default configuration" in result.summary
     parent = _parent(uri)
-    assert parent.data.tags[confirmed.VERDICT_TAG] == "no_better"
+    assert parent.data.tags[confirmed.VERDICT_TAG] == "equivalent"
     assert parent.data.metrics["improvement_pct_ci_low"] < 0
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = optuna.load_study(study_name="quick", storage=optuna.storages.RDBStorage(storage))
-    with pytest.raises(DeployError, match="no configuration is measurably better"):
+    with pytest.raises(DeployError, match="the verdict is equivalent"):
         promote(study, objectives={"perf_throughput": "maximize"}, constraints=None,
                 registered_model="quick", deployment_name="quick")

@@ -6,7 +6,14 @@ import csv
 import io
 from pathlib import Path
 
-from tracker.tracking.report import TrialRow, best_row, summary, trials_csv, write_report
+from tracker.tracking.report import (
+    TrialRow,
+    best_row,
+    shown,
+    summary,
+    trials_csv,
+    write_report,
+)
 
 MAX = {"perf_throughput": "maximize"}
 P99 = {"perf_latency_p99": {"max": 10.0}}
@@ -94,3 +101,27 @@ def test_both_plots_mark_the_confirmed_medians_with_their_intervals(tmp_path: Pa
     latency = {"perf_latency_p99": "minimize"}   # `confirmed` then holds p99, not throughput
     other = write_report(rows, latency, {}, tmp_path / "latency")
     assert "confirmed median" not in other["plots/tradeoff.html"].read_text()
+
+
+def test_the_report_says_the_confirmed_outcome_with_figures_rounded(tmp_path: Path) -> None:
+    """After a confirmation the report carries the sentence the parent run's note carries (not
+    the search's "92% better"), the plots' titles carry the verdict, an unbounded interval is
+    drawn without its open side, and the trials table reads as a person reads it."""
+    rows = [row(0, 20.279010845156158, baseline=True,
+                confirmed=(15.3, 0.0, float("inf")), confirmed_p99=306.17),
+            row(3, 31.891234, 8.0, count=3, confirmed=(21.16, 20.28, 23.01),
+                confirmed_p99=295.3)]
+    said = "In 11 measurements across 2 configurations, inconclusive after 3 interleaved rounds"
+    files = write_report(rows, MAX, P99, tmp_path, text=said,
+                         caption="confirmed: inconclusive after 3 rounds, default kept")
+    report = files["report.html"].read_text()
+    assert said in report and "better than the default" not in report
+    assert "20.279010845156158" not in report and "<td>20.28</td>" in report
+    assert "<td>31.89</td>" in report
+    assert "confirmed perf_throughput (95% CI)" in report
+    assert "21.16 (20.28 to 23.01)" in report and "15.30 (0.000 to unbounded)" in report
+    for name in ("history", "tradeoff"):
+        page = files[f"plots/{name}.html"].read_text()
+        assert "confirmed: inconclusive after 3 rounds, default kept" in page, name
+    assert shown("3") == "3" and shown("306.17") == "306.2" and shown("0.01234") == "0.012"
+    assert shown("trial-3") == "trial-3" and shown("inf") == "unbounded"

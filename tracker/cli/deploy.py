@@ -49,7 +49,7 @@ def _deploy_settings(url: str | None, repository: str | None, serving: str | Non
 @click.option("--alias", default="production", show_default=True)
 @click.option("--no-deploy", is_flag=True, help="Register, stage and alias only.")
 @click.option("--force", is_flag=True, help="Promote the best configuration even when the "
-              "confirmation found none measurably better than the default (no_better).")
+              "confirmation keeps the default (equivalent or inconclusive).")
 @_deploy_options
 def promote_command(spec_path: Path | None, study_name: str | None, storage: str | None,
                     registered_model: str | None, deployment_name: str | None, stage: str,
@@ -57,8 +57,8 @@ def promote_command(spec_path: Path | None, study_name: str | None, storage: str
                     repository: str | None,
                     serving: str | None, tracking_uri: str | None) -> None:
     """Register the study's best feasible trial (the confirmed one after a confirmation),
-    move it to STAGE with ALIAS, deploy it. A study whose confirmation says no_better is
-    refused unless --force.
+    move it to STAGE with ALIAS, deploy it. A study whose confirmation says equivalent or
+    inconclusive is refused unless --force.
 
     Exit status 1 with Triton's message when the deployment fails; the version that served
     before keeps serving and the new version is tagged tracker.deploy.status=failed.

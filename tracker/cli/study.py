@@ -64,7 +64,7 @@ def check_command(spec_path: Path) -> None:
     click.echo(text)
 
 
-# -- tuning studies (tracker/runner.py, docs/tuning.md) --
+# -- tuning studies (tracker/study/, docs/tuning.md) --
 @cli.command("tune")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 # (each two-word option also as --word_word: what `mlflow run -P word_word=...` appends)
@@ -129,20 +129,24 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
 @click.option("--study", "--study_name", "study_name", help="Study name (default: the spec's "
               "search.study_name or model name).")
 @click.option("--storage", help="Optuna storage URL (default: as for tracker tune).")
-@click.option("--rounds", type=click.IntRange(min=1), help="Most rounds (confirm.rounds).")
+@click.option("--rounds", type=click.IntRange(min=1), help="Most rounds in all, those already "
+              "measured included (confirm.rounds).")
 @click.option("--top-k", "--top_k", "top_k", type=click.IntRange(min=1),
               help="Configurations besides the default (confirm.top_k).")
+@click.option("--new", "new", is_flag=True, help="Start a new confirmation instead of "
+              "continuing the study's rounds.")
 def confirm_command(spec_path: Path, study_name: str | None, storage: str | None,
-                    rounds: int | None, top_k: int | None) -> None:
+                    rounds: int | None, top_k: int | None, new: bool) -> None:
     """Re-measure the best configurations of SPEC's finished study and the default in
-    interleaved rounds (not the search), print the verdict with its 95% intervals, rewrite the
-    study's report. Run again, an interrupted confirmation continues where it stopped."""
+    interleaved rounds (not the search) until the verdict is decided, print it with its 95%
+    intervals, rewrite the study's report. The study's rounds are continued (an interrupted or
+    inconclusive confirmation goes on where it stopped, up to --rounds); --new starts over."""
     from tracker.study.confirm import confirm_study
     from tracker.study.session import Interrupted
 
     try:
         result = confirm_study(spec_path, study_name=_blank(study_name),
-                               storage=_blank(storage), rounds=rounds, top_k=top_k)
+                               storage=_blank(storage), rounds=rounds, top_k=top_k, new=new)
     except Interrupted as stop:
         click.echo(str(stop), err=True)
         sys.exit(stop.exit_code)

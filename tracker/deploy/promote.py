@@ -2,9 +2,10 @@
 
 1. the best feasible trial (the one the study's summary sentence names: after a confirmation
    the configuration it chose, else feasible, complete, measured, best on the first objective)
-   is found in the Optuna study; a confirmation that says ``no_better`` is refused unless
-   forced (then its best estimate is promoted); the version's tags then carry the verdict and
-   the confirmed figures with their 95% intervals;
+   is found in the Optuna study; a confirmation that keeps the default (``equivalent`` or
+   ``inconclusive``; ``no_better`` in older records) is refused unless forced (then its best
+   estimate is promoted), and the message says which; the version's tags then carry the
+   verdict and the confirmed figures with their 95% intervals;
 2. its model (logged on the trial's MLflow run as ``model``, see
    :func:`tracker.tracking.flavor.log_triton_model`) is registered as a new version of the
    spec's registered model, with tags (study, trial, run id, perf_throughput,
@@ -190,10 +191,16 @@ def _headline(metrics: Mapping[str, float]) -> str:
 
 def _confirmed_row(study_name: str, rows: list[TrialRow], verdict: cs.Verdict,
                    objectives: Mapping[str, str], force: bool) -> TrialRow | None:
-    if verdict.verdict == "no_better":
+    """The confirmed choice; a verdict that keeps the default (equivalent, inconclusive, or
+    no_better from an older record) is refused unless forced, saying which it is."""
+    if verdict.keeps_default:
         if not force:
-            raise DeployError(f"study {study_name!r}: {confirmed.sentence(verdict, objectives)} "
-                              "Nothing promoted (--force promotes the best estimate anyway).")
+            word = "equivalent" if verdict.verdict == cs.OLD_NO_BETTER else verdict.verdict
+            why = ("the default configuration is as good within the tie margin"
+                   if word == cs.EQUIVALENT else "the confirmation has not decided yet")
+            raise DeployError(f"study {study_name!r}: the verdict is {word} ({why}): "
+                              f"{confirmed.sentence(verdict, objectives)} Nothing promoted "
+                              "(--force promotes the best estimate anyway).")
         name = verdict.winner or verdict.chosen
     else:
         name = verdict.chosen

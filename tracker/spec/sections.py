@@ -371,8 +371,11 @@ class ConfirmSection(SpecModel):
 
     enabled: bool = True
     top_k: PosInt = 3
-    rounds: PosInt = 5
+    rounds: PosInt = 10                 # the most rounds; they stop once the verdict is decided
     min_rounds: PosInt = 3
+    tie_margin_pct: Annotated[float, Field(gt=0, lt=100)] = 5.0  # "equivalent" within it
+    budget_s: PosFloat | None = None    # measuring time of one confirmation; None: as long
+                                        # as the search's trials took
 
     @model_validator(mode="after")
     def _rounds(self) -> ConfirmSection:

@@ -61,9 +61,13 @@ def finish_study(ctx: StudyContext, *, status: str, owner: bool, stop_reason: st
     objectives = dict(spec.objectives)
     text = summary(rows, objectives)
     best = best_row(rows, objectives)
-    verdict = confirmed.verdict(confirmed.load(ctx.study), objectives)
-    if verdict is not None:  # the confirmation decides, not the single search measurement
-        text = confirmed.study_summary(text, verdict, objectives)
+    record = confirmed.load(ctx.study)
+    verdict = confirmed.verdict(record, objectives)
+    caption = None
+    if record is not None and verdict is not None:  # the confirmation decides, not the search
+        command = confirmed.more_command(record, verdict, objectives, _spec_arg(spec.source))
+        text = confirmed.study_summary(text, verdict, objectives, command)
+        caption = confirmed.headline(verdict)
         best = next((r for r in rows if r.number == confirmed.trial_of(verdict.chosen)), best)
         for row in rows:
             scored = verdict.scored.get(row.name)
@@ -71,7 +75,7 @@ def finish_study(ctx: StudyContext, *, status: str, owner: bool, stop_reason: st
                 row.confirmed = (scored.value.estimate, scored.value.low, scored.value.high)
                 row.confirmed_p99 = scored.p99.estimate if scored.p99 is not None else None
     try:
-        _log_report(ctx, rows, best, text, stop_reason, wall_s)
+        _log_report(ctx, rows, best, text, stop_reason, wall_s, caption)
         if verdict is not None:
             _log_verdict(ctx, rows, verdict)
     except (MlflowException, TrackingError, OSError, ValueError) as exc:
@@ -106,8 +110,18 @@ def _log_view(ctx: StudyContext, rows: list[TrialRow]) -> str:
     return view.study_link(parent.tracking_uri, parent.experiment_id, view_id)
 
 
+def _spec_arg(source: Path | None) -> str:
+    """The spec's path as a user would type it (relative to the working directory if inside)."""
+    if source is None:
+        return "SPEC"
+    try:
+        return str(source.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(source)
+
+
 def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, text: str,
-                stop_reason: str, wall_s: float) -> None:
+                stop_reason: str, wall_s: float, caption: str | None = None) -> None:
     spec, parent = ctx.spec, ctx.parent
     client = parent.client
     objectives = dict(spec.objectives)
@@ -117,7 +131,8 @@ def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, 
                   if stream_plots.is_streaming(rows) else None)
         files: dict[str, str | bytes | Path] = dict(
             write_report(rows, objectives, spec.constraints, Path(tmp),
-                         title=f"Study {ctx.study.study_name}", curves=curves))
+                         title=f"Study {ctx.study.study_name}", curves=curves, text=text,
+                         caption=caption))
         if best is not None:
             cfg, served = configs(ctx, best.params, best.baseline)
             prod, _served, _header = served_configs(ctx.info, cfg, serving=ctx.serving,

@@ -1,18 +1,25 @@
 """``tracker confirm``: the confirmation round (study/confirm_rounds.py) on a finished study,
-without re-running the search; an interrupted confirmation continues where it stopped. Then
-the study's report is written again with the verdict."""
+without re-running the search; the study's rounds are continued (an interrupted or
+inconclusive confirmation goes on where it stopped), ``new`` starts over. Then the study's
+report is written again with the verdict."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracker import tags
 from tracker.errors import TrackerError
 from tracker.study.confirm_rounds import run, settings_of
 from tracker.study.session import Session, StudyContext, TuneOptions
 from tracker.tracking import confirmed
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
 
 
 @dataclass(frozen=True)
@@ -23,16 +30,19 @@ class ConfirmResult:
     summary: str
 
 
-def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
-                  storage: str | None = None, rounds: int | None = None,
-                  top_k: int | None = None) -> ConfirmResult:
-    """``tracker confirm``: run (or continue) the confirmation of an existing study on the
-    spec's server, then rewrite the study's report with the verdict. A finished confirmation
-    is replaced by a new one (the search is not run again)."""
+@contextlib.contextmanager
+def confirm_session(spec_path: str | Path, *, study_name: str | None = None,
+                    storage: str | None = None,
+                    interrupted: str = "") -> Iterator[tuple[StudyContext, Run]]:
+    """The study of SPEC, its parent run and the spec's server as a confirmation's
+    :class:`~tracker.study.session.StudyContext` (and the parent's MLflow run), inside the
+    session's guard: Ctrl-C becomes Interrupted (``interrupted`` added to its message), and
+    the server is stopped and the work folder removed on the way out. ``tracker confirm`` runs
+    one confirmation in it; benchmarks/verdict_stability.py runs its A/A confirmations in
+    one."""
     import optuna
 
     from tracker.search.storage import make_storage
-    from tracker.study.conclude import finish_study
     from tracker.study.measured import resolve_serving
     from tracker.study.progress import Progress
     from tracker.tracking import runs
@@ -58,15 +68,31 @@ def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
                            spec.study_name)
     progress = Progress(spec.search.n_trials, spec.search.n_trials, bar=False)
     try:
-        with session.guarded("the measurements so far are kept: run the same command to "
-                             "continue"):
+        with session.guarded(interrupted):
             server = session.start_server()
-            ctx = StudyContext(session, {}, study, parent, server,
+            yield StudyContext(session, {}, study, parent, server,
                                resolve_serving(spec, server, session.info), progress,
-                               store_model=False)
-            run(ctx, settings_of(ctx, rounds, top_k), again=True)
+                               store_model=False), prun
     finally:
         progress.close()
+
+
+def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
+                  storage: str | None = None, rounds: int | None = None,
+                  top_k: int | None = None, new: bool = False) -> ConfirmResult:
+    """``tracker confirm``: continue the confirmation of an existing study on the spec's server
+    up to ``rounds`` rounds in all (a finished one of the same configurations too; ``new``:
+    start a new one), then rewrite the study's report with the verdict. The search is not run
+    again."""
+    from tracker.study.conclude import finish_study
+    from tracker.tracking import runs
+
+    with confirm_session(spec_path, study_name=study_name, storage=storage,
+                         interrupted="the measurements so far are kept: run the same command "
+                                     "to continue") as (ctx, prun):
+        run(ctx, settings_of(ctx, rounds, top_k), again=True, new=new)
+    spec, parent, study = ctx.spec, ctx.parent, ctx.study
+    client = parent.client
     result = finish_study(ctx, status="FINISHED", owner=False,
                           stop_reason=str(prun.data.tags.get(tags.STOP_REASON, "")),
                           wall_s=float(prun.data.metrics.get("wall_s", 0.0)))

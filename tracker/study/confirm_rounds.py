@@ -1,18 +1,22 @@
 """The confirmation round after a search: the best few configurations and the default,
-re-measured in interleaved rounds, so the verdict survives a re-run.
+re-measured in interleaved rounds until the evidence decides.
 
 After the search (whatever stopped it, except an interruption) the ``confirm.top_k`` best
 distinct feasible configurations and the default configuration are measured again, each at the
-concurrency its trial was judged by, on the study's own server, in up to ``confirm.rounds``
-rounds. Each round measures them in a new random order, so drift of the machine hits all of
-them alike. From ``confirm.min_rounds`` on, the rounds stop as soon as the winner is separated
-(its improvement interval above 0 and overlapping no other), and a configuration whose interval
-lies wholly below the winner's is not measured again. The statistics and the verdict:
-:mod:`tracker.confirm_stats`; the record kept in the study: :mod:`tracker.tracking.confirmed`.
+concurrency its trial was judged by, on the study's own server. Each round measures them in a
+new random order, so drift of the machine hits all of them alike. After every round from
+``confirm.min_rounds`` on the verdict is computed (:mod:`tracker.confirm_stats`, intervals that
+stay valid however often they are looked at): the rounds stop as soon as it is decided
+(better, tied or equivalent), when ``confirm.rounds`` rounds are done or when another round
+would not fit in ``confirm.budget_s`` (default: as long as the search's trials took)
+(inconclusive). A configuration that can no longer change
+the outcome is not measured again. The record kept in the study:
+:mod:`tracker.tracking.confirmed`.
 
 Every measurement is saved in the study's user attribute ``confirm`` as soon as it is made:
 an interrupted confirmation continues where it stopped (``tracker tune`` again, or ``tracker
-confirm``).
+confirm``), and ``tracker confirm SPEC --rounds N`` continues a finished one with the same
+configurations up to N rounds (``--new`` starts over).
 """
 
 from __future__ import annotations
@@ -37,12 +41,19 @@ if TYPE_CHECKING:
     from tracker.search.objective import LevelChoice
 
 
+#: windows per confirmation measurement: the three the stability rule compares, no retries
+#: (the rounds, not the retries, are what the verdict's intervals stand on)
+WINDOWS = 3
+
+
 @dataclass(frozen=True)
 class Settings:
     top_k: int
     rounds: int
     min_rounds: int
     seed: int
+    margin_pct: float = cs.TIE_MARGIN_PCT
+    budget_s: float | None = None      # measuring time of one invocation; None: no limit
 
 
 @dataclass(frozen=True)
@@ -58,13 +69,17 @@ class Measured:
 def measure_one(ctx: StudyContext, params: dict[str, Any], *, baseline: bool, level: float,
                 label: str) -> Measured:
     """One configuration at one level through the one measurement path a trial and ``tracker
-    profile`` take (:func:`tracker.study.measured.measure_configuration`), on the study's server.
-    Raises TrackerError (the pipeline's reason) when any step fails."""
+    profile`` take (:func:`tracker.study.measured.measure_configuration`), on the study's server, in
+    at most :data:`WINDOWS` windows. Raises TrackerError (the pipeline's reason) when any step
+    fails."""
     cfg, _ = configs(ctx, params, baseline)
     for old in ctx.workdir.glob("confirm-*"):  # the server has moved on from it
         shutil.rmtree(old, ignore_errors=True)
+    load = ctx.spec.load
+    spec = ctx.spec.model_copy(update={"load": load.model_copy(
+        update={"max_tries": min(load.max_tries, WINDOWS)})})
     try:
-        done = measure_configuration(ctx.spec, ctx.info, ctx.server, cfg,
+        done = measure_configuration(spec, ctx.info, ctx.server, cfg,
                                      ctx.workdir / f"confirm-{label}", serving=ctx.serving,
                                      levels=[level])
     except ConfigFailed as failed:
@@ -75,8 +90,19 @@ def measure_one(ctx: StudyContext, params: dict[str, Any], *, baseline: bool, le
 def settings_of(ctx: StudyContext, rounds: int | None = None, top_k: int | None = None) -> Settings:
     c = ctx.spec.confirm
     r = rounds or c.rounds
+    budget = c.budget_s if c.budget_s is not None else search_seconds(ctx.study)
     return Settings(top_k or c.top_k, r, min(c.min_rounds, r),
-                    ctx.spec.search.seed if ctx.spec.search.seed is not None else 0)
+                    ctx.spec.search.seed if ctx.spec.search.seed is not None else 0,
+                    c.tie_margin_pct, budget)
+
+
+def search_seconds(study: Any) -> float | None:
+    """How long the search's finished trials took, together (the default budget: the
+    confirmation takes at most as long as the search did); None without a finished trial."""
+    took = [(t.datetime_complete - t.datetime_start).total_seconds()
+            for t in study.get_trials(deepcopy=False)
+            if t.datetime_start is not None and t.datetime_complete is not None]
+    return round(sum(took), 1) if took else None
 
 
 def pick(rows: list[TrialRow], objectives: Mapping[str, str], top_k: int) -> list[TrialRow]:
@@ -102,7 +128,8 @@ def _instances(ctx: StudyContext, row: TrialRow) -> int:
 
 def _new_record(ctx: StudyContext, chosen: list[TrialRow], s: Settings) -> dict[str, Any]:
     return {"status": "running", "rounds_target": s.rounds, "min_rounds": s.min_rounds,
-            "top_k": s.top_k, "seed": s.seed, "stop": "", "started": time.time(),
+            "top_k": s.top_k, "seed": s.seed, "tie_margin_pct": s.margin_pct,
+            "budget_s": s.budget_s, "stop": "", "started": time.time(),
             "candidates": [{"trial": r.number, "baseline": r.baseline,
                             "concurrency": r.concurrency, "instances": _instances(ctx, r)}
                            for r in chosen],
@@ -117,11 +144,12 @@ def _complete(record: dict[str, Any], rnd: dict[str, Any]) -> bool:
     return all(str(n) in rnd["results"] for n in rnd["order"])
 
 
-def run(ctx: StudyContext, s: Settings, *, again: bool = False,
+def run(ctx: StudyContext, s: Settings, *, again: bool = False, new: bool = False,
         on_measured: Callable[[str], None] | None = None) -> dict[str, Any] | None:
     """Run (or continue) the study's confirmation; returns the record (None when there is
-    nothing to confirm). ``again``: a finished confirmation is replaced by a new one (an
-    unfinished one is always continued)."""
+    nothing to confirm). An unfinished confirmation is always continued. A finished one of the
+    same configurations is returned as it is, unless ``again`` (then it continues up to
+    ``s.rounds`` rounds) or ``new`` (then a new one replaces it)."""
     study, objectives = ctx.study, dict(ctx.spec.objectives)
     say = on_measured or ctx.progress.line
     chosen = pick(trial_rows(study), objectives, s.top_k)
@@ -131,30 +159,28 @@ def run(ctx: StudyContext, s: Settings, *, again: bool = False,
                                         "the default to compare with it"))
         return None
     record = confirmed.load(study)
-    if record is not None and _same(record, chosen) and record.get("status") == "done" \
-            and not again:
+    same = record is not None and _same(record, chosen)
+    if record is not None and same and record.get("status") == "done" and not (again or new):
         return record
-    if record is None or not _same(record, chosen) or record.get("status") == "done":
+    if record is None or not same or new:
         record = _new_record(ctx, chosen, s)
-    record["rounds_target"] = s.rounds
-    record["min_rounds"] = min(s.min_rounds, s.rounds)
+    record.update(status="running", stop="", rounds_target=s.rounds,
+                  min_rounds=min(s.min_rounds, s.rounds), tie_margin_pct=s.margin_pct,
+                  budget_s=s.budget_s)
     by_number = {r.number: r for r in chosen}
+    budget = "" if s.budget_s is None else f", at most {s.budget_s:g} s of measuring"
     say(f"confirmation: {', '.join(confirmed.key(r.number) for r in chosen)} (trial "
-        f"{chosen[0].number} is the default) in up to {s.rounds} interleaved rounds")
+        f"{chosen[0].number} is the default) in interleaved rounds until decided (up to "
+        f"{s.rounds} rounds{budget})")
+    spent = 0.0
     while True:
         rounds = record["rounds"]
         if not rounds or _complete(record, rounds[-1]):
-            verdict = confirmed.verdict(record, objectives)
-            if len(rounds) >= record["min_rounds"] and verdict is not None \
-                    and cs.separated(verdict):
-                record["stop"] = f"winner separated after {len(rounds)} rounds"
+            open_keys, stop = _next(record, objectives, [confirmed.key(n) for n in by_number],
+                                    spent)
+            if stop:
+                record["stop"] = stop
                 break
-            if len(rounds) >= record["rounds_target"]:
-                record["stop"] = f"{len(rounds)} rounds done"
-                break
-            open_keys = (cs.still_open(verdict) if verdict is not None
-                         and len(rounds) >= record["min_rounds"]
-                         else [confirmed.key(n) for n in by_number])
             order = [n for n in by_number if confirmed.key(n) in open_keys]
             random.Random(record["seed"] * 1000 + len(rounds)).shuffle(order)
             rounds.append({"order": order, "results": {}})
@@ -163,11 +189,45 @@ def run(ctx: StudyContext, s: Settings, *, again: bool = False,
         for n in rnd["order"]:
             if str(n) in rnd["results"]:
                 continue
-            rnd["results"][str(n)] = _measure_one(ctx, by_number[n], len(rounds), say)
+            t0 = time.monotonic()
+            got = _measure_one(ctx, by_number[n], len(rounds), say)
+            got["seconds"] = round(time.monotonic() - t0, 2)
+            spent += got["seconds"]
+            record["spent_s"] = round(float(record.get("spent_s") or 0.0) + got["seconds"], 2)
+            rnd["results"][str(n)] = got
             study.set_user_attr(confirmed.ATTR, record)
     record["status"] = "done"
+    record["finished"] = time.time()
     study.set_user_attr(confirmed.ATTR, record)
+    say(f"confirmation stopped: {record['stop']}")
     return record
+
+
+def _next(record: dict[str, Any], objectives: Mapping[str, str], every: list[str],
+          spent: float) -> tuple[list[str], str]:
+    """Before a new round: (the keys to measure in it, why to stop instead: "" to go on)."""
+    n = len(record["rounds"])
+    verdict = confirmed.verdict(record, objectives)
+    past_min = n >= record["min_rounds"]
+    if past_min and verdict is not None and verdict.decided:
+        return [], f"decided ({verdict.verdict}) after {n} rounds"
+    if n >= record["rounds_target"]:
+        return [], f"{n} rounds done (the most asked for) without a decision"
+    keys = cs.still_open(verdict) if verdict is not None and past_min else every
+    if past_min and len(keys) < 2:
+        return [], f"nothing left to measure after {n} rounds"
+    budget = record.get("budget_s")
+    cost = _mean_seconds(record) * len(keys)
+    if budget is not None and spent > 0 and spent + cost > float(budget):
+        return [], (f"budget: another round (about {cost:.0f} s) would not fit in "
+                    f"confirm.budget_s={float(budget):g} s after {n} rounds")
+    return keys, ""
+
+
+def _mean_seconds(record: Mapping[str, Any]) -> float:
+    took = [float(got["seconds"]) for rnd in record.get("rounds", [])
+            for got in rnd.get("results", {}).values() if "seconds" in got]
+    return sum(took) / len(took) if took else 0.0
 
 
 def _measure_one(ctx: StudyContext, row: TrialRow, round_no: int,

@@ -5,24 +5,30 @@ The confirmation (tracker/confirm.py) keeps its rounds in the Optuna study's use
 ``confirm`` (:data:`ATTR`), one measurement per configuration and round, so it can resume and
 so the verdict can be rebuilt from the study alone. The record::
 
-    {"status": "running" | "done", "rounds_target": 5, "min_rounds": 3, "top_k": 3,
-     "seed": 42, "stop": "why it stopped",
+    {"status": "running" | "done", "rounds_target": 10, "min_rounds": 3, "top_k": 3,
+     "seed": 42, "tie_margin_pct": 5.0, "budget_s": null, "spent_s": 61.2,
+     "stop": "why it stopped",
      "candidates": [{"trial": 4, "baseline": false, "concurrency": 2, "instances": 2}, ...],
      "rounds": [{"order": [4, 0, 1], "results": {"4": {"perf_throughput": 30.9,
-                 "perf_latency_p99": 80.1, "feasible": true}, "0": {"error": "..."}}}, ...]}
+                 "perf_latency_p99": 80.1, "feasible": true, "seconds": 4.9},
+                 "0": {"error": "..."}}}, ...]}
 
-The statistics are :mod:`tracker.confirm_stats`.
+A record written before the tie margin existed (no ``tie_margin_pct``) is read with the default
+margin; its verdict is recomputed by today's rules, so an old ``no_better`` reads as
+``equivalent`` or ``inconclusive``. The statistics are :mod:`tracker.confirm_stats`.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tracker import confirm_stats as cs
 from tracker import tags
+from tracker.metrics import BETTER
 from tracker.tracking.report import fmt
 
 if TYPE_CHECKING:
@@ -65,6 +71,11 @@ def candidates(record: Mapping[str, Any], metric: str) -> list[cs.Candidate]:
     return out
 
 
+def margin(record: Mapping[str, Any]) -> float:
+    value = record.get("tie_margin_pct")
+    return float(value) if isinstance(value, int | float) else cs.TIE_MARGIN_PCT
+
+
 def verdict(record: Mapping[str, Any] | None,
             objectives: Mapping[str, str]) -> cs.Verdict | None:
     """The verdict of the stored rounds; None without a measured round of the default."""
@@ -75,14 +86,21 @@ def verdict(record: Mapping[str, Any] | None,
     base = next((c for c in cands if c.baseline), None)
     if base is None or not any(v is not None for v in base.values):
         return None
-    return cs.decide(cands, direction)
+    return cs.decide(cands, direction, margin(record))
 
 
 def trial_of(name: str) -> int:
     return int(name.rsplit("-", 1)[1])
 
 
+def _num(x: float) -> str:
+    return "unbounded" if math.isinf(x) else f"{x:.0f}"
+
+
 def _pct(iv: cs.Interval) -> str:
+    if not iv.bounded:
+        return f"{_num(iv.low)} to {_num(iv.high)}%" if math.isfinite(iv.low) \
+            else "interval still unbounded"
     if iv.low >= 0:
         return f"{iv.low:.0f}-{iv.high:.0f}%"
     return f"{iv.low:.0f} to {iv.high:.0f}%"
@@ -91,8 +109,10 @@ def _pct(iv: cs.Interval) -> str:
 def _value(metric: str, iv: cs.Interval, *, inner: bool = False) -> str:
     """``30.90 infer/s (95% CI 30.2-31.5)``; ``inner``: for use inside parentheses."""
     digits = fmt(metric, iv.estimate)
-    low, high = fmt(metric, iv.low).split(" ")[0], fmt(metric, iv.high).split(" ")[0]
-    ci = f"95% CI {low}{'-' if iv.low >= 0 else ' to '}{high}"
+    places = len(digits.split(" ")[0].partition(".")[2])  # the bounds as precise as the figure
+    low = f"{iv.low:,.{places}f}"
+    high = f"{iv.high:,.{places}f}" if math.isfinite(iv.high) else "unbounded"
+    ci = f"95% CI {low}{'-' if iv.low >= 0 and math.isfinite(iv.high) else ' to '}{high}"
     return f"{digits}, {ci}" if inner else f"{digits} ({ci})"
 
 
@@ -100,46 +120,105 @@ def _names(keys: list[str]) -> str:
     return keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + " and " + keys[-1]
 
 
-def study_summary(search_text: str, v: cs.Verdict, objectives: Mapping[str, str]) -> str:
+def study_summary(search_text: str, v: cs.Verdict, objectives: Mapping[str, str],
+                  command: str | None = None) -> str:
     """The study's sentence once confirmed: the search's head ("In 21 measurements across 7
     configurations"), then the confirmation instead of the single-measurement claim."""
     head = search_text.split(", ", 1)[0]
-    return f"{head}, {sentence(v, objectives)}"
+    return f"{head}, {sentence(v, objectives, command)}"
 
 
-def sentence(v: cs.Verdict, objectives: Mapping[str, str]) -> str:
-    """The confirmation in words, with the intervals (docs/tuning.md)."""
+def more_command(record: Mapping[str, Any], v: cs.Verdict, objectives: Mapping[str, str],
+                 spec: str = "SPEC") -> str:
+    """``tracker confirm SPEC --rounds N``: the command that measures more of the same rounds,
+    N about what would decide if the figures went on as they are (at least 3 more)."""
+    metric, direction = next(iter(objectives.items()))
+    done = len(record.get("rounds", []))
+    need = cs.more_rounds(v, candidates(record, metric), direction, most=4 * max(done, 5))
+    return f"tracker confirm {spec} --rounds {max(need or 2 * done, done + 3)}"
+
+
+def sentence(v: cs.Verdict, objectives: Mapping[str, str], command: str | None = None) -> str:
+    """The confirmation in words, with the intervals (docs/tuning.md). ``command``: what to run
+    to measure more (said when the verdict is inconclusive)."""
     metric = next(iter(objectives))
     base = next(s for s in v.scored.values() if s.baseline)
     base_text = fmt(metric, base.value.estimate) if base.value else "not measured"
-    head = f"confirmed in {v.rounds} interleaved round{'s' if v.rounds != 1 else ''}: "
-    if v.verdict == "no_better":
-        text = (head + "no configuration is measurably better than the default configuration ("
-                + (_value(metric, base.value, inner=True) if base.value else base_text) + ")")
+    base_ci = _value(metric, base.value, inner=True) if base.value else base_text
+    rounds = f"{v.rounds} interleaved round{'s' if v.rounds != 1 else ''}"
+    win = v.scored.get(v.winner or "")
+    best = ""
+    if win is not None and win.improvement is not None:
+        how = "better" if win.improvement.estimate >= 0 else "worse"
+        best = (f"the best, {win.key}, is {abs(win.improvement.estimate):.0f}% {how} "
+                f"({_pct(win.improvement)})")
+    if v.verdict in (cs.EQUIVALENT, cs.OLD_NO_BETTER):
+        text = (f"confirmed in {rounds}: equivalent: no configuration beats the default "
+                f"configuration ({base_ci}) by more than the {v.margin_pct:g}% tie margin"
+                + (f"; {best}" if best else "")
+                + ": keep the default; nothing is promoted unless forced.")
+    elif v.verdict == cs.INCONCLUSIVE:
+        why = (f"{best}, not yet told apart from the default configuration ({base_ci})"
+               if best else "no configuration met the constraints in most of its rounds")
+        more = f"; `{command}` measures more of the same rounds" if command else ""
+        text = (f"inconclusive after {rounds}: {why}{more}; until then the default is kept "
+                "and nothing is promoted unless forced.")
+    else:
+        chosen = v.scored[v.chosen]
+        assert chosen.value is not None and chosen.improvement is not None
+        text = (f"confirmed in {rounds}: {v.chosen} gives {_value(metric, chosen.value)}, "
+                f"{chosen.improvement.estimate:.0f}% ({_pct(chosen.improvement)}) better than "
+                f"the default configuration ({base_text})")
+        others = [k for k in [v.winner or "", *v.tied] if k and k != v.chosen]
+        if others:
+            verb = "is" if len(others) == 1 else "are"
+            text += f"; {_names(others)} {verb} statistically tied"
+            if v.chosen != v.winner:
+                text += (f" ({v.chosen} chosen as the cheaper: lower p99 latency, then steadier "
+                         "readings, then fewer instances)")
+        text += "."
+    return text + swing_note(v)
+
+
+def headline(v: cs.Verdict) -> str:
+    """The verdict in a few words, for the plots' titles."""
+    if v.keeps_default:
         win = v.scored.get(v.winner or "")
-        if win is not None and win.improvement is not None:
-            how = "better" if win.improvement.estimate >= 0 else "worse"
-            text += (f"; the best, {win.key}, is {abs(win.improvement.estimate):.0f}% {how} "
-                     f"({_pct(win.improvement)}), within the noise")
-        return text + ": keep the default; nothing is promoted unless forced."
-    chosen = v.scored[v.chosen]
-    assert chosen.value is not None and chosen.improvement is not None
-    text = (head + f"{v.chosen} gives {_value(metric, chosen.value)}, "
-            f"{chosen.improvement.estimate:.0f}% ({_pct(chosen.improvement)}) better than the "
-            f"default configuration ({base_text})")
-    others = [k for k in [v.winner or "", *v.tied] if k and k != v.chosen]
-    if others:
-        verb = "is" if len(others) == 1 else "are"
-        text += f"; {_names(others)} {verb} statistically tied"
-        if v.chosen != v.winner:
-            text += f" ({v.chosen} chosen as the cheaper: lower p99 latency, then fewer instances)"
-    return text + "."
+        best = (f"; best {win.key} {win.improvement.estimate:+.0f}% ({_pct(win.improvement)})"
+                if win is not None and win.improvement is not None else "")
+        word = "equivalent" if v.verdict == cs.OLD_NO_BETTER else v.verdict
+        return f"confirmed: {word} after {v.rounds} rounds, default kept{best}"
+    chosen = v.scored[v.chosen].improvement
+    assert chosen is not None
+    return (f"confirmed: {v.verdict}, {v.chosen} {chosen.estimate:+.0f}% "
+            f"({_pct(chosen)}) in {v.rounds} rounds")
+
+
+def swing_note(v: cs.Verdict) -> str:
+    """`` trial-0's readings swing far more than the others' (...)``, or ""."""
+    got = cs.swinging(v.scored)
+    if got is None:
+        return ""
+    key, cv, others = got
+    s = v.scored[key]
+    name = "the default configuration" if s.baseline else key
+    worst = f"; worst round {s.worst:.3g}" if s.worst is not None else ""
+    return (f" {name[0].upper()}{name[1:]}'s readings swing far more than the others' "
+            f"(round-to-round CV {cv:.0f}% against at most {others:.0f}%{worst}): it is the "
+            "one a busy machine moves most.")
 
 
 def _ci(prefix: str, iv: cs.Interval | None) -> dict[str, float]:
+    """The estimate and its bounds (an unbounded side is left out: MLflow wants numbers)."""
     if iv is None:
         return {}
-    return {prefix: iv.estimate, f"{prefix}_ci_low": iv.low, f"{prefix}_ci_high": iv.high}
+    out = {prefix: iv.estimate, f"{prefix}_ci_low": iv.low, f"{prefix}_ci_high": iv.high}
+    return {k: v for k, v in out.items() if math.isfinite(v)}
+
+
+def worst_name(metric: str) -> str:
+    """``min`` for a metric to maximize (the worst round is the lowest), else ``max``."""
+    return "max" if BETTER.get(metric) == "minimize" else "min"
 
 
 def scored_metrics(s: cs.Scored, metric: str) -> dict[str, float]:
@@ -147,20 +226,22 @@ def scored_metrics(s: cs.Scored, metric: str) -> dict[str, float]:
     out = {**_ci(f"confirm/{metric}", s.value), **_ci(f"confirm/{LATENCY}", s.p99),
            f"confirm/{metric}_cv_pct": s.cv_pct,
            "confirm/rounds": float(s.value.n if s.value else 0)}
+    if s.worst is not None:  # the worst round: lowest to maximize, highest to minimize
+        out[f"confirm/{metric}_{worst_name(metric)}"] = s.worst
     if s.improvement is not None:
         out.update(_ci("confirm/improvement_pct", s.improvement))
     return out
 
 
 def parent_metrics(v: cs.Verdict, objectives: Mapping[str, str]) -> dict[str, float]:
-    """The parent run's figures: the chosen configuration's, and the improvement (0 with its
-    best-of-the-rest interval when the verdict is no_better)."""
+    """The parent run's figures: the chosen configuration's, and the improvement (with the best
+    other's interval when the default is kept)."""
     metric = next(iter(objectives))
     chosen = v.scored[v.chosen]
     out = {**_ci(f"confirm/{metric}", chosen.value), "confirm/rounds": float(v.rounds)}
     if chosen.improvement is not None:
         out.update(_ci("improvement_pct", chosen.improvement))
-    else:  # no_better: the default is kept; the best other shows how close it came
+    else:  # the default is kept; the best other shows how close it came
         win = v.scored.get(v.winner or "")
         if win is not None and win.improvement is not None:
             out.update(_ci("improvement_pct", win.improvement))
@@ -170,15 +251,17 @@ def parent_metrics(v: cs.Verdict, objectives: Mapping[str, str]) -> dict[str, fl
 
 
 def parent_tags(v: cs.Verdict) -> dict[str, object]:
+    swing = cs.swinging(v.scored)
     return {VERDICT_TAG: v.verdict, tags.CONFIRMED_TRIAL: trial_of(v.chosen),
-            tags.CONFIRM_TIED: ", ".join(v.tied)}
+            tags.CONFIRM_TIED: ", ".join(v.tied), tags.CONFIRM_SWINGS: swing[0] if swing else ""}
 
 
 def rounds_csv(record: Mapping[str, Any], metric: str) -> str:
     """confirm.csv: one line per measurement (round, order in the round, trial, values)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["round", "position", "trial", metric, LATENCY, "feasible", "error"])
+    writer.writerow(["round", "position", "trial", metric, LATENCY, "feasible", "seconds",
+                     "error"])
     for i, rnd in enumerate(record.get("rounds", []), start=1):
         for pos, n in enumerate(rnd.get("order", []), start=1):
             got = rnd.get("results", {}).get(str(n))
@@ -186,5 +269,5 @@ def rounds_csv(record: Mapping[str, Any], metric: str) -> str:
                 continue
             writer.writerow([i, pos, n, got.get(metric, ""), got.get(LATENCY, ""),
                              "" if "feasible" not in got else str(got["feasible"]).lower(),
-                             got.get("error", "")])
+                             got.get("seconds", ""), got.get("error", "")])
     return out.getvalue()

@@ -66,7 +66,20 @@ def _best_so_far(rows: Sequence[TrialRow], maximize: bool) -> tuple[list[int], l
     return xs, ys
 
 
-def history(rows: Sequence[TrialRow], objectives: Mapping[str, str], out: Path) -> dict[str, Path]:
+def _titled(title: str, caption: str | None) -> str:
+    return f"{title}\n{caption}" if caption else title
+
+
+def _bars(rows: Sequence[TrialRow]) -> tuple[list[float], list[list[float]]]:
+    """Confirmed medians and their error bars (an unbounded side drawn as none)."""
+    mid = [c[0] for r in rows if (c := r.confirmed)]
+    err = [[c[0] - c[1] if math.isfinite(c[1]) else 0.0 for r in rows if (c := r.confirmed)],
+           [c[2] - c[0] if math.isfinite(c[2]) else 0.0 for r in rows if (c := r.confirmed)]]
+    return mid, err
+
+
+def history(rows: Sequence[TrialRow], objectives: Mapping[str, str], out: Path,
+            caption: str | None = None) -> dict[str, Path]:
     import plotly.graph_objects as go
 
     metric, direction = next(iter(objectives.items()))
@@ -90,14 +103,12 @@ def history(rows: Sequence[TrialRow], objectives: Mapping[str, str], out: Path) 
         ax.axhline(base.values[0], color="grey", linestyle="--", label="default config")
     conf = [r for r in done if r.confirmed is not None]
     if conf:  # the confirmation's medians with their 95% intervals, beside the search points
-        mid = [c[0] for r in conf if (c := r.confirmed)]
-        err = [[c[0] - c[1] for r in conf if (c := r.confirmed)],
-               [c[2] - c[0] for r in conf if (c := r.confirmed)]]
+        mid, err = _bars(conf)
         ax.errorbar([r.number + 0.15 for r in conf], mid, yerr=err, fmt="D", color="tab:red",
                     capsize=4, label="confirmed median, 95% CI")
     ax.set_xlabel("trial")
     ax.set_ylabel(_label(metric))
-    ax.set_title("Optimization history")
+    ax.set_title(_titled("Optimization history", caption), fontsize="medium")
     ax.legend(loc="best", fontsize="small")
 
     pf = go.Figure()
@@ -116,7 +127,8 @@ def history(rows: Sequence[TrialRow], objectives: Mapping[str, str], out: Path) 
                                 marker_symbol="diamond", name="confirmed median, 95% CI",
                                 error_y={"type": "data", "symmetric": False,
                                          "array": err[1], "arrayminus": err[0]}))
-    pf.update_layout(title="Optimization history", xaxis_title="trial",
+    pf.update_layout(title=_titled("Optimization history", caption).replace("\n", "<br>"),
+                     xaxis_title="trial",
                      yaxis_title=_label(metric))
     return {"history.png": _save_png(fig, out / "history.png"),
             "history.html": _save_html(pf, out / "history.html")}
@@ -151,7 +163,8 @@ def _confirmed_points(rows: Sequence[TrialRow], objectives: Mapping[str, str]
 
 
 def tradeoff(rows: Sequence[TrialRow], objectives: Mapping[str, str],
-             constraints: Mapping[str, object], out: Path) -> dict[str, Path]:
+             constraints: Mapping[str, object], out: Path,
+             caption: str | None = None) -> dict[str, Path]:
     import plotly.graph_objects as go
 
     done = [r for r in _complete(rows) if THROUGHPUT in r.metrics and P99 in r.metrics]
@@ -176,7 +189,8 @@ def tradeoff(rows: Sequence[TrialRow], objectives: Mapping[str, str],
     if front:
         ax.plot([p[0] for p in front], [p[1] for p in front], color="tab:green",
                 drawstyle="steps-post", label="Pareto front")
-    conf = _confirmed_points(done, objectives)
+    conf = [(lat, mid, low if math.isfinite(low) else mid, high if math.isfinite(high) else mid,
+             r) for lat, mid, low, high, r in _confirmed_points(done, objectives)]
     if conf:
         ax.errorbar([c[0] for c in conf], [c[1] for c in conf],
                     yerr=[[c[1] - c[2] for c in conf], [c[3] - c[1] for c in conf]], fmt="D",
@@ -187,7 +201,8 @@ def tradeoff(rows: Sequence[TrialRow], objectives: Mapping[str, str],
         ax.axhline(thr_min, color="red", linestyle=":", label=f"throughput floor {thr_min:g}")
     ax.set_xlabel(_label(P99))
     ax.set_ylabel(_label(THROUGHPUT))
-    ax.set_title("Throughput vs p99 latency (trial number; * = default config)")
+    ax.set_title(_titled("Throughput vs p99 latency (trial number; * = default config)",
+                         caption), fontsize="medium")
     ax.legend(loc="best", fontsize="small")
 
     pf = go.Figure()
@@ -212,7 +227,8 @@ def tradeoff(rows: Sequence[TrialRow], objectives: Mapping[str, str],
                      annotation_text=f"p99 limit {p99_max:g} ms")
     if thr_min is not None:
         pf.add_hline(y=thr_min, line_dash="dot", line_color="red")
-    pf.update_layout(title="Throughput vs p99 latency", xaxis_title=_label(P99),
+    pf.update_layout(title=_titled("Throughput vs p99 latency", caption).replace("\n", "<br>"),
+                     xaxis_title=_label(P99),
                      yaxis_title=_label(THROUGHPUT))
     return {"tradeoff.png": _save_png(fig, out / "tradeoff.png"),
             "tradeoff.html": _save_html(pf, out / "tradeoff.html")}
@@ -284,13 +300,15 @@ def parallel(rows: Sequence[TrialRow], objectives: Mapping[str, str],
 
 
 def make_all(rows: Sequence[TrialRow], objectives: Mapping[str, str],
-             constraints: Mapping[str, object], out: Path) -> dict[str, Path]:
-    """Every plot that the data allows (none before the first complete trial)."""
+             constraints: Mapping[str, object], out: Path,
+             caption: str | None = None) -> dict[str, Path]:
+    """Every plot that the data allows (none before the first complete trial); ``caption``
+    (the confirmed verdict) goes under the titles of the history and trade-off plots."""
     out.mkdir(parents=True, exist_ok=True)
     if not _complete(rows):
         return {}
     files: dict[str, Path] = {}
-    files.update(history(rows, objectives, out))
-    files.update(tradeoff(rows, objectives, constraints, out))
+    files.update(history(rows, objectives, out, caption))
+    files.update(tradeoff(rows, objectives, constraints, out, caption))
     files.update(parallel(rows, objectives, out))
     return files

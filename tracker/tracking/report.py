@@ -193,10 +193,13 @@ def write_report(rows: Sequence[TrialRow], objectives: Mapping[str, str],
                  constraints: Mapping[str, object], out_dir: Path, *,
                  title: str = "Study",
                  curves: Mapping[str, Mapping[str, list[tuple[int, float]]]] | None = None,
-                 ) -> dict[str, Path]:
+                 text: str | None = None, caption: str | None = None) -> dict[str, Path]:
     """trials.csv, plots/*.png|html and report.html under ``out_dir``; returns
     ``{artifact path: file}`` for :func:`tracker.tracking.runs.log_files`. ``curves`` (a
-    streaming model's per-trial sweeps, stream_plots.sweep_curves) add the TTFT/ITL plot."""
+    streaming model's per-trial sweeps, stream_plots.sweep_curves) add the TTFT/ITL plot.
+    ``text``: the study's sentence (default: the search's, :func:`summary`; after a
+    confirmation the confirmed one, so the report says what the note and the tags say);
+    ``caption``: a short line for the plots' titles (the confirmed verdict)."""
     from tracker.tracking import plots, stream_plots
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -204,18 +207,33 @@ def write_report(rows: Sequence[TrialRow], objectives: Mapping[str, str],
     csv_path = out_dir / "trials.csv"
     csv_path.write_text(trials_csv(rows, objectives))
     files["trials.csv"] = csv_path
-    figures = plots.make_all(rows, objectives, constraints, out_dir / "plots")
+    figures = plots.make_all(rows, objectives, constraints, out_dir / "plots", caption=caption)
     if curves:
         figures.update(stream_plots.streaming({k: dict(v) for k, v in curves.items()},
                                               constraints, out_dir / "plots"))
     for name, path in figures.items():
         files[f"plots/{name}"] = path
-    text = summary(rows, objectives)
+    text = text or summary(rows, objectives)
     report = out_dir / "report.html"
     report.write_text(_html(title, text, rows, objectives,
                             [p for n, p in sorted(figures.items()) if n.endswith(".png")]))
     files["report.html"] = report
     return files
+
+
+def shown(cell: str) -> str:
+    """A CSV cell as a person reads it: a float rounded like :func:`fmt` (``20.28``, ``306.2``,
+    ``0.123``), anything else as it is."""
+    try:
+        value = float(cell)
+    except ValueError:
+        return cell
+    if math.isinf(value):
+        return "unbounded" if value > 0 else "-unbounded"
+    if math.isnan(value) or ("." not in cell and "e" not in cell.lower()):
+        return cell  # an integer (a trial number, a count) as it is
+    digits = 1 if abs(value) >= 100 else (2 if abs(value) >= 1 else 3)
+    return f"{value:.{digits}f}"
 
 
 def _html(title: str, text: str, rows: Sequence[TrialRow], objectives: Mapping[str, str],
@@ -224,8 +242,16 @@ def _html(title: str, text: str, rows: Sequence[TrialRow], objectives: Mapping[s
         f'<figure><img alt="{html.escape(p.stem)}" style="max-width:100%" '
         f'src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}"></figure>'
         for p in pngs)
-    reader = csv.reader(io.StringIO(trials_csv(rows, objectives)))
-    table_rows = list(reader)
+    table_rows = [[shown(c) for c in row]
+                  for row in csv.reader(io.StringIO(trials_csv(rows, objectives)))]
+    by_number = {r.number: r for r in rows}
+    if any(r.confirmed is not None for r in rows):  # the confirmation's figures beside them
+        metric = next(iter(objectives))
+        table_rows[0].append(f"confirmed {metric} (95% CI)")
+        for row in table_rows[1:]:
+            got = by_number[int(row[0])].confirmed
+            row.append("" if got is None else
+                       f"{shown(str(got[0]))} ({shown(str(got[1]))} to {shown(str(got[2]))})")
     cells = []
     for i, row in enumerate(table_rows):
         tag = "th" if i == 0 else "td"

@@ -1,4 +1,4 @@
 """Everything about Triton itself: config.pbtxt, model repositories, the client, the servers.
 
-Never imports tracker.search, tracker.tracking, tracker.measure or tracker.runner.
+Never imports tracker.search, tracker.tracking, tracker.measure or tracker.study.
 """
