@@ -61,7 +61,8 @@ from tracker.spec import ensure_model, load_spec  # noqa: E402
 from tracker.study.confirm import confirm_session  # noqa: E402
 from tracker.study.confirm_rounds import Settings, run  # noqa: E402
 from tracker.tracking import confirmed  # noqa: E402
-from tracker.tracking.report import best_row, improvement_pct, trial_rows  # noqa: E402
+from tracker.tracking.report import best_row, improvement_pct  # noqa: E402
+from tracker.tracking.rows import trial_rows  # noqa: E402
 
 NEIGHBOUR = r"""
 import random, sys, time

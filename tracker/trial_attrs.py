@@ -2,7 +2,7 @@
 
 A bottom-layer module (imports nothing from the package). The tuning loop (trial.py, runner.py)
 writes a trial's record only through the ``write_*`` functions here, and the readers (the
-study report and ``tracker promote`` through ``tracking.report.trial_rows``, the scale-out
+study report and ``tracker promote`` through ``tracking.rows.trial_rows``, the scale-out
 stale-trial callback, the progress line) read it only through :meth:`TrialRecord.of`.
 """
 

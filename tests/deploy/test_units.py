@@ -125,9 +125,9 @@ def test_promote_reads_trials_as_the_tuning_loop_reports_them() -> None:
     """promote and the study report share one reader of the trial attributes, so the names
     the tuning loop writes cannot drift from what promote reads."""
     from tracker.study import conclude
-    from tracker.tracking import report
+    from tracker.tracking import rows
 
-    assert promote_mod.trial_rows is report.trial_rows is conclude.trial_rows
+    assert promote_mod.trial_rows is rows.trial_rows is conclude.trial_rows
     assert promote_mod.Attr is Attr
 
 

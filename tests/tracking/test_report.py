@@ -6,14 +6,8 @@ import csv
 import io
 from pathlib import Path
 
-from tracker.tracking.report import (
-    TrialRow,
-    best_row,
-    shown,
-    summary,
-    trials_csv,
-    write_report,
-)
+from tracker.tracking.report import best_row, shown, summary, trials_csv, write_report
+from tracker.tracking.rows import TrialRow
 
 MAX = {"perf_throughput": "maximize"}
 P99 = {"perf_latency_p99": {"max": 10.0}}

@@ -9,7 +9,8 @@ from mlflow import MlflowClient
 
 from tracker.measure.types import Measurement
 from tracker.tracking import runs, stream_plots, view
-from tracker.tracking.report import TrialRow, write_report
+from tracker.tracking.report import write_report
+from tracker.tracking.rows import TrialRow
 
 
 def _trial_run(client: MlflowClient, experiment: str, ttft: list[float]) -> str:

@@ -34,7 +34,8 @@ from tracker.deploy.settings import TargetSettings
 from tracker.errors import DeployError, TrackingError
 from tracker.tracking import confirmed, flavor, model_files, registry
 from tracker.tracking.mlflow_model import log_winner_model
-from tracker.tracking.report import TrialRow, best_row, fmt, summary, trial_rows
+from tracker.tracking.report import best_row, summary
+from tracker.tracking.rows import TrialRow, fmt, trial_rows
 from tracker.trial_attrs import Attr
 
 HEADLINE_TAGS = ("perf_throughput", "perf_latency_p99")

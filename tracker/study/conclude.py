@@ -31,14 +31,8 @@ from tracker.study.measured import serve_options
 from tracker.study.session import StudyContext
 from tracker.study.trial import configs
 from tracker.tracking import confirmed, runs, stream_plots, study_record, view
-from tracker.tracking.report import (
-    TrialRow,
-    best_row,
-    improvement_pct,
-    summary,
-    trial_rows,
-    write_report,
-)
+from tracker.tracking.report import best_row, improvement_pct, summary, write_report
+from tracker.tracking.rows import TrialRow, trial_rows
 from tracker.triton import model_config as mc
 from tracker.triton.repository import served_configs
 

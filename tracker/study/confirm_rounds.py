@@ -34,7 +34,7 @@ from tracker.study.measured import ConfigFailed, measure_configuration
 from tracker.study.session import StudyContext
 from tracker.study.trial import configs
 from tracker.tracking import confirmed
-from tracker.tracking.report import TrialRow, fmt, trial_rows
+from tracker.tracking.rows import TrialRow, fmt, trial_rows
 
 if TYPE_CHECKING:
     from tracker.measure.types import Measurement

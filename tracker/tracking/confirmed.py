@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from tracker import confirm_stats as cs
 from tracker import tags
 from tracker.metrics import BETTER
-from tracker.tracking.report import fmt
+from tracker.tracking.rows import fmt
 
 if TYPE_CHECKING:
     import optuna

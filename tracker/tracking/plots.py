@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from tracker.metrics import unit
 
 if TYPE_CHECKING:
-    from tracker.tracking.report import TrialRow
+    from tracker.tracking.rows import TrialRow
 
 THROUGHPUT, P99 = "perf_throughput", "perf_latency_p99"
 

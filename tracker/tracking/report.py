@@ -15,78 +15,13 @@ import html
 import io
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tracker import metrics as metrics_catalog
-from tracker.trial_attrs import TrialRecord, shown_params
+from tracker.tracking.rows import TrialRow, fmt
 
 if TYPE_CHECKING:
-    import optuna
-
-UNITS = metrics_catalog.UNITS
-
-
-@dataclass
-class TrialRow:
-    """One trial as the report sees it."""
-
-    number: int
-    state: str                                  # COMPLETE, FAIL, RUNNING, ...
-    params: dict[str, object]
-    values: list[float] | None = None           # objective values, spec order
-    metrics: dict[str, float] = field(default_factory=dict)  # headline, chosen level
-    feasible: bool | None = None
-    baseline: bool = False
-    duplicate_of: int | None = None
-    concurrency: int | None = None
-    measurements: int = 0                       # levels measured (0: duplicate/failed early)
-    run_id: str | None = None
-    fail_reason: str | None = None
-    confirmed: tuple[float, float, float] | None = None  # median, 95% CI over confirmation
-    confirmed_p99: float | None = None          # the confirmation's median p99 (ms)
-
-    @property
-    def name(self) -> str:
-        return f"trial-{self.number}"
-
-    @property
-    def complete(self) -> bool:
-        return self.state == "COMPLETE" and self.values is not None
-
-
-def trial_rows(study: optuna.Study) -> list[TrialRow]:
-    """Every trial that ran (not the queued ones) as report rows, from the trial attributes
-    the tuning loop writes, read through :class:`tracker.trial_attrs.TrialRecord`. A baseline
-    knob the default config leaves out shows as ``unset`` (``shown_params``)."""
-    from optuna.trial import TrialState
-
-    rows = []
-    for t in study.get_trials(deepcopy=False):
-        if t.state == TrialState.WAITING:
-            continue
-        record = TrialRecord.of(t)
-        rows.append(TrialRow(
-            number=t.number, state=t.state.name,
-            params=shown_params(dict(t.params), record.exact_params),
-            values=list(t.values) if t.values is not None else None,
-            metrics=record.metrics, feasible=record.feasible, baseline=record.baseline,
-            duplicate_of=record.duplicate_of, concurrency=record.concurrency,
-            measurements=record.measurements, run_id=record.run_id,
-            fail_reason="interrupted" if record.interrupted else record.fail_reason))
-    return rows
-
-
-def unit(metric: str) -> str:
-    return metrics_catalog.unit(metric)
-
-
-def fmt(metric: str, value: float) -> str:
-    digits = 1 if abs(value) >= 100 else (2 if abs(value) >= 1 else 3)
-    u = unit(metric)
-    return f"{value:,.{digits}f}" + (f" {u}" if u else "")
-
+    pass
 
 # ---- trials.csv ----------------------------------------------------------------------------
 

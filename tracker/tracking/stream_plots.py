@@ -21,7 +21,7 @@ from tracker.tracking.runs import SWEEP_PREFIX
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-    from tracker.tracking.report import TrialRow
+    from tracker.tracking.rows import TrialRow
 
 TTFT, ITL = "perf_time_to_first_token_p99", "perf_inter_token_latency_p50"
 PANELS = ((TTFT, "time to first token p99 (ms)"), (ITL, "inter-token latency p50 (ms)"))

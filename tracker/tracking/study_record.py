@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from mlflow import MlflowClient
 
 from tracker.tracking.redact import redact_text
-from tracker.tracking.report import TrialRow, trials_csv
+from tracker.tracking.report import trials_csv
+from tracker.tracking.rows import TrialRow
 from tracker.tracking.runs import _call, log_files, set_tags
 
 TABLE_FILE = "trials.json"

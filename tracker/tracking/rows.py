@@ -1,0 +1,71 @@
+"""One trial as the report, the plots and promotion see it: :class:`TrialRow`, made from the
+study's trial attributes, and :func:`fmt` for its figures. Plain data, so the report
+(report.py) and the plots (plots.py) both read it without importing each other."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tracker import metrics
+from tracker.trial_attrs import TrialRecord, shown_params
+
+if TYPE_CHECKING:
+    import optuna
+
+
+@dataclass
+class TrialRow:
+    """One trial as the report sees it."""
+
+    number: int
+    state: str                                  # COMPLETE, FAIL, RUNNING, ...
+    params: dict[str, object]
+    values: list[float] | None = None           # objective values, spec order
+    metrics: dict[str, float] = field(default_factory=dict)  # headline, chosen level
+    feasible: bool | None = None
+    baseline: bool = False
+    duplicate_of: int | None = None
+    concurrency: int | None = None
+    measurements: int = 0                       # levels measured (0: duplicate/failed early)
+    run_id: str | None = None
+    fail_reason: str | None = None
+    confirmed: tuple[float, float, float] | None = None  # median, 95% CI over confirmation
+    confirmed_p99: float | None = None          # the confirmation's median p99 (ms)
+
+    @property
+    def name(self) -> str:
+        return f"trial-{self.number}"
+
+    @property
+    def complete(self) -> bool:
+        return self.state == "COMPLETE" and self.values is not None
+
+
+def trial_rows(study: optuna.Study) -> list[TrialRow]:
+    """Every trial that ran (not the queued ones) as report rows, from the trial attributes
+    the tuning loop writes, read through :class:`tracker.trial_attrs.TrialRecord`. A baseline
+    knob the default config leaves out shows as ``unset`` (``shown_params``)."""
+    from optuna.trial import TrialState
+
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        if t.state == TrialState.WAITING:
+            continue
+        record = TrialRecord.of(t)
+        rows.append(TrialRow(
+            number=t.number, state=t.state.name,
+            params=shown_params(dict(t.params), record.exact_params),
+            values=list(t.values) if t.values is not None else None,
+            metrics=record.metrics, feasible=record.feasible, baseline=record.baseline,
+            duplicate_of=record.duplicate_of, concurrency=record.concurrency,
+            measurements=record.measurements, run_id=record.run_id,
+            fail_reason="interrupted" if record.interrupted else record.fail_reason))
+    return rows
+
+
+def fmt(metric: str, value: float) -> str:
+    """``value`` as a person reads it, with the metric's unit: ``1,234.5 infer/s``."""
+    digits = 1 if abs(value) >= 100 else (2 if abs(value) >= 1 else 3)
+    u = metrics.unit(metric)
+    return f"{value:,.{digits}f}" + (f" {u}" if u else "")
