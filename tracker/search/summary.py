@@ -18,6 +18,7 @@ from tracker.measure.stream import stream_rule
 from tracker.measure.stream_inputs import samples_for
 from tracker.search.space import check_space, model_knobs, resolve_space, space_size, values
 from tracker.spec import Bound, Range, Scalar, StudySpec
+from tracker.triton.formats import json_knobs
 
 if TYPE_CHECKING:
     from tracker.triton.model_config import ModelInfo
@@ -121,6 +122,15 @@ def _knob_lines(info: ModelInfo) -> list[str]:
               for k in catalog)]
 
 
+def _file_knob_lines(info: ModelInfo, keys: list[str]) -> list[str]:
+    defaults = json_knobs.defaults(info, keys)
+    if not defaults:
+        return []
+    return [f"knobs in the model's JSON files ({len(defaults)}), written into each trial's "
+            "copy and logged with it:",
+            *(f"  {key:<48} default {value!r}" for key, value in defaults.items())]
+
+
 def check(spec: StudySpec, info: ModelInfo) -> str:
     """Validate ``spec`` against the model and describe the study. SpecError when a knob does
     not fit the model or load.input_data does not fit its inputs."""
@@ -160,6 +170,7 @@ def check(spec: StudySpec, info: ModelInfo) -> str:
         f"{label}: {len(space)} knob{'s' * (len(space) != 1)}, {count}",
         *(f"  {key:<48} {_knob(knob)}" for key, knob in space.items()),
         *_knob_lines(info),
+        *_file_knob_lines(info, list(space)),
         f"sampler: {search.sampler}, n_trials {search.n_trials}"
         + (f", seed {search.seed}" if search.seed is not None else "")
         + (f", timeout {search.timeout_s:g} s" if search.timeout_s else ""),
