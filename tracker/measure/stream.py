@@ -25,9 +25,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tracker.errors import MeasurementError
+
+if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from tracker.spec.sections import LoadSection
 
 STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
 FINAL = "triton_final_response"
@@ -66,6 +71,23 @@ def check_tokens(count: TokenCount, outputs: Sequence[str]) -> None:
         raise MeasurementError(
             f"load.stream.tokens names output {count.output!r}, but the model's outputs are "
             f"{list(outputs)}; give one of them, or 'responses' (one token per response)")
+
+
+def stream_rule(config: ModelConfig, load: LoadSection) -> TokenCount | None:
+    """How tokens are counted when ``config``'s model is streamed (each request one gRPC
+    stream), or None for unary requests: a decoupled model is always streamed
+    (``load.stream.enabled: auto``), any other only with ``enabled: true``."""
+    decoupled = bool(config.model_transaction_policy.decoupled)
+    enabled = load.stream.enabled
+    if enabled is False and decoupled:
+        raise MeasurementError(f"load.stream.enabled is false, but model {config.name!r} is "
+                               "decoupled (model_transaction_policy { decoupled: true }): it "
+                               "answers over gRPC streams only; use 'auto' or true")
+    if not decoupled and enabled is not True:
+        return None
+    count = TokenCount(load.stream.tokens)
+    check_tokens(count, [o.name for o in config.output])
+    return count
 
 
 def with_final_flag(payload: bytes) -> bytes:

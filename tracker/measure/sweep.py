@@ -26,7 +26,7 @@ from tracker.measure.loadgen import Level, LocalLoad
 from tracker.measure.monitors import Monitor, Sampler
 from tracker.measure.procs import InProcessLoad, Load, ProcessLoad
 from tracker.measure.stats import Snapshot, snapshot_of
-from tracker.measure.stream import TokenCount, check_tokens
+from tracker.measure.stream import TokenCount, stream_rule
 from tracker.measure.stream_inputs import samples_for
 from tracker.measure.transport import Transport, make_transport
 from tracker.measure.types import Measurement, SweepResult
@@ -81,23 +81,6 @@ def load_levels(load: LoadSection, override: Sequence[float] | None = None) -> l
             raise MeasurementError(f"a concurrency level must be an integer >= 1, but got {c}")
         out.append(Level(concurrency=int(c)))
     return out
-
-
-def stream_rule(config: ModelConfig, load: LoadSection) -> TokenCount | None:
-    """How tokens are counted when ``config``'s model is streamed (each request one gRPC
-    stream), or None for unary requests: a decoupled model is always streamed
-    (``load.stream.enabled: auto``), any other only with ``enabled: true``."""
-    decoupled = bool(config.model_transaction_policy.decoupled)
-    enabled = load.stream.enabled
-    if enabled is False and decoupled:
-        raise MeasurementError(f"load.stream.enabled is false, but model {config.name!r} is "
-                               "decoupled (model_transaction_policy { decoupled: true }): it "
-                               "answers over gRPC streams only; use 'auto' or true")
-    if not decoupled and enabled is not True:
-        return None
-    count = TokenCount(load.stream.tokens)
-    check_tokens(count, [o.name for o in config.output])
-    return count
 
 
 def settings_from(load: LoadSection, streaming: bool = False) -> LevelSettings:

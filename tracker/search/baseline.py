@@ -23,6 +23,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
+from tracker.spec.fields import file_knob
 from tracker.triton import field_paths
 from tracker.triton.model_config import LOAD_PARAMS, ModelConfig
 
@@ -53,10 +54,11 @@ def _enum_name(path: str, value: object) -> object:
 
 
 def config_values(cfg: ModelConfig, keys: list[str]) -> dict[str, object]:
-    """The config's value at each field path (None when the config does not set it)."""
+    """The config's value at each field path (None when the config does not set it); load
+    knobs and the keys of the model's JSON files are not the config's."""
     out: dict[str, object] = {}
     for key in keys:
-        if key in LOAD_PARAMS:
+        if key in LOAD_PARAMS or file_knob(key) is not None:
             continue
         value = field_paths.get_value(cfg, key)
         if isinstance(value, list):  # repeated scalar: one value stands for a one-element list
@@ -132,14 +134,16 @@ def _closest(dist: BaseDistribution, value: Any) -> Any:
     raise TypeError(dist)
 
 
-def fit_baseline(distributions: Mapping[str, BaseDistribution], cfg: ModelConfig
+def fit_baseline(distributions: Mapping[str, BaseDistribution], cfg: ModelConfig,
+                 files: Mapping[str, object] | None = None,
                  ) -> tuple[dict[str, BaseDistribution], Baseline]:
     """(the space widened to hold the default config, the baseline's parameters).
 
     ``concurrency`` in the space (a load knob) takes its highest value for the baseline: the
-    default config under the most load the study applies.
+    default config under the most load the study applies. ``files``: the value each
+    ``FILE:KEY`` knob of the space has in the model's own file (json_knobs.defaults).
     """
-    values = config_values(cfg, list(distributions))
+    values = {**config_values(cfg, list(distributions)), **(files or {})}
     space: dict[str, BaseDistribution] = {}
     params: dict[str, Any] = {}
     exact: dict[str, Any] = {}

@@ -28,7 +28,7 @@ from optuna.distributions import (
 
 from tracker.errors import SpecError
 from tracker.spec import Range, Scalar, Space
-from tracker.triton.formats import format_of
+from tracker.triton.formats import format_of, json_knobs
 from tracker.triton.formats.knobs import Knob, refused
 
 if TYPE_CHECKING:
@@ -146,9 +146,12 @@ def refused_knobs(space: Mapping[str, object], info: ModelInfo) -> list[tuple[st
 def check_space(space: Mapping[str, Range | list[Scalar]], info: ModelInfo,
                 *, batch_size: int = 1) -> None:
     """SpecError for knobs this model cannot take: batching knobs when its batch dimension
-    is fixed, and a ``load.batch_size`` larger than every ``max_batch_size`` choice."""
+    is fixed, a ``load.batch_size`` larger than every ``max_batch_size`` choice, and
+    ``FILE:KEY`` knobs whose file or key the model directory does not have."""
     problems: list[str] = [f"search.space.{key}: {message}"
                            for key, message in refused_knobs(space, info)]
+    problems.extend(f"search.space.{key}: {message}"
+                    for key, message in json_knobs.problems(info, space))
     if not info.supports_batching:
         for key, knob in space.items():
             if key.startswith(BATCHING_PREFIXES):

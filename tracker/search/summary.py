@@ -14,9 +14,11 @@ from tritonclient.grpc import model_config_pb2
 
 from tracker.errors import MeasurementError, SpecError
 from tracker.launch_modes import describe
-from tracker.measure.inputs import make_samples
+from tracker.measure.stream import stream_rule
+from tracker.measure.stream_inputs import samples_for
 from tracker.search.space import check_space, model_knobs, resolve_space, space_size, values
 from tracker.spec import Bound, Range, Scalar, StudySpec
+from tracker.triton.formats import json_knobs
 
 if TYPE_CHECKING:
     from tracker.triton.model_config import ModelInfo
@@ -70,13 +72,47 @@ def check_input_data(spec: StudySpec, info: ModelInfo) -> str:
         return ("inputs: from the model's auto_complete_config, read from Triton once it "
                 "loaded the model" + (f"; {path} is checked then" if path else ""))
     try:
-        samples = make_samples(info.config, spec.load.batch_size, path)
+        samples = samples_for(info.config, spec.load)
     except MeasurementError as err:
         field = "load.input_data" if path else "load"
         raise SpecError([f"{field}: {err}"]) from err
+    drawn = spec.load.stream.drawn
+    if drawn:
+        return (f"inputs: {len(samples)} request(s) with "
+                + " and ".join(f"{field.replace('_', ' ')} drawn into {d.input}"
+                               for field, d in drawn.items())
+                + (f", the rest from {path}" if path else ""))
     if path is None:
         return "inputs: random data shaped after the config (load.input_data gives your own)"
     return f"inputs: {len(samples)} sample(s) from {path}, checked against the model's inputs"
+
+
+STREAM_METRICS = ("perf_time_to_first_token_avg|p50|p90|p95|p99 and "
+                  "perf_inter_token_latency_avg|p50|p90|p95|p99 (ms), "
+                  "perf_output_token_throughput (tokens/s), perf_throughput (requests/s), "
+                  "perf_latency_avg|p50|p90|p95|p99 (end to end, ms)")
+
+
+def streaming_lines(spec: StudySpec, info: ModelInfo) -> list[str]:
+    """Whether the model is streamed and which metrics then apply (docs/streaming.md);
+    SpecError when the load settings cannot stream it."""
+    cfg = info.config
+    try:
+        rule = stream_rule(cfg, spec.load)
+    except MeasurementError as err:
+        raise SpecError([f"load.stream: {err}"]) from err
+    if rule is None:
+        return ["  streaming: no (one response per request: unary requests)"]
+    if spec.load.protocol != "grpc":
+        raise SpecError([f"load.protocol: must be 'grpc' for a streaming (decoupled) model: "
+                         f"Triton streams a request's responses over gRPC only, but got "
+                         f"{spec.load.protocol!r}"])
+    why = ("decoupled (model_transaction_policy { decoupled: true })"
+           if cfg.model_transaction_policy.decoupled else "load.stream.enabled: true")
+    token = ("one response" if rule.output is None
+             else f"one element of output {rule.output!r}")
+    return [f"  streaming: yes, {why}: each request one gRPC stream, a token is {token}",
+            f"  metrics that apply: {STREAM_METRICS}"]
 
 
 def _knob_lines(info: ModelInfo) -> list[str]:
@@ -86,12 +122,22 @@ def _knob_lines(info: ModelInfo) -> list[str]:
               for k in catalog)]
 
 
+def _file_knob_lines(info: ModelInfo, keys: list[str]) -> list[str]:
+    defaults = json_knobs.defaults(info, keys)
+    if not defaults:
+        return []
+    return [f"knobs in the model's JSON files ({len(defaults)}), written into each trial's "
+            "copy and logged with it:",
+            *(f"  {key:<48} default {value!r}" for key, value in defaults.items())]
+
+
 def check(spec: StudySpec, info: ModelInfo) -> str:
     """Validate ``spec`` against the model and describe the study. SpecError when a knob does
     not fit the model or load.input_data does not fit its inputs."""
     space = resolve_space(spec.search.space, info)
     check_space(space, info, batch_size=spec.load.batch_size)
     inputs = check_input_data(spec, info)
+    streaming = streaming_lines(spec, info)
     cfg = info.config
     batching = (f"yes (max_batch_size {cfg.max_batch_size} by default"
                 + (", dynamic batching)" if cfg.HasField("dynamic_batching") else ")")
@@ -113,6 +159,7 @@ def check(spec: StudySpec, info: ModelInfo) -> str:
         f"{model_knobs(info)[0]})",
         *_tensors(info),
         f"  batching: {batching}",
+        *streaming,
         f"  {inputs}",
         f"server: {server.mode} ({where}), strategy {server.strategy}",
         f"load: {sweep}; windows of {window}, stable within {load.stability_pct:g}%, "
@@ -123,6 +170,7 @@ def check(spec: StudySpec, info: ModelInfo) -> str:
         f"{label}: {len(space)} knob{'s' * (len(space) != 1)}, {count}",
         *(f"  {key:<48} {_knob(knob)}" for key, knob in space.items()),
         *_knob_lines(info),
+        *_file_knob_lines(info, list(space)),
         f"sampler: {search.sampler}, n_trials {search.n_trials}"
         + (f", seed {search.seed}" if search.seed is not None else "")
         + (f", timeout {search.timeout_s:g} s" if search.timeout_s else ""),

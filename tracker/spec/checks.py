@@ -18,6 +18,8 @@ from tracker.spec.fields import (
     closest,
     config_field,
     config_field_paths,
+    file_knob,
+    file_knob_problem,
 )
 from tracker.spec.messages import problem, show
 
@@ -93,8 +95,14 @@ def check_space_value_shape(value: object) -> object:
 
 
 def check_knob(key: str) -> str:
-    """After-validator for a search.space key: a config field path or a load knob."""
+    """After-validator for a search.space key: a config field path, a load knob, or a key of
+    a JSON file in the model directory (``model.json:KEY``; the model's check finds them)."""
     if key in LOAD_KNOBS or config_field(key) is not None:
+        return key
+    if file_knob(key) is not None:
+        why = file_knob_problem(key)
+        if why is not None:
+            raise problem(why)
         return key
     if key.split(".")[0] == PARAMETERS:
         raise problem("a parameters knob names one key of the map, 'parameters.KEY', e.g. "
@@ -106,7 +114,8 @@ def check_knob(key: str) -> str:
                       f"{inside[0]!r}")
     guess = closest(key, (*LOAD_KNOBS, *paths))
     hint = f"did you mean {guess!r}?" if guess else (
-        "a knob is a config.pbtxt field path such as 'instance_group.count', or 'concurrency'")
+        "a knob is a config.pbtxt field path such as 'instance_group.count', 'concurrency', "
+        "or a key of a JSON file of the model directory, 'model.json:KEY'")
     raise problem(f"unknown knob; {hint}")
 
 

@@ -211,3 +211,39 @@ def config_field(path: str) -> ConfigField | None:
     if field is None:
         return ConfigField(path=path, kind="param", repeated=False)
     return _leaf(path, field)
+
+
+# ---- knobs kept in a model directory's JSON file, not in config.pbtxt --------------------------
+
+#: between a file and a key: ``model.json:gpu_memory_utilization``
+FILE_KNOB_SEP = ":"
+FILE_KNOB_SUFFIX = ".json"
+
+
+def file_knob(key: str) -> tuple[str, str] | None:
+    """(file, key) of a knob that names a JSON file of the model directory and one of its
+    top-level keys (``model.json:max_num_seqs``, ``1/model.json:max_num_seqs``); None for any
+    other knob. Only the form is read here: :func:`file_knob_problem` says what is wrong with
+    it, tracker/triton/formats/json_knobs.py finds the file and the key."""
+    file, sep, name = key.partition(FILE_KNOB_SEP)
+    if not sep:
+        return None
+    return file, name
+
+
+def file_knob_problem(key: str) -> str | None:
+    """Why ``key`` (a ``FILE:KEY`` knob) is not one, or None when its form is right."""
+    found = file_knob(key)
+    if found is None:
+        return None
+    file, name = found
+    form = f"a file knob is 'FILE{FILE_KNOB_SUFFIX}:KEY' (e.g. 'model.json:max_num_seqs')"
+    if not file.endswith(FILE_KNOB_SUFFIX) or file == FILE_KNOB_SUFFIX:
+        return f"{form}, a JSON file of the model directory, but the file part is {file!r}"
+    if not name:
+        return f"{form}, but the key part is empty"
+    parts = file.split("/")
+    if file.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        return (f"{form}, the file relative to the model directory without '.' or '..', but "
+                f"got {file!r}")
+    return None

@@ -32,7 +32,7 @@ from tracker import confirm_stats as cs
 from tracker.errors import MeasurementError, TrackerError
 from tracker.study.measured import ConfigFailed, measure_configuration
 from tracker.study.session import StudyContext
-from tracker.study.trial import configs
+from tracker.study.trial import configs, file_values
 from tracker.tracking import confirmed
 from tracker.tracking.rows import TrialRow, fmt, trial_rows
 
@@ -81,7 +81,7 @@ def measure_one(ctx: StudyContext, params: dict[str, Any], *, baseline: bool, le
     try:
         done = measure_configuration(spec, ctx.info, ctx.server, cfg,
                                      ctx.workdir / f"confirm-{label}", serving=ctx.serving,
-                                     levels=[level])
+                                     levels=[level], files=file_values(params, baseline))
     except ConfigFailed as failed:
         raise MeasurementError(failed.reason) from failed.cause
     return Measured(done.choice, done.measurements, done.served_text, done.log)

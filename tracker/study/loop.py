@@ -53,6 +53,7 @@ from tracker.tracking.scaleout import (
     mark_worker_run,
 )
 from tracker.trial_attrs import TrialRecord, write_worker
+from tracker.triton.formats import json_knobs
 from tracker.triton.server.live import stop_all
 
 
@@ -150,7 +151,8 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
                                     session.storage_url)
     space = resolve_space(spec.search.space, info)
     check_space(space, info, batch_size=spec.load.batch_size)
-    dists, base = fit_baseline(distributions(space), info.config)
+    dists, base = fit_baseline(distributions(space), info.config,
+                               json_knobs.defaults(info, space))
     grid_size = _size(dists)
     if redact_url(uri) != uri:  # MLflow prints "View run ... at: <uri>" on each run's end
         os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"

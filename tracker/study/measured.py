@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +30,7 @@ from tracker.search.objective import LevelChoice, pick_best_level
 from tracker.serving import Serving, serving_choices
 from tracker.tracking.redact import redact_text
 from tracker.triton import model_config as mc
-from tracker.triton.formats import ServeOptions, format_of
+from tracker.triton.formats import ServeOptions, format_of, json_knobs
 from tracker.triton.repository import TrialRepository, served_configs, write_model
 from tracker.triton.server.logs import error_messages
 
@@ -65,6 +65,7 @@ class ConfigMeasurement:
     choice: LevelChoice
     log: str                         # server log since the measurement began, unclipped
     tags: dict[str, str]             # what was measured: GPU memory scope, Triton version
+    knob_texts: dict[str, str] = field(default_factory=dict)  # FILE:KEY files as loaded
 
     @property
     def measurements(self) -> list[Measurement]:
@@ -81,6 +82,7 @@ class ConfigMeasurement:
             "server.log": clip_log(self.log)}
         if self.repository.shimmed:
             files["production_config.pbtxt"] = self.production_text
+        files.update(self.knob_texts)
         return files
 
     def headline(self) -> dict[str, float]:
@@ -199,7 +201,8 @@ def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer
                           monitors_factory: MonitorsFactory | None = None,
                           on_level: Callable[[Measurement], None] | None = None,
                           on_phase: Callable[[str], None] | None = None,
-                          backend: str = "builtin") -> ConfigMeasurement:
+                          backend: str = "builtin",
+                          files: Mapping[str, object] | None = None) -> ConfigMeasurement:
     """Measure ``cfg`` (a ModelConfig of ``info``'s model) on ``server``.
 
     Writes the repository into ``workdir`` (removed again when the measurement fails), serves
@@ -209,17 +212,21 @@ def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer
     chooses the level by the spec's objectives and constraints (search/objective.py).
     ``serving``: None resolves it (:func:`resolve_serving`); ``monitors_factory(server)``:
     the monitors sampled during the sweep (default: process tree + metrics endpoint + NVML);
-    ``on_phase("starting Triton")`` before the server is served the config. Raises
+    ``on_phase("starting Triton")`` before the server is served the config; ``files``: the
+    configuration's ``FILE:KEY`` values, written into its copy of the model directory (each
+    file the spec's space addresses is logged as the server loaded it). Raises
     :class:`ConfigFailed`; the server is left as it is (running, or stopped when it failed).
     """
     if serving is None and info.format == "onnx":
         serving = resolve_serving(spec, server, info)
     try:
-        repo = write_model(workdir, info, cfg, serving=serving, options=serve_options(spec))
+        repo = write_model(workdir, info, cfg, serving=serving, options=serve_options(spec),
+                           files=files, logged=json_knobs.files_of(spec.search.space))
     except TrackerError as err:
         raise ConfigFailed(f"cannot write the trial's model repository: {err}", err) from err
     try:
         text = repo.served_config_path.read_text()
+        knob_texts = {name: path.read_text() for name, path in repo.knob_files.items()}
         mark = len(server.log_text()) if server.strategy == "reload" else 0
         if on_phase is not None:
             on_phase("starting Triton")
@@ -246,7 +253,8 @@ def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer
             close_monitors(monitors)
         return ConfigMeasurement(repo, text, mc.dumps(repo.production_config), result, choice,
                                  server.log_text()[mark:],
-                                 {**measured_tags(monitors), **server_tags(server.endpoints)})
+                                 {**measured_tags(monitors), **server_tags(server.endpoints)},
+                                 knob_texts)
     except ConfigFailed:
         shutil.rmtree(workdir, ignore_errors=True)
         raise

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from mlflow.entities import Param, RunTag
 
-from tracker.errors import TrackerError
+from tracker.errors import ModelError, TrackerError
 from tracker.measure.host import machine_tags
 from tracker.measure.types import Measurement
 from tracker.search.objective import LevelChoice
@@ -27,6 +27,7 @@ from tracker.study.measured import ConfigFailed, levels_for, measure_configurati
 from tracker.study.session import Session, TuneOptions, shielded
 from tracker.tracking import launcher, runs
 from tracker.triton import model_config as mc
+from tracker.triton.formats import json_knobs
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,9 @@ def _profile(session: Session, values: Mapping[str, object], levels: Sequence[fl
     spec, info = session.spec, session.info
     config_values, load_values = mc.split_params(values)
     cfg = mc.apply(info, config_values) if config_values else info.config
+    refused = json_knobs.problems(info, values)
+    if refused:  # before any run or server: the model has no such file or key
+        raise ModelError("; ".join(f"{key}: {why}" for key, why in refused))
     client = session.client
     placed = launcher.place(client, spec.experiment_name, what="profile")
     run_id = placed.run_id
@@ -74,7 +78,8 @@ def _profile(session: Session, values: Mapping[str, object], levels: Sequence[fl
         try:
             done = measure_configuration(spec, info, server, cfg, session.workdir,
                                          levels=levels if levels is not None
-                                         else levels_for(load_values), backend=backend)
+                                         else levels_for(load_values), backend=backend,
+                                         files=json_knobs.file_values(values))
         except ConfigFailed as failed:
             raise failed.cause from failed.cause.__cause__
         finally:

@@ -46,7 +46,7 @@ from tracker.tracking.machine import record_machine
 from tracker.tracking.redact import redact_text
 from tracker.trial_attrs import TrialRecord, shown_params
 from tracker.triton import model_config as mc
-from tracker.triton.formats import format_of
+from tracker.triton.formats import format_of, json_knobs
 
 if TYPE_CHECKING:
     from mlflow.entities import Metric
@@ -97,6 +97,12 @@ def configs(ctx: StudyContext, params: dict[str, Any], baseline: bool) -> tuple[
         values, _load = mc.split_params(params)
         cfg = mc.apply(ctx.info, values)
     return cfg, served_text(ctx.spec, ctx.info, cfg, ctx.serving)
+
+
+def file_values(params: dict[str, Any], baseline: bool) -> dict[str, object]:
+    """The ``FILE:KEY`` values the trial writes into its copy of the model directory; none
+    for the baseline, which runs with the model's files as they are."""
+    return {} if baseline else json_knobs.file_values(params)
 
 
 def run_trial(ctx: StudyContext, trial: optuna.Trial) -> Outcome:
@@ -211,7 +217,7 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
             spec, params, sweep_plan.defaults_of(ctx.info.config), ctx.study)
         done = measure_configuration(
             spec, ctx.info, ctx.server, cfg, repo_root, serving=ctx.serving,
-            levels=levels, plan=plan, on_level=on_level,
+            levels=levels, plan=plan, on_level=on_level, files=file_values(params, baseline),
             on_phase=lambda phase: ctx.progress.measuring(trial.number, phase))
     except ConfigFailed as failed:
         raise TrialFailed(failed.reason, failed.log) from failed.cause

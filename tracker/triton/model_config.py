@@ -22,6 +22,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tracker.errors import ConfigError
 from tracker.metrics import LOAD_KNOBS
+from tracker.spec.fields import file_knob
 from tracker.triton import field_paths
 from tracker.triton.onnx_reader import PLATFORM, rebatch_io
 
@@ -120,8 +121,11 @@ class ModelInfo:
 # ---- changing a config by field path ------------------------------------------------------------
 
 def split_params(values: Mapping[str, object]) -> tuple[dict[str, object], dict[str, object]]:
-    """(config field values, load values such as `concurrency`) from one parameter dict."""
-    config = {k: v for k, v in values.items() if k not in LOAD_PARAMS}
+    """(config field values, load values such as `concurrency`) from one parameter dict. Keys
+    of a model directory's JSON files (``model.json:KEY``) are in neither: they are written
+    into the trial's files (tracker/triton/formats/json_knobs.py ``file_values``)."""
+    config = {k: v for k, v in values.items()
+              if k not in LOAD_PARAMS and file_knob(k) is None}
     load_values = {k: v for k, v in values.items() if k in LOAD_PARAMS}
     return config, load_values
 
@@ -146,6 +150,9 @@ def apply(info_or_cfg: ModelInfo | ModelConfig, values: Mapping[str, object], *,
         if path in LOAD_PARAMS:
             raise ConfigError(f"`{path}` is a load setting, not a config.pbtxt field; "
                               "separate it first with split_params()")
+        if file_knob(path) is not None:
+            raise ConfigError(f"`{path}` is a key of a JSON file in the model directory, not a "
+                              "config.pbtxt field; separate it first with split_params()")
         count = _as_int(value) if path == "instance_group.count" else None
         if count is not None and count < 1:
             raise ConfigError(f"`instance_group.count` must be >= 1, but got {value}")

@@ -18,13 +18,14 @@ its models with :func:`write_model` into one repository root.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracker.errors import ModelError
 from tracker.serving import Serving, serving_choices
-from tracker.triton.formats import ServeOptions, format_of
+from tracker.triton.formats import ServeOptions, format_of, json_knobs
 from tracker.triton.formats.onnx import SHIM_HEADER, production_config, shim_config
 
 if TYPE_CHECKING:
@@ -49,7 +50,9 @@ __all__ = [
 @dataclass(frozen=True)
 class TrialRepository:
     """A written repository: ``path`` is the root given to ``--model-repository``.
-    ``serving``: how an ONNX model is served (None: a format served by its own backend)."""
+    ``serving``: how an ONNX model is served (None: a format served by its own backend).
+    ``knob_files``: the model directory's JSON files the trial's ``FILE:KEY`` knobs address,
+    {the knobs' file part: the file as the server loads it}."""
 
     path: Path
     model_name: str
@@ -57,6 +60,7 @@ class TrialRepository:
     served_config: ModelConfig
     serving: Serving | None = None
     header: str = ""
+    knob_files: dict[str, Path] = field(default_factory=dict)
 
     @property
     def model_dir(self) -> Path:
@@ -83,9 +87,12 @@ def served_configs(info: ModelInfo, config: ModelConfig, *, serving: Serving | N
 
 def write_model(root: Path, info: ModelInfo, config: ModelConfig, *,
                 serving: Serving | None, options: ServeOptions | None = None,
-                version: int = 1) -> TrialRepository:
+                version: int = 1, files: Mapping[str, object] | None = None,
+                logged: Iterable[str] = ()) -> TrialRepository:
     """Write ``config`` for ``info``'s model as ``<root>/<config.name>/`` (an existing folder
-    of that name is replaced) and return both configs."""
+    of that name is replaced) and return both configs. ``files``: ``FILE:KEY`` values set in
+    the model directory's JSON files; ``logged``: files whose trial copy is reported in
+    ``knob_files`` even when no value of theirs is set (json_knobs.write)."""
     from tracker.triton import model_config as mc
 
     if not config.name:
@@ -97,9 +104,11 @@ def write_model(root: Path, info: ModelInfo, config: ModelConfig, *,
         shutil.rmtree(model_dir)
     model_dir.parent.mkdir(parents=True, exist_ok=True)
     format_of(info).write_model_dir(info, served, prod, model_dir, version=version)
+    knob_files = json_knobs.write(info, model_dir, files or {}, logged)
     (model_dir / "config.pbtxt").write_text(header + mc.dumps(served))
     return TrialRepository(path=root, model_name=config.name, production_config=prod,
-                           served_config=served, serving=serving, header=header)
+                           served_config=served, serving=serving, header=header,
+                           knob_files=knob_files)
 
 
 def write_repository(root: Path, info: ModelInfo, config: ModelConfig, *,
