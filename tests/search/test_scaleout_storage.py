@@ -27,7 +27,7 @@ from tracker.search.storage import make_storage, safe_url, storage_lock, worker_
 from tracker.search.workers import ask_within_budget, budget, wait_for_duplicate
 
 REPO = Path(__file__).resolve().parents[2]
-WORKER = REPO / "tests" / "scaleout_worker.py"
+WORKER = REPO / "tests" / "support" / "scaleout_worker.py"
 
 
 def _spawn(*args: object) -> subprocess.Popen[str]:

@@ -53,7 +53,7 @@ def test_log_errors_are_triton_errors_and_stub_exceptions_without_gpu_noise() ->
 def crashing_shim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     shim = tmp_path / "crashing_shim.py"
     shim.write_text(CRASHING_SHIM)
-    monkeypatch.setattr("tracker.triton.repository.SHIM", shim)
+    monkeypatch.setattr("tracker.triton.formats.onnx.SHIM", shim)
 
 
 @pytest.mark.triton

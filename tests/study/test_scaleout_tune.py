@@ -157,7 +157,9 @@ def test_two_workers_share_one_study(tmp_path, postgres, pg_url, mlflow_server, 
     assert (counts.complete, counts.running, counts.waiting) == (N_TRIALS, 0, 0), counts
     measured = [t for t in study.trials if t.user_attrs.get("measurements", 0) > 0]
     configs = [tuple(sorted(t.params.items())) for t in measured]
-    assert len(configs) == len(set(configs)), "a configuration was measured twice"
+    assert len(configs) == len(set(configs)), ("a configuration was measured twice", [
+        (t.number, t.user_attrs.get("baseline"), t.user_attrs.get("worker.id"), t.params)
+        for t in measured])
     for t in study.get_trials(states=(TrialState.COMPLETE,)):
         assert t in measured or isinstance(t.user_attrs.get("duplicate_of"), int), t.number
     by_worker = {t.user_attrs.get("worker") for t in study.trials}

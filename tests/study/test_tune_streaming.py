@@ -85,7 +85,9 @@ def _study(tmp_path: Path, mlflow_uri: str) -> Path:
         "constraints": {TTFT: {"max": TTFT_MAX_MS}},
         "search": {"sampler": "grid", "n_trials": 2, "seed": 1, "sweep": "full",
                    "space": {"instance_group.count": [1, 2]}},
-        "confirm": {"top_k": 1, "rounds": 3, "min_rounds": 3},
+        # the budget: the search here is short, and its own time (the default budget) leaves
+        # room for 2 rounds only; the anytime-valid interval needs 3 or more to decide
+        "confirm": {"top_k": 1, "rounds": 6, "min_rounds": 3, "budget_s": 120},
         "mlflow": {"tracking_uri": mlflow_uri},
     }, sort_keys=False))
     return spec

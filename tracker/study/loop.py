@@ -187,7 +187,9 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
     try:
         with session.guarded():
             try:
-                optuna_study.enqueue_baseline(study, base.params, base.exact)
+                # one baseline however many workers start at once (check-then-enqueue)
+                with storage_lock(storage, f"tracker-baseline-{spec.study_name}"):
+                    optuna_study.enqueue_baseline(study, base.params, base.exact)
                 server = session.start_server()
                 machine = machine_tags(server.gpu_set())  # also on every trial's run
                 record_machine(parent.client, parent.run_id, machine)
