@@ -92,10 +92,25 @@ def check_space_value_shape(value: object) -> object:
     return value
 
 
+def knob_path(key: str) -> str:
+    """The field path of a search.space key: ``preprocess/instance_group.count`` (a model of
+    a configuration of several) -> ``instance_group.count``; a bare key as it is."""
+    return key.split("/", 1)[1] if "/" in key else key
+
+
 def check_knob(key: str) -> str:
-    """After-validator for a search.space key: a config field path or a load knob."""
+    """After-validator for a search.space key: a config field path or a load knob, or
+    ``<model>/<field path>`` (which models there are is checked against the configuration,
+    tracker.search.space.check_space)."""
+    given = key
+    if "/" in key:
+        model, path = key.split("/", 1)
+        if not model or path in LOAD_KNOBS:
+            raise problem(f"`<model>/<field path>` needs a model name and a config field, but "
+                          f"got {key!r} (load knobs such as 'concurrency' take no model)")
+        key = path
     if key in LOAD_KNOBS or config_field(key) is not None:
-        return key
+        return given
     if key.split(".")[0] == PARAMETERS:
         raise problem("a parameters knob names one key of the map, 'parameters.KEY', e.g. "
                       "'parameters.intra_op_thread_count'")
