@@ -136,10 +136,10 @@ def check(spec: StudySpec, info: ModelInfo | Configuration) -> str:
         f"spec: {spec.source or '(in memory)'}",
         f"model: {conf.entry} ({info.model_file}, {info.format} format, backend "
         f"{model_knobs(info)[0]})",
-        *(_pipeline_lines(conf) if not conf.single else []),
         *_tensors(info),
         f"  batching: {batching}",
         f"  {inputs}",
+        *(_pipeline_lines(conf) if not conf.single else []),
         f"server: {server.mode} ({where}), strategy {server.strategy}",
         f"load: {sweep}; windows of {window}, stable within {load.stability_pct:g}%, "
         f"batch size {load.batch_size}, {load.protocol}",
