@@ -169,10 +169,12 @@ def _steps(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None,
     if not steps or len(conf.entries) > 1:
         return None
     base = next((r for r in rows if r.baseline and r.complete), None)
-    chosen = {label: (row.number, row.metrics) for label, row in
-              (("default", base), ("best", best)) if row is not None}
-    if base is not None and best is not None and base.number == best.number:
-        chosen = {"default (best)": (base.number, base.metrics)}
+    searched = best_row(rows, dict(ctx.spec.objectives))  # the search's own best
+    chosen: dict[str, tuple[int, dict[str, float]]] = {}
+    for label, row in (("default", base), ("best of the search", searched),
+                       ("chosen", best)):
+        if row is not None and all(n != row.number for n, _m in chosen.values()):
+            chosen[label] = (row.number, row.metrics)
     return steps_plot.write(chosen, steps, out_dir)
 
 

@@ -85,7 +85,7 @@ def plot(configurations: Mapping[str, tuple[int, Mapping[str, float]]], steps: S
     splits = {k: v for k, v in splits.items() if v}
     if not splits:
         return None
-    fig = Figure(figsize=(7.5, 1.2 + 0.9 * len(splits)))
+    fig = Figure(figsize=(7.5, 2.0 + 0.8 * len(splits)))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     colours = [f"C{i}" for i in range(max(len(steps), 1))]
@@ -106,7 +106,8 @@ def plot(configurations: Mapping[str, tuple[int, Mapping[str, float]]], steps: S
     ax.invert_yaxis()
     ax.set_xlabel("server-side time per request (ms): compute solid, queue hatched")
     ax.set_title("Where the time goes, step by step")
-    ax.legend(fontsize=7, ncols=min(len(steps), 3), loc="lower right")
+    ax.legend(fontsize=7, ncols=min(len(steps), 3), loc="upper center",
+              bbox_to_anchor=(0.5, -0.3))
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
