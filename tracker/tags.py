@@ -33,6 +33,9 @@ STABLE = "tracker.stable"               # false: no level of the trial met the s
 SWEEP_STOP = "tracker.sweep_stop"       # why the sweep ended
 MODEL_ERROR = "tracker.model_error"     # logging the MLflow model failed (the trial counts)
 FAIL_REASON = "tracker.fail_reason"     # why the trial failed
+# a configuration of several models (a pipeline, several models on one server)
+MODELS = "tracker.models"               # JSON list of every model, load order (entry last)
+ENTRY_MODEL = "tracker.entry_model"     # the entry model (the one the load drives)
 
 # ---- the study's parent run (conclude.py) ---------------------------------------------------
 SUMMARY = "tracker.summary"             # the study's result in one sentence

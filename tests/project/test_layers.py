@@ -76,7 +76,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 
 #: the spec package's helpers never import its root (tracker/spec/__init__.py imports them)
 SPEC_HELPERS = ("tracker.spec.sections", "tracker.spec.checks", "tracker.spec.messages",
-                "tracker.spec.fields")
+                "tracker.spec.fields", "tracker.spec.model_section")
 
 
 def _module_name(path: Path, root: Path = PKG) -> str:

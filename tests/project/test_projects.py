@@ -192,3 +192,31 @@ def test_streaming_lm_spec_loads_and_its_space_applies() -> None:
         grid = [{**point, key: value} for point in grid for value in values]
     for point in grid:
         assert mc.apply(base, point, supports_batching=True).max_batch_size >= 1
+
+
+def test_densenet_pipeline_builds_checks_and_its_grid_applies(tmp_path: Path) -> None:
+    """The repository is built by its script (into a scratch copy of the project), `tracker
+    check` shows the ensemble's steps, and every grid point applies to its model."""
+    import shutil
+
+    from tracker.search.space import grid
+    from tracker.triton.configuration import configuration_of
+
+    project = tmp_path / "densenet_pipeline"
+    shutil.copytree(PROJECTS / "densenet_pipeline", project,
+                    ignore=shutil.ignore_patterns("models", "__pycache__"))
+    (tmp_path / "densenet_onnx").symlink_to(DENSENET)
+    result = CliRunner().invoke(cli, ["check", str(project / "study.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "ensemble densenet_pipeline steps: preprocess -> densenet -> postprocess" \
+        in result.output
+    assert "8 sample(s)" in result.output and "8 configurations" in result.output
+    spec = load_spec(project / "study.yaml")
+    conf = configuration_of(spec.model)
+    assert conf.names == ("preprocess", "densenet", "postprocess", "densenet_pipeline")
+    points = grid(spec.search.space)
+    for count in points["densenet/instance_group.count"]:
+        cfgs = conf.apply({"densenet/instance_group.count": count,
+                           "densenet/parameters.intra_op_thread_count": 1})
+        assert cfgs["densenet"].instance_group[0].count == count
+        assert list(cfgs["densenet"].input[0].dims) == [3, 224, 224]

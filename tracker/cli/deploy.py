@@ -79,7 +79,7 @@ def promote_command(spec_path: Path | None, study_name: str | None, storage: str
         study_name = study_name or spec.study_name
         storage = storage or spec.search.storage
         registered_model = registered_model or spec.registered_model_name
-        deployment_name = deployment_name or spec.model.name
+        deployment_name = deployment_name or spec.model.label
         objectives, constraints = dict(spec.objectives), dict(spec.constraints)
     if not study_name:
         raise DeployError("tracker promote needs a SPEC or --study NAME")

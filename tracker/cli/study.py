@@ -51,14 +51,14 @@ def check_command(spec_path: Path) -> None:
     from tracker.search.summary import check
     from tracker.spec import ensure_model, load_spec
     from tracker.study.measured import check_servable
-    from tracker.triton.formats import model_info
+    from tracker.triton.configuration import configuration_of
     from tracker.triton.server.modes import make_server
 
     spec = load_spec(spec_path)
     if not spec.model.path.exists() and spec.model.build is not None:
         click.echo(f"building {spec.model.path.name} with {spec.model.build.name} ...", err=True)
     ensure_model(spec)
-    info = model_info(spec.model)
+    info = configuration_of(spec.model)
     text = check(spec, info)
     check_servable(spec, info, make_server(spec.server))  # constructed, never started
     click.echo(text)

@@ -25,6 +25,7 @@ from optuna.distributions import (
 
 from tracker.spec.fields import file_knob
 from tracker.triton import field_paths
+from tracker.triton.configuration import Configuration
 from tracker.triton.model_config import LOAD_PARAMS, ModelConfig
 
 # Values Triton uses when the default config leaves a field out (model_config.proto).
@@ -53,19 +54,26 @@ def _enum_name(path: str, value: object) -> object:
     return value
 
 
-def config_values(cfg: ModelConfig, keys: list[str]) -> dict[str, object]:
-    """The config's value at each field path (None when the config does not set it); load
+def config_values(cfg: ModelConfig | Configuration, keys: list[str]) -> dict[str, object]:
+    """The config's value at each field path (None when the config does not set it); for a
+    configuration, each ``<model>/<field path>`` read from that model's default config. Load
     knobs and the keys of the model's JSON files are not the config's."""
     out: dict[str, object] = {}
     for key in keys:
         if key in LOAD_PARAMS or file_knob(key) is not None:
             continue
-        value = field_paths.get_value(cfg, key)
+        path = key
+        if isinstance(cfg, Configuration):
+            model, path = cfg.split_key(key)
+            model_cfg = cfg.info(model).config
+        else:
+            model_cfg = cfg
+        value = field_paths.get_value(model_cfg, path)
         if isinstance(value, list):  # repeated scalar: one value stands for a one-element list
             value = value[0] if len(value) == 1 else (value or None)
         if value is None:
-            value = IMPLIED.get(key)
-        out[key] = _enum_name(key, value)
+            value = IMPLIED.get(path)
+        out[key] = _enum_name(path, value)
     return out
 
 
@@ -134,8 +142,8 @@ def _closest(dist: BaseDistribution, value: Any) -> Any:
     raise TypeError(dist)
 
 
-def fit_baseline(distributions: Mapping[str, BaseDistribution], cfg: ModelConfig,
-                 files: Mapping[str, object] | None = None,
+def fit_baseline(distributions: Mapping[str, BaseDistribution],
+                 cfg: ModelConfig | Configuration, files: Mapping[str, object] | None = None,
                  ) -> tuple[dict[str, BaseDistribution], Baseline]:
     """(the space widened to hold the default config, the baseline's parameters).
 

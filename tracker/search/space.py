@@ -28,7 +28,9 @@ from optuna.distributions import (
 
 from tracker.errors import SpecError
 from tracker.spec import Range, Scalar, Space
+from tracker.triton.configuration import Configuration, as_configuration
 from tracker.triton.formats import format_of, json_knobs
+from tracker.triton.formats.ensemble import KNOB_PREFIX as ENSEMBLE_KNOBS
 from tracker.triton.formats.knobs import Knob, refused
 
 if TYPE_CHECKING:
@@ -59,9 +61,40 @@ def default_space(info: ModelInfo) -> Space:
     return {"instance_group.count": list(DEFAULT_INSTANCE_COUNTS_UNBATCHED)}
 
 
-def resolve_space(space: Space, info: ModelInfo) -> Space:
-    """The spec's space, or the default one for this model when the spec's is empty."""
-    return dict(space) if space else default_space(info)
+def tuned_models(conf: Configuration) -> list[str]:
+    """The models of a configuration the default space tunes: all but the ensembles (Triton
+    schedules those; they have no instances and no batcher)."""
+    return [n for n in conf.names if conf.info(n).format != "ensemble"]
+
+
+def _ensemble_floor(conf: Configuration, name: str) -> int:
+    """The largest max_batch_size of an ensemble calling ``name`` (a step's may not be
+    smaller)."""
+    return max((conf.info(e).config.max_batch_size for e, steps in conf.steps.items()
+                if name in steps), default=0)
+
+
+def default_space_of(value: ModelInfo | Configuration) -> Space:
+    """The default space of a model, or of every tuned model of a configuration with its
+    keys as ``<model>/<field path>`` (a step's max_batch_size choices at least its
+    ensemble's)."""
+    conf = as_configuration(value)
+    if conf.single:
+        return default_space(conf.entry_info)
+    out: Space = {}
+    for name in tuned_models(conf):
+        floor = _ensemble_floor(conf, name)
+        for key, knob in default_space(conf.info(name)).items():
+            if key == "max_batch_size" and isinstance(knob, list):
+                knob = [v for v in knob if isinstance(v, int) and v >= floor] or [floor]
+            out[conf.key(name, key)] = knob
+    return out
+
+
+def resolve_space(space: Space, info: ModelInfo | Configuration) -> Space:
+    """The spec's space, or the default one for this model (or configuration) when the
+    spec's is empty."""
+    return dict(space) if space else default_space_of(info)
 
 
 def doublings(low: int, high: int) -> list[int]:
@@ -143,11 +176,22 @@ def refused_knobs(space: Mapping[str, object], info: ModelInfo) -> list[tuple[st
     return refused(space, backend, catalog)
 
 
-def check_space(space: Mapping[str, Range | list[Scalar]], info: ModelInfo,
+def check_space(space: Mapping[str, Range | list[Scalar]], info: ModelInfo | Configuration,
                 *, batch_size: int = 1) -> None:
     """SpecError for knobs this model cannot take: batching knobs when its batch dimension
     is fixed, a ``load.batch_size`` larger than every ``max_batch_size`` choice, and
-    ``FILE:KEY`` knobs whose file or key the model directory does not have."""
+    ``FILE:KEY`` knobs whose file or key the model directory does not have. For a
+    configuration of several models each key is ``<model>/<field path>`` and is checked
+    against that model (an unknown model or field names the valid ones); an ensemble takes
+    ``ensemble_scheduling.*`` knobs only."""
+    if isinstance(info, Configuration):
+        if info.single:
+            bare = {k.partition("/")[2] if k.startswith(info.entry + "/") else k: v
+                    for k, v in space.items()}
+            check_space(bare, info.entry_info, batch_size=batch_size)
+        else:
+            _check_configuration(space, info, batch_size)
+        return
     problems: list[str] = [f"search.space.{key}: {message}"
                            for key, message in refused_knobs(space, info)]
     problems.extend(f"search.space.{key}: {message}"
@@ -171,5 +215,43 @@ def check_space(space: Mapping[str, Range | list[Scalar]], info: ModelInfo,
         if largest is not None and batch_size > largest:
             problems.append(f"load.batch_size: must be <= max_batch_size ({largest:g}), but "
                             f"got {batch_size}")
+    if problems:
+        raise SpecError(problems)
+
+
+def _check_configuration(space: Mapping[str, Range | list[Scalar]], conf: Configuration,
+                         batch_size: int) -> None:
+    from tracker.triton.model_config import LOAD_PARAMS
+
+    problems: list[str] = []
+    per_model: dict[str, dict[str, Range | list[Scalar]]] = {n: {} for n in conf.names}
+    for key, knob in space.items():
+        if key in LOAD_PARAMS:
+            continue
+        model, sep, path = key.partition("/")
+        if not sep:
+            problems.append(f"search.space.{key}: this study serves several models "
+                            f"({', '.join(conf.names)}); name the model as "
+                            f"'<model>/{key}', e.g. '{tuned_models(conf)[0]}/{key}'")
+        elif model not in per_model:
+            problems.append(f"search.space.{key}: no model {model!r} in the configuration "
+                            f"(its models: {', '.join(conf.names)})")
+        elif conf.info(model).format == "ensemble" and not path.startswith(ENSEMBLE_KNOBS):
+            own = [k.path for k in format_of(conf.info(model)).knobs(conf.info(model))]
+            problems.append(f"search.space.{key}: {model!r} is an ensemble (Triton schedules "
+                            f"it: no instances, no batcher); its knobs are {own}; tune its "
+                            "steps instead")
+        else:
+            per_model[model][path] = knob
+    for name, sub in per_model.items():
+        if not sub and batch_size == 1:
+            continue
+        try:
+            check_space(sub, conf.info(name),
+                        batch_size=batch_size if name in conf.entries else 1)
+        except SpecError as err:
+            problems.extend(m.replace("search.space.", f"search.space.{name}/", 1)
+                            if m.startswith("search.space.") else f"{m} (model {name!r})"
+                            for m in err.messages)
     if problems:
         raise SpecError(problems)

@@ -18,6 +18,7 @@ from tracker.measure.stream import stream_rule
 from tracker.measure.stream_inputs import samples_for
 from tracker.search.space import check_space, model_knobs, resolve_space, space_size, values
 from tracker.spec import Bound, Range, Scalar, StudySpec
+from tracker.triton.configuration import Configuration, as_configuration
 from tracker.triton.formats import json_knobs
 
 if TYPE_CHECKING:
@@ -131,11 +132,35 @@ def _file_knob_lines(info: ModelInfo, keys: list[str]) -> list[str]:
             *(f"  {key:<48} default {value!r}" for key, value in defaults.items())]
 
 
-def check(spec: StudySpec, info: ModelInfo) -> str:
-    """Validate ``spec`` against the model and describe the study. SpecError when a knob does
-    not fit the model or load.input_data does not fit its inputs."""
-    space = resolve_space(spec.search.space, info)
-    check_space(space, info, batch_size=spec.load.batch_size)
+def _pipeline_lines(conf: Configuration) -> list[str]:
+    """The models of a configuration of several: the entries, each ensemble's steps, and
+    each model's format, backend and knobs."""
+    lines = [f"configuration: {len(conf.models)} models from {conf.repository}, loaded in "
+             f"this order: {', '.join(conf.names)}"]
+    for entry in conf.entries:
+        lines.append(f"  entry {entry}: the load drives it; composing models: "
+                     f"{', '.join(conf.composing(entry)) or 'none'}")
+    for ensemble, steps in conf.steps.items():
+        lines.append(f"  ensemble {ensemble} steps: {' -> '.join(steps)}")
+    for caller, callees in conf.calls.items():
+        lines.append(f"  {caller} calls (BLS, model.composing): {', '.join(callees)}")
+    for name in conf.names:
+        model = conf.info(name)
+        backend, catalog = model_knobs(model)
+        lines.append(f"  model {name}: {model.format} format, backend {backend}, "
+                     f"max_batch_size {model.config.max_batch_size}; knobs: "
+                     + ", ".join(f"{name}/{k.path}" for k in catalog))
+    return lines
+
+
+def check(spec: StudySpec, info: ModelInfo | Configuration) -> str:
+    """Validate ``spec`` against the model (or every model of the configuration) and
+    describe the study. SpecError when a knob does not fit its model or load.input_data does
+    not fit the entry model's inputs."""
+    conf = as_configuration(info)
+    info = conf.entry_info
+    space = resolve_space(spec.search.space, conf)
+    check_space(space, conf, batch_size=spec.load.batch_size)
     inputs = check_input_data(spec, info)
     streaming = streaming_lines(spec, info)
     cfg = info.config
@@ -155,12 +180,13 @@ def check(spec: StudySpec, info: ModelInfo) -> str:
     search = spec.search
     lines = [
         f"spec: {spec.source or '(in memory)'}",
-        f"model: {spec.model.name} ({info.model_file}, {info.format} format, backend "
+        f"model: {conf.entry} ({info.model_file}, {info.format} format, backend "
         f"{model_knobs(info)[0]})",
         *_tensors(info),
         f"  batching: {batching}",
         *streaming,
         f"  {inputs}",
+        *(_pipeline_lines(conf) if not conf.single else []),
         f"server: {server.mode} ({where}), strategy {server.strategy}",
         f"load: {sweep}; windows of {window}, stable within {load.stability_pct:g}%, "
         f"batch size {load.batch_size}, {load.protocol}",
@@ -169,8 +195,8 @@ def check(spec: StudySpec, info: ModelInfo) -> str:
                            or "none"),
         f"{label}: {len(space)} knob{'s' * (len(space) != 1)}, {count}",
         *(f"  {key:<48} {_knob(knob)}" for key, knob in space.items()),
-        *_knob_lines(info),
-        *_file_knob_lines(info, list(space)),
+        *(_knob_lines(info) if conf.single else []),
+        *(_file_knob_lines(info, list(space)) if conf.single else []),
         f"sampler: {search.sampler}, n_trials {search.n_trials}"
         + (f", seed {search.seed}" if search.seed is not None else "")
         + (f", timeout {search.timeout_s:g} s" if search.timeout_s else ""),

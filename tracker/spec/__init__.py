@@ -61,7 +61,10 @@ METRICS: tuple[str, ...] = catalog.NAMES
 
 
 def _metric_name(name: str) -> str:
-    if name not in METRIC_BETTER:
+    """A catalog name, or one with a model in it that tracker.metrics.lookup resolves:
+    ``model/<step>/queue_ms`` (a pipeline's step), ``<model>/perf_latency_p99`` (one of
+    several models served together)."""
+    if catalog.lookup(name) is None:
         guess = closest(name, METRICS)
         hint = f"; did you mean {guess!r}?" if guess else "; known metrics: " + ", ".join(METRICS)
         raise problem(f"unknown metric {name!r}{hint}")
@@ -110,15 +113,15 @@ class StudySpec(SpecModel):
 
     @property
     def study_name(self) -> str:
-        return self.search.study_name or self.model.name
+        return self.search.study_name or self.model.label
 
     @property
     def experiment_name(self) -> str:
-        return self.mlflow.experiment or self.model.name
+        return self.mlflow.experiment or self.model.label
 
     @property
     def registered_model_name(self) -> str:
-        return self.mlflow.registered_model or self.model.name
+        return self.mlflow.registered_model or self.model.label
 
     @model_validator(mode="after")
     def _threads_once(self) -> StudySpec:

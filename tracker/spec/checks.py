@@ -94,16 +94,31 @@ def check_space_value_shape(value: object) -> object:
     return value
 
 
+def knob_path(key: str) -> str:
+    """The field path of a search.space key: ``preprocess/instance_group.count`` (a model of
+    a configuration of several) -> ``instance_group.count``; a bare key as it is."""
+    return key.split("/", 1)[1] if "/" in key else key
+
+
 def check_knob(key: str) -> str:
-    """After-validator for a search.space key: a config field path, a load knob, or a key of
-    a JSON file in the model directory (``model.json:KEY``; the model's check finds them)."""
-    if key in LOAD_KNOBS or config_field(key) is not None:
-        return key
+    """After-validator for a search.space key: a config field path, a load knob, a key of
+    a JSON file in the model directory (``model.json:KEY``; the model's check finds them;
+    single-model studies only), or ``<model>/<field path>`` (which models there are is
+    checked against the configuration, tracker.search.space.check_space)."""
     if file_knob(key) is not None:
         why = file_knob_problem(key)
         if why is not None:
             raise problem(why)
         return key
+    given = key
+    if "/" in key:
+        model, path = key.split("/", 1)
+        if not model or path in LOAD_KNOBS:
+            raise problem(f"`<model>/<field path>` needs a model name and a config field, but "
+                          f"got {key!r} (load knobs such as 'concurrency' take no model)")
+        key = path
+    if key in LOAD_KNOBS or config_field(key) is not None:
+        return given
     if key.split(".")[0] == PARAMETERS:
         raise problem("a parameters knob names one key of the map, 'parameters.KEY', e.g. "
                       "'parameters.intra_op_thread_count'")

@@ -17,7 +17,6 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Discriminator,
     Field,
     Tag,
@@ -32,65 +31,24 @@ from tracker.spec.checks import (
     check_knob,
     check_range,
     check_space_value_shape,
+    knob_path,
     knob_value_problems,
     parse_number,
 )
 from tracker.spec.fields import config_field
 from tracker.spec.messages import Problems, join_path, problem, show
+from tracker.spec.model_section import ModelSection as ModelSection  # re-exported
+from tracker.spec.model_section import SpecModel as SpecModel  # re-exported
+from tracker.spec.model_section import resolve_path
 from tracker.spec.streaming import StreamSection
 
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16)
 
-_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 PosInt = Annotated[int, Field(ge=1)]
 PosFloat = Annotated[float, Field(gt=0)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 Scalar: TypeAlias = bool | int | float | str
-
-
-class SpecModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-def _resolve(value: Path | None, info: ValidationInfo) -> Path | None:
-    """Relative paths are taken from the spec file's folder (context ``base_dir``)."""
-    if value is None:
-        return None
-    value = value.expanduser()
-    base = (info.context or {}).get("base_dir")
-    if base is not None and not value.is_absolute():
-        value = Path(base) / value
-    return Path(os.path.normpath(value))
-
-
-class ModelSection(SpecModel):
-    """The model to tune: its Triton name, its file and, optionally, how to make it."""
-
-    name: str
-    path: Annotated[Path, Field(strict=False)]
-    config: Annotated[Path | None, Field(strict=False)] = None
-    build: Annotated[Path | None, Field(strict=False)] = None
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not _NAME.match(value):
-            raise problem("must be a Triton model name (letters, digits, '_', '.', '-'), "
-                          f"but got {show(value)}")
-        return value
-
-    @field_validator("path", "config", "build")
-    @classmethod
-    def _paths(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        value = _resolve(value, info)
-        if value is None:
-            return None
-        if info.field_name == "path" and value.is_file() and value.suffix != ".onnx":
-            raise problem(f"must be an .onnx file or a Triton model directory, but got {value}")
-        if info.field_name in ("config", "build") and not value.is_file():
-            raise problem(f"file not found: {value}")
-        return value
 
 
 def _gpus(value: object) -> object:
@@ -132,7 +90,7 @@ class ServerSection(SpecModel):
     @field_validator("binary")
     @classmethod
     def _binary(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        return _resolve(value, info)
+        return resolve_path(value, info)
 
     @field_validator("shm_size")
     @classmethod
@@ -236,7 +194,7 @@ class LoadSection(SpecModel):
     @field_validator("input_data")
     @classmethod
     def _input(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        value = _resolve(value, info)
+        value = resolve_path(value, info)
         if value is not None and value.suffix not in (".json", ".npz"):
             raise problem(f"must be a .json or .npz file, but got {value}")
         if value is not None and not value.is_file():
@@ -327,7 +285,8 @@ class SearchSection(SpecModel):
     def _space(self) -> SearchSection:
         items: list[tuple[str, str]] = []
         for key, value in self.space.items():
-            found = knob_value_problems(key, config_field(key), value)
+            path = knob_path(key)
+            found = knob_value_problems(path, config_field(path), value)
             items.extend((join_path(f"space.{key}", sub), msg) for sub, msg in found)
         if self.sampler == "grid":
             for key, value in self.space.items():

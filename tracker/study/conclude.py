@@ -29,8 +29,8 @@ from tracker import tags
 from tracker.errors import TrackingError
 from tracker.study.measured import serve_options
 from tracker.study.session import StudyContext
-from tracker.study.trial import configs
-from tracker.tracking import confirmed, runs, stream_plots, study_record, view
+from tracker.study.trial import configs, production_texts
+from tracker.tracking import confirmed, runs, steps_plot, stream_plots, study_record, view
 from tracker.tracking.report import best_row, improvement_pct, summary, write_report
 from tracker.tracking.rows import TrialRow, trial_rows
 from tracker.triton import model_config as mc
@@ -126,13 +126,17 @@ def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, 
         files: dict[str, str | bytes | Path] = dict(
             write_report(rows, objectives, spec.constraints, Path(tmp),
                          title=f"Study {ctx.study.study_name}", curves=curves, text=text,
-                         caption=caption))
+                         caption=caption, extra=_steps(ctx, rows, best, Path(tmp))))
         if best is not None:
-            cfg, served = configs(ctx, best.params, best.baseline)
-            prod, _served, _header = served_configs(ctx.info, cfg, serving=ctx.serving,
+            cfgs, served = configs(ctx, best.params, best.baseline)
+            prod, _served, _header = served_configs(ctx.info, cfgs[ctx.configuration.entry],
+                                                    serving=ctx.serving,
                                                     options=serve_options(spec))
             production = mc.dumps(prod)
             files["best/config.pbtxt"] = production
+            if not ctx.configuration.single:  # best/<model>/config.pbtxt for every model
+                files.update({f"best/{name}/config.pbtxt": text for name, text in
+                              production_texts(ctx, cfgs).items()})
             if served.strip() != production.strip():
                 files["best/served_config.pbtxt"] = served
         runs.log_files(client, parent.run_id, files)
@@ -162,6 +166,24 @@ def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, 
             client.log_batch(parent.run_id, params=fresh)
     runs.set_tags(client, parent.run_id, parent_tags)
     runs.log_metrics(client, parent.run_id, metrics)
+
+
+def _steps(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None,
+           out_dir: Path) -> tuple[dict[str, Path], str] | None:
+    """A pipeline's per-step split of the default and the best configuration
+    (tracking/steps_plot.py); None for a model without composing models."""
+    conf = ctx.configuration
+    steps = conf.composing()
+    if not steps or len(conf.entries) > 1:
+        return None
+    base = next((r for r in rows if r.baseline and r.complete), None)
+    searched = best_row(rows, dict(ctx.spec.objectives))  # the search's own best
+    chosen: dict[str, tuple[int, dict[str, float]]] = {}
+    for label, row in (("default", base), ("best of the search", searched),
+                       ("chosen", best)):
+        if row is not None and all(n != row.number for n, _m in chosen.values()):
+            chosen[label] = (row.number, row.metrics)
+    return steps_plot.write(chosen, steps, out_dir)
 
 
 def _log_verdict(ctx: StudyContext, rows: list[TrialRow], verdict: cs.Verdict) -> None:

@@ -79,7 +79,7 @@ def measure_one(ctx: StudyContext, params: dict[str, Any], *, baseline: bool, le
     spec = ctx.spec.model_copy(update={"load": load.model_copy(
         update={"max_tries": min(load.max_tries, WINDOWS)})})
     try:
-        done = measure_configuration(spec, ctx.info, ctx.server, cfg,
+        done = measure_configuration(spec, ctx.configuration, ctx.server, cfg,
                                      ctx.workdir / f"confirm-{label}", serving=ctx.serving,
                                      levels=[level], files=file_values(params, baseline))
     except ConfigFailed as failed:
@@ -120,10 +120,11 @@ def pick(rows: list[TrialRow], objectives: Mapping[str, str], top_k: int) -> lis
 
 def _instances(ctx: StudyContext, row: TrialRow) -> int:
     try:
-        cfg, _ = configs(ctx, row.params, row.baseline)
+        cfgs, _ = configs(ctx, row.params, row.baseline)
     except TrackerError:
         return 1
-    return sum(max(g.count, 1) for g in cfg.instance_group) or 1
+    return sum(sum(max(g.count, 1) for g in cfg.instance_group) or 1
+               for cfg in cfgs.values())
 
 
 def _new_record(ctx: StudyContext, chosen: list[TrialRow], s: Settings) -> dict[str, Any]:

@@ -149,10 +149,11 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
     session = Session.open(spec_path, options)
     spec, info, uri, storage_url = (session.spec, session.info, session.tracking_uri,
                                     session.storage_url)
-    space = resolve_space(spec.search.space, info)
-    check_space(space, info, batch_size=spec.load.batch_size)
-    dists, base = fit_baseline(distributions(space), info.config,
-                               json_knobs.defaults(info, space))
+    conf = session.configuration
+    space = resolve_space(spec.search.space, conf)
+    check_space(space, conf, batch_size=spec.load.batch_size)
+    dists, base = fit_baseline(distributions(space), info.config if conf.single else conf,
+                               json_knobs.defaults(info, space) if conf.single else None)
     grid_size = _size(dists)
     if redact_url(uri) != uri:  # MLflow prints "View run ... at: <uri>" on each run's end
         os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
@@ -173,7 +174,7 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
     # "study." keeps them apart from MLproject parameters (logged as given, '' included) and
     # from the best trial's field-path params
     params: dict[str, object] = {f"study.{k}": v for k, v in {
-        "spec": str(spec.source or ""), "model": spec.model.name, "name": spec.study_name,
+        "spec": str(spec.source or ""), "model": spec.model.label, "name": spec.study_name,
         "sampler": spec.search.sampler, "n_trials": spec.search.n_trials,
         "objectives": dict(spec.objectives),
         "constraints": {k: v.model_dump(exclude_none=True) for k, v in spec.constraints.items()},
@@ -193,7 +194,7 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
                 server = session.start_server()
                 machine = machine_tags(server.gpu_set())  # also on every trial's run
                 record_machine(parent.client, parent.run_id, machine)
-                check_servable(spec, info, server)  # before trial 1, never a late failure
+                check_servable(spec, conf, server)  # before trial 1, never a late failure
                 progress = Progress(spec.search.n_trials, budget(study).complete,
                                     bar=options.bar)
                 progress.line(f"study {spec.study_name}: {spec.search.n_trials} trials, sampler "
@@ -201,7 +202,7 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
                               f"configurations, storage {redact_url(storage_url)}, MLflow run "
                               f"{parent.run_id}")
                 ctx = StudyContext(session, dists, study, parent, server,
-                                   resolve_serving(spec, server, info), progress,
+                                   resolve_serving(spec, server, conf), progress,
                                    worker_tags={**worker.tags(), **machine},
                                    store_model=options.store_model)
                 stop = _loop(ctx, storage, worker.id, started, grid_size)

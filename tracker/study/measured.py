@@ -30,8 +30,9 @@ from tracker.search.objective import LevelChoice, pick_best_level
 from tracker.serving import Serving, serving_choices
 from tracker.tracking.redact import redact_text
 from tracker.triton import model_config as mc
+from tracker.triton.configuration import Configuration, as_configuration
 from tracker.triton.formats import ServeOptions, format_of, json_knobs
-from tracker.triton.repository import TrialRepository, served_configs, write_model
+from tracker.triton.repository import TrialRepository, served_configs, write_configuration
 from tracker.triton.server.logs import error_messages
 
 if TYPE_CHECKING:
@@ -66,6 +67,8 @@ class ConfigMeasurement:
     log: str                         # server log since the measurement began, unclipped
     tags: dict[str, str]             # what was measured: GPU memory scope, Triton version
     knob_texts: dict[str, str] = field(default_factory=dict)  # FILE:KEY files as loaded
+    # a configuration of several models: each model's production config, load order
+    model_texts: dict[str, str] = field(default_factory=dict)
 
     @property
     def measurements(self) -> list[Measurement]:
@@ -83,12 +86,21 @@ class ConfigMeasurement:
         if self.repository.shimmed:
             files["production_config.pbtxt"] = self.production_text
         files.update(self.knob_texts)
+        files.update(model_files(self.model_texts))
         return files
 
     def headline(self) -> dict[str, float]:
         """The metrics logged at the chosen level (with its concurrency and feasibility)."""
         return {**self.choice.metrics, "concurrency": self.choice.concurrency,
                 "feasible": float(self.choice.feasible)}
+
+
+def model_files(texts: Mapping[str, str]) -> dict[str, str | bytes | Path]:
+    """``configs/<model>/config.pbtxt`` for each model of a configuration of several (its
+    production config: what it is deployed with); nothing for one model."""
+    if len(texts) < 2:
+        return {}
+    return {f"configs/{name}/config.pbtxt": text for name, text in texts.items()}
 
 
 def clip_log(text: str) -> str:
@@ -122,30 +134,42 @@ def with_log_errors(err: TrackerError, log: str) -> TrackerError:
 
 
 def resolve_serving(spec: StudySpec, server: TritonServer,
-                    info: ModelInfo | None = None) -> Serving | None:
-    """How this server serves the spec's ONNX model: ``onnxruntime`` (its onnxruntime
+                    info: ModelInfo | Configuration | None = None) -> Serving | None:
+    """How this server serves the spec's ONNX models: ``onnxruntime`` (its onnxruntime
     backend) or ``python`` (the onnxruntime shim); ``server.backend: auto`` asks the server.
-    None for a model of another format (served by the backend its config names)."""
-    if info is not None and info.format != "onnx":
+    None when no model is ONNX (each served by the backend its config names)."""
+    if info is not None and all(m.format != "onnx" for m in as_configuration(info).models):
         return None
     return serving_choices(spec.server.backend,
                            lambda: server.has_backend("onnxruntime"))[0]
 
 
-def unservable(spec: StudySpec, info: ModelInfo, server: TritonServer) -> str | None:
-    """Why ``server`` cannot serve the model (it lacks the backend the model needs), naming
-    the launch modes that can; None when it can (or cannot tell before it starts)."""
-    serving = resolve_serving(spec, server, info)
-    needed = format_of(info).backend(info, serving)
+def unservable(spec: StudySpec, info: ModelInfo | Configuration,
+               server: TritonServer) -> str | None:
+    """Why ``server`` cannot serve a model of the configuration (it lacks the backend the
+    model needs), naming the launch modes that can; None when it can (or cannot tell before
+    it starts). Ensembles need no backend (Triton's core schedules them)."""
+    conf = as_configuration(info)
+    serving = resolve_serving(spec, server, conf)
     if not MODES[spec.server.mode].knows_backends:
         return None  # someone else's server: its load says so
+    for model in conf.models:
+        if model.format == "ensemble":
+            continue
+        why = _lacks(spec, model, format_of(model).backend(model, serving), server)
+        if why is not None:
+            return why
+    return None
+
+
+def _lacks(spec: StudySpec, info: ModelInfo, needed: str, server: TritonServer) -> str | None:
     try:
         has = server.has_backend(needed)
     except TrackerError:
         return None  # a server we cannot ask before it runs (docker without a daemon)
     if has:
         return None
-    return (f"model {spec.model.name!r} ({info.format} format) needs Triton's {needed!r} "
+    return (f"model {str(info.config.name)!r} ({info.format} format) needs Triton's {needed!r} "
             f"backend, which the server of server.mode {spec.server.mode!r} does not have (the "
             "embedded nvidia-pytriton server has only the python backend); run it with "
             "server.mode: docker (an NGC Triton image such as "
@@ -153,7 +177,8 @@ def unservable(spec: StudySpec, info: ModelInfo, server: TritonServer) -> str | 
             "server.mode: remote (a Triton that has the backend)")
 
 
-def check_servable(spec: StudySpec, info: ModelInfo, server: TritonServer) -> None:
+def check_servable(spec: StudySpec, info: ModelInfo | Configuration,
+                   server: TritonServer) -> None:
     """ModelError from :func:`unservable` (before trial 1 or any server start)."""
     why = unservable(spec, info, server)
     if why is not None:
@@ -193,8 +218,9 @@ def _loaded_config(server: TritonServer, repo: TrialRepository) -> ModelConfig:
         return client.model_config(repo.model_name)
 
 
-def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer,
-                          cfg: ModelConfig, workdir: Path, *,
+def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
+                          server: TritonServer, cfg: ModelConfig | Mapping[str, ModelConfig],
+                          workdir: Path, *,
                           serving: Serving | None = None,
                           levels: Sequence[float] | None = None,
                           plan: LevelPlanner | None = None,
@@ -203,25 +229,31 @@ def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer
                           on_phase: Callable[[str], None] | None = None,
                           backend: str = "builtin",
                           files: Mapping[str, object] | None = None) -> ConfigMeasurement:
-    """Measure ``cfg`` (a ModelConfig of ``info``'s model) on ``server``.
+    """Measure ``cfg`` (a ModelConfig of ``info``'s model, or for a configuration of several
+    models every model's config by name) on ``server``.
 
-    Writes the repository into ``workdir`` (removed again when the measurement fails), serves
-    it with the server's strategy, sweeps ``levels`` (None: the spec's load levels;
-    ``[c]`` measures one concurrency; ``plan``: a planner that picks the levels one at a time,
-    search/sweep_plan.py) with the spec's load settings and constraints, and
-    chooses the level by the spec's objectives and constraints (search/objective.py).
-    ``serving``: None resolves it (:func:`resolve_serving`); ``monitors_factory(server)``:
-    the monitors sampled during the sweep (default: process tree + metrics endpoint + NVML);
-    ``on_phase("starting Triton")`` before the server is served the config; ``files``: the
-    configuration's ``FILE:KEY`` values, written into its copy of the model directory (each
-    file the spec's space addresses is logged as the server loaded it). Raises
-    :class:`ConfigFailed`; the server is left as it is (running, or stopped when it failed).
+    Writes the repository into ``workdir`` (every model of the configuration; removed again
+    when the measurement fails), serves it with the server's strategy, sweeps ``levels``
+    (None: the spec's load levels; ``[c]`` measures one concurrency; ``plan``: a planner that
+    picks the levels one at a time, search/sweep_plan.py) with the spec's load settings and
+    constraints against the entry model (its composing models' split measured in the same
+    windows), and chooses the level by the spec's objectives and constraints
+    (search/objective.py). ``serving``: None resolves it (:func:`resolve_serving`);
+    ``monitors_factory(server)``: the monitors sampled during the sweep (default: process
+    tree + metrics endpoint + NVML); ``on_phase("starting Triton")`` before the server is
+    served the config; ``files``: the configuration's ``FILE:KEY`` values, written into its
+    copy of the model directory (each file the spec's space addresses is logged as the server
+    loaded it). Raises :class:`ConfigFailed`; the server is left as it is (running, or stopped
+    when it failed).
     """
-    if serving is None and info.format == "onnx":
-        serving = resolve_serving(spec, server, info)
+    conf = as_configuration(info)
+    cfgs = {conf.entry: cfg} if isinstance(cfg, mc.ModelConfig) else dict(cfg)
+    if serving is None:
+        serving = resolve_serving(spec, server, conf)
     try:
-        repo = write_model(workdir, info, cfg, serving=serving, options=serve_options(spec),
-                           files=files, logged=json_knobs.files_of(spec.search.space))
+        repo = write_configuration(workdir, {n: conf.info(n) for n in cfgs}, cfgs, conf.entry,
+                                   serving=serving, options=serve_options(spec), files=files,
+                                   logged=json_knobs.files_of(spec.search.space))
     except TrackerError as err:
         raise ConfigFailed(f"cannot write the trial's model repository: {err}", err) from err
     try:
@@ -233,7 +265,7 @@ def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer
         loaded = repo.served_config
         try:
             server.apply_trial(repo)
-            if info.auto_complete:  # the model completes its own I/O: what Triton loaded
+            if conf.entry_info.auto_complete:  # the model completes its own I/O
                 loaded = _loaded_config(server, repo)
                 text = mc.dumps(loaded)
         except TrackerError as err:
@@ -243,7 +275,7 @@ def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer
         try:
             result = sweep(server.endpoints, repo.model_name, loaded, spec.load,
                            spec.constraints, monitors, levels=levels, on_level=on_level,
-                           backend=backend, plan=plan)
+                           backend=backend, plan=plan, models=conf.composing())
             choice = pick_best_level(result.measurements, spec.constraints, spec.objectives)
         except TrackerError as err:
             log = server.log_text()[mark:]
@@ -254,7 +286,8 @@ def measure_configuration(spec: StudySpec, info: ModelInfo, server: TritonServer
         return ConfigMeasurement(repo, text, mc.dumps(repo.production_config), result, choice,
                                  server.log_text()[mark:],
                                  {**measured_tags(monitors), **server_tags(server.endpoints)},
-                                 knob_texts)
+                                 knob_texts,
+                                 {n: mc.dumps(c) for n, c in repo.productions.items()})
     except ConfigFailed:
         shutil.rmtree(workdir, ignore_errors=True)
         raise

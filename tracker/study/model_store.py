@@ -11,6 +11,7 @@ and workers stores the model once (again only when the model file itself changed
 from __future__ import annotations
 
 import contextlib
+import shutil
 from pathlib import Path
 
 import optuna
@@ -19,6 +20,31 @@ from tracker.search.storage import storage_lock
 from tracker.tracking import model_files
 from tracker.tracking.model_files import StoredModel
 from tracker.tracking.runs import StudyRun
+from tracker.triton.configuration import Configuration
+from tracker.triton.formats import format_of
+from tracker.triton.formats.base import CONFIG_FILE, copy_model_dir, link_or_copy
+
+#: the stored folder of a configuration of several models (``study_model/configuration``)
+CONFIGURATION_DIR = "configuration"
+
+
+def assemble(conf: Configuration, dst: Path) -> Path:
+    """One directory ``dst`` holding ``<model>/...`` for every model of ``conf``: each
+    model's stored item (``format_of(info).stored(info)``) without its config.pbtxt (a
+    model directory's contents, or the model file as ``<model>/<file name>``). Made anew."""
+    if dst.exists():
+        shutil.rmtree(dst)
+    dst.mkdir(parents=True)
+    for info in conf.models:
+        item = format_of(info).stored(info)
+        target = dst / str(info.config.name)
+        if item.is_dir():
+            copy_model_dir(item, target)  # leaves out its config.pbtxt and caches
+        else:
+            target.mkdir()
+            link_or_copy(item, target / item.name)
+        (target / CONFIG_FILE).unlink(missing_ok=True)
+    return dst
 
 
 def ensure_stored(study: optuna.Study, parent: StudyRun, model_file: Path) -> StoredModel:

@@ -55,19 +55,19 @@ def profile(spec_path: str | Path, values: Mapping[str, object], *,
 
 def _profile(session: Session, values: Mapping[str, object], levels: Sequence[float] | None,
              backend: str) -> ProfileResult:
-    spec, info = session.spec, session.info
-    config_values, load_values = mc.split_params(values)
-    cfg = mc.apply(info, config_values) if config_values else info.config
-    refused = json_knobs.problems(info, values)
+    spec, conf = session.spec, session.configuration
+    _config_values, load_values = mc.split_params(values)
+    refused = json_knobs.problems(conf.entry_info, values) if conf.single else []
     if refused:  # before any run or server: the model has no such file or key
         raise ModelError("; ".join(f"{key}: {why}" for key, why in refused))
+    cfgs = conf.apply(values)  # every model's config (<model>/<field path> for several)
     client = session.client
     placed = launcher.place(client, spec.experiment_name, what="profile")
     run_id = placed.run_id
     if not run_id:
         exp = client.get_experiment_by_name(spec.experiment_name)
         exp_id = exp.experiment_id if exp else client.create_experiment(spec.experiment_name)
-        run_id = client.create_run(exp_id, run_name=f"profile-{spec.model.name}",
+        run_id = client.create_run(exp_id, run_name=f"profile-{spec.model.label}",
                                    tags={runs.ROLE: "profile"}).info.run_id
     launcher.settle(client, placed, run_id, study=spec.study_name)
     client.log_batch(run_id, params=[Param(k, str(v)) for k, v in values.items()],
@@ -76,7 +76,7 @@ def _profile(session: Session, values: Mapping[str, object], levels: Sequence[fl
     try:
         server = session.start_server()
         try:
-            done = measure_configuration(spec, info, server, cfg, session.workdir,
+            done = measure_configuration(spec, conf, server, cfgs, session.workdir,
                                          levels=levels if levels is not None
                                          else levels_for(load_values), backend=backend,
                                          files=json_knobs.file_values(values))

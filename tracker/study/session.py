@@ -33,7 +33,7 @@ from mlflow import MlflowClient
 
 from tracker.search.study import default_storage
 from tracker.spec import StudySpec, ensure_model, load_spec, parse_spec
-from tracker.triton.formats import model_info
+from tracker.triton.configuration import Configuration, configuration_of
 from tracker.triton.model_config import ModelInfo
 from tracker.triton.server.modes import make_server
 
@@ -165,12 +165,17 @@ class Session:
     """One invocation's set-up: made by :meth:`open`, cleaned up by :meth:`guarded`."""
 
     spec: StudySpec
-    info: ModelInfo
+    configuration: Configuration  # every model served (one model: the one-element case)
     tracking_uri: str
     client: MlflowClient
     storage_url: str  # ${VAR} expanded; redact it before showing it
     workdir: Path
     server: TritonServer | None = None
+
+    @property
+    def info(self) -> ModelInfo:
+        """The entry model (the one model of a one-model study)."""
+        return self.configuration.entry_info
 
     @classmethod
     def open(cls, spec_path: str | Path, options: TuneOptions | None = None, *,
@@ -184,13 +189,14 @@ class Session:
         if base_config is not None:
             spec.model.config = Path(base_config).resolve()
         ensure_model(spec)
-        info = model_info(spec.model)
+        configuration = configuration_of(spec.model)
         uri = tracking_uri(spec)
         storage_url = expand_env(spec.search.storage or default_storage(uri))
         work = Path(".tracker") / "work"
         work.mkdir(parents=True, exist_ok=True)
         workdir = Path(tempfile.mkdtemp(prefix=work_prefix, dir=work)).resolve()
-        return cls(spec, info, uri, MlflowClient(tracking_uri=uri), storage_url, workdir)
+        return cls(spec, configuration, uri, MlflowClient(tracking_uri=uri), storage_url,
+                   workdir)
 
     def start_server(self) -> TritonServer:
         """The spec's server (launch mode, strategy), started once per session."""
@@ -247,6 +253,10 @@ class StudyContext:
     @property
     def info(self) -> ModelInfo:
         return self.session.info
+
+    @property
+    def configuration(self) -> Configuration:
+        return self.session.configuration
 
     @property
     def workdir(self) -> Path:

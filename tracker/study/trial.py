@@ -12,6 +12,7 @@ message and the server log; the study goes on.
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ from tracker.study.measured import (
     clip_log,
     levels_for,
     measure_configuration,
+    model_files,
+    serve_options,
     served_text,
 )
 from tracker.tracking import runs
@@ -88,15 +91,14 @@ def suggest(trial: optuna.Trial, name: str, dist: BaseDistribution) -> Any:
     raise StudyError(f"unsupported distribution for {name!r}: {dist}")
 
 
-def configs(ctx: StudyContext, params: dict[str, Any], baseline: bool) -> tuple[ModelConfig, str]:
-    """(the config the trial stands for, the served config.pbtxt text). The baseline is the
-    model's default config exactly; other trials apply their params to it."""
-    if baseline:
-        cfg = ctx.info.config
-    else:
-        values, _load = mc.split_params(params)
-        cfg = mc.apply(ctx.info, values)
-    return cfg, served_text(ctx.spec, ctx.info, cfg, ctx.serving)
+def configs(ctx: StudyContext, params: dict[str, Any], baseline: bool
+            ) -> tuple[dict[str, ModelConfig], str]:
+    """(every model's config the trial stands for, by name in load order; the entry's served
+    config.pbtxt text). The baseline is the default configuration exactly; other trials apply
+    their params to it (``<model>/<field path>`` to that model)."""
+    conf = ctx.configuration
+    cfgs = conf.defaults() if baseline else conf.apply(params)
+    return cfgs, served_text(ctx.spec, ctx.info, cfgs[conf.entry], ctx.serving)
 
 
 def file_values(params: dict[str, Any], baseline: bool) -> dict[str, object]:
@@ -183,14 +185,15 @@ def _reuse(ctx: StudyContext, trial: optuna.Trial, params: dict[str, Any],
             source.fail_reason or "unknown reason")
         raise TrialFailed(reason, duplicate_of=dup.number)
     feasible = bool(source.feasible)
-    _, served = configs(ctx, params, source.baseline)
+    cfgs, served = configs(ctx, params, source.baseline)
     return TrialResult(
         Outcome(trial.number, "COMPLETE", params, dict(source.metrics), feasible,
                 note=f"duplicate of trial {dup.number}"),
         attrs=lambda t: ta.write_reused(t, dup.number, dup, dup.constraints),
         values=dup.values, metrics=dict(source.metrics), step=int(source.concurrency or 0),
-        files={"config.pbtxt": served},
-        tags={tags.FEASIBLE: str(feasible).lower(), tags.DUPLICATE_OF: dup.number},
+        files={"config.pbtxt": served, **model_files(production_texts(ctx, cfgs))},
+        tags={tags.FEASIBLE: str(feasible).lower(), tags.DUPLICATE_OF: dup.number,
+              **configuration_tags(ctx)},
         note=f"same configuration as trial {dup.number}: result reused, not measured again")
 
 
@@ -216,7 +219,7 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
         plan = None if levels is not None else sweep_plan.for_trial(
             spec, params, sweep_plan.defaults_of(ctx.info.config), ctx.study)
         done = measure_configuration(
-            spec, ctx.info, ctx.server, cfg, repo_root, serving=ctx.serving,
+            spec, ctx.configuration, ctx.server, cfg, repo_root, serving=ctx.serving,
             levels=levels, plan=plan, on_level=on_level, files=file_values(params, baseline),
             on_phase=lambda phase: ctx.progress.measuring(trial.number, phase))
     except ConfigFailed as failed:
@@ -234,7 +237,27 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
         sweep=runs.sweep_metrics(result.measurements), files=dict(done.files()),
         tags={tags.FEASIBLE: str(choice.feasible).lower(), tags.CONCURRENCY: choice.concurrency,
               tags.STABLE: str(choice.stable).lower(), tags.SWEEP_STOP: result.stop_reason,
-              **done.tags, **(_model_tags(ctx) if ctx.store_model else {})})
+              **done.tags, **configuration_tags(ctx),
+              **(_model_tags(ctx) if ctx.store_model else {})})
+
+
+def production_texts(ctx: StudyContext, cfgs: dict[str, ModelConfig]) -> dict[str, str]:
+    """Each model's production config.pbtxt text (what it is deployed with)."""
+    from tracker.triton.repository import served_configs
+
+    conf = ctx.configuration
+    return {n: mc.dumps(served_configs(conf.info(n), c, serving=ctx.serving,
+                                       options=serve_options(ctx.spec))[0])
+            for n, c in cfgs.items()}
+
+
+def configuration_tags(ctx: StudyContext) -> dict[str, object]:
+    """For a configuration of several models: ``tracker.models`` (every model, load order)
+    and ``tracker.entry_model``; nothing for one model."""
+    conf = ctx.configuration
+    if conf.single:
+        return {}
+    return {tags.MODELS: json.dumps(list(conf.names)), tags.ENTRY_MODEL: conf.entry}
 
 
 def _model_tags(ctx: StudyContext) -> dict[str, object]:
@@ -242,12 +265,18 @@ def _model_tags(ctx: StudyContext) -> dict[str, object]:
     study by the first trial that needs it, study/model_store.py): ``tracker promote`` builds
     the registered model from it and the trial's production config. A failure here is
     reported on the run, not fatal to the trial."""
-    from tracker.study.model_store import ensure_stored
+    from tracker.study.model_store import CONFIGURATION_DIR, assemble, ensure_stored
 
     try:
         if ctx.stored_model is None:
-            ctx.stored_model = ensure_stored(ctx.study, ctx.parent,
-                                             format_of(ctx.info).stored(ctx.info))
+            conf = ctx.configuration
+            if conf.single:
+                ctx.stored_model = ensure_stored(ctx.study, ctx.parent,
+                                                 format_of(ctx.info).stored(ctx.info))
+            else:  # one directory holding <model>/... for every model
+                ctx.stored_model = ensure_stored(
+                    ctx.study, ctx.parent,
+                    assemble(conf, ctx.workdir / "stored" / CONFIGURATION_DIR))
         return dict(ctx.stored_model.tags())
     except TrackerError as err:
         return {tags.MODEL_ERROR: str(err)}

@@ -128,13 +128,17 @@ def write_report(rows: Sequence[TrialRow], objectives: Mapping[str, str],
                  constraints: Mapping[str, object], out_dir: Path, *,
                  title: str = "Study",
                  curves: Mapping[str, Mapping[str, list[tuple[int, float]]]] | None = None,
-                 text: str | None = None, caption: str | None = None) -> dict[str, Path]:
+                 text: str | None = None, caption: str | None = None,
+                 extra: tuple[Mapping[str, Path], str] | None = None,
+                 ) -> dict[str, Path]:
     """trials.csv, plots/*.png|html and report.html under ``out_dir``; returns
     ``{artifact path: file}`` for :func:`tracker.tracking.runs.log_files`. ``curves`` (a
     streaming model's per-trial sweeps, stream_plots.sweep_curves) add the TTFT/ITL plot.
     ``text``: the study's sentence (default: the search's, :func:`summary`; after a
     confirmation the confirmed one, so the report says what the note and the tags say);
-    ``caption``: a short line for the plots' titles (the confirmed verdict)."""
+    ``caption``: a short line for the plots' titles (the confirmed verdict); ``extra``
+    (files already written, an HTML section: a pipeline's steps_plot.write) go into the
+    artifacts and the report too."""
     from tracker.tracking import plots, stream_plots
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -148,10 +152,13 @@ def write_report(rows: Sequence[TrialRow], objectives: Mapping[str, str],
                                               constraints, out_dir / "plots"))
     for name, path in figures.items():
         files[f"plots/{name}"] = path
+    more, section = extra or ({}, "")
+    files.update(more)
     text = text or summary(rows, objectives)
     report = out_dir / "report.html"
     report.write_text(_html(title, text, rows, objectives,
-                            [p for n, p in sorted(figures.items()) if n.endswith(".png")]))
+                            [p for n, p in sorted(files.items()) if n.endswith(".png")],
+                            section))
     files["report.html"] = report
     return files
 
@@ -172,7 +179,7 @@ def shown(cell: str) -> str:
 
 
 def _html(title: str, text: str, rows: Sequence[TrialRow], objectives: Mapping[str, str],
-          pngs: Sequence[Path]) -> str:
+          pngs: Sequence[Path], section: str = "") -> str:
     images = "".join(
         f'<figure><img alt="{html.escape(p.stem)}" style="max-width:100%" '
         f'src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}"></figure>'
@@ -194,4 +201,5 @@ def _html(title: str, text: str, rows: Sequence[TrialRow], objectives: Mapping[s
     table = "<table border=1 cellspacing=0 cellpadding=3>" + "".join(cells) + "</table>"
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
             f"</title></head><body style='font-family:sans-serif'><h1>{html.escape(title)}</h1>"
-            f"<p>{html.escape(text)}</p>{images}<h2>Trials</h2>{table}</body></html>")
+            f"<p>{html.escape(text)}</p>{images}{section}<h2>Trials</h2>{table}"
+            "</body></html>")

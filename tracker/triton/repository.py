@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,6 +42,7 @@ __all__ = [
     "served_configs",
     "serving_choices",
     "shim_config",
+    "write_configuration",
     "write_model",
     "write_repository",
 ]
@@ -61,6 +62,16 @@ class TrialRepository:
     serving: Serving | None = None
     header: str = ""
     knob_files: dict[str, Path] = field(default_factory=dict)
+    #: a configuration of several models: every model's (name, served config), load order
+    #: (composing models first, the entry last); empty for one model
+    models: tuple[tuple[str, ModelConfig], ...] = ()
+    #: and each one's production config (the entry's is ``production_config``)
+    productions: Mapping[str, ModelConfig] = field(default_factory=dict)
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """Every model the server must load, in load order."""
+        return tuple(n for n, _ in self.models) or (self.model_name,)
 
     @property
     def model_dir(self) -> Path:
@@ -123,3 +134,25 @@ def write_repository(root: Path, info: ModelInfo, config: ModelConfig, *,
                          f"got {serving!r}")
     return write_model(root, info, config, serving=serving,
                        options=ServeOptions(ort_threads=ort_threads), version=version)
+
+
+def write_configuration(root: Path, infos: Mapping[str, ModelInfo],
+                        configs: Mapping[str, ModelConfig], entry: str, *,
+                        serving: Serving | None, options: ServeOptions | None = None,
+                        version: int = 1, files: Mapping[str, object] | None = None,
+                        logged: Iterable[str] = ()) -> TrialRepository:
+    """Every model of a configuration under one ``root`` (``infos`` and ``configs`` in load
+    order: composing models first), each written by :func:`write_model`; the entry's
+    TrialRepository, carrying every model's configs. ``files``/``logged``: the entry model's
+    ``FILE:KEY`` values (file knobs are for single-model studies)."""
+    written = {name: write_model(root, infos[name], configs[name], serving=serving,
+                                 options=options, version=version,
+                                 files=files if name == entry else None,
+                                 logged=logged if name == entry else ())
+               for name in configs}
+    if len(written) == 1:
+        return written[entry]
+    return replace(written[entry],
+                   models=tuple((n, r.served_config) for n, r in written.items()),
+                   productions={n: r.production_config for n, r in written.items()},
+                   serving=serving)

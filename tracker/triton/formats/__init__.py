@@ -14,6 +14,7 @@ from tracker.errors import ModelError
 from tracker.triton import model_config as mc
 from tracker.triton.formats.base import CONFIG_FILE, ModelFormat, ServeOptions
 from tracker.triton.formats.config_driven import ConfigDrivenFormat
+from tracker.triton.formats.ensemble import EnsembleFormat
 from tracker.triton.formats.onnx import OnnxFormat
 from tracker.triton.formats.python import PythonFormat
 
@@ -24,6 +25,7 @@ __all__ = ["FORMATS", "ModelFormat", "ServeOptions", "detect", "format_of", "loa
            "model_info"]
 
 FORMATS: tuple[ModelFormat, ...] = (
+    EnsembleFormat(),  # first: its platform names no backend
     PythonFormat(),
     OnnxFormat(),
     ConfigDrivenFormat(),  # last: any other backend a config.pbtxt names
@@ -31,9 +33,12 @@ FORMATS: tuple[ModelFormat, ...] = (
 
 
 class _ModelLike(Protocol):
-    name: str
-    path: Path
-    config: Path | None
+    @property
+    def name(self) -> str | list[str]: ...
+    @property
+    def path(self) -> Path: ...
+    @property
+    def config(self) -> Path | None: ...
 
 
 def format_of(info: ModelInfo) -> ModelFormat:
@@ -59,9 +64,6 @@ def detect(path: Path, base: ModelConfig | None) -> ModelFormat:
     if not path.exists() and path.suffix != ".onnx":
         raise ModelError(f"model path {path} does not exist (expected an .onnx file or a "
                          "Triton model directory)")
-    if base is not None and base.platform == "ensemble":
-        raise ModelError(f"{path}: ensemble models are not tunable as one model directory; "
-                         "tune each composing model")
     for fmt in FORMATS:
         if fmt.detect(path, base):
             return fmt
@@ -82,5 +84,7 @@ def load_model_info(path: Path, name: str, base_config: Path | None = None) -> M
 
 
 def model_info(model: _ModelLike) -> ModelInfo:
-    """ModelInfo for a spec's ``model`` section."""
-    return load_model_info(Path(model.path), model.name, model.config)
+    """ModelInfo for a spec's ``model`` section (its first entry model, read from a model
+    file or directory; a repository's models: tracker.triton.configuration)."""
+    name = model.name if isinstance(model.name, str) else model.name[0]
+    return load_model_info(Path(model.path), name, model.config)

@@ -90,7 +90,8 @@ class Launcher(TritonServer):
         if self._stage_root is None:
             self._stage_root = Path(tempfile.mkdtemp(prefix="tracker-served-"))
             weakref.finalize(self, shutil.rmtree, str(self._stage_root), True)
-        sync_model_dir(repo.path / repo.model_name, self._stage_root / repo.model_name)
+        for name in repo.model_names:
+            sync_model_dir(repo.path / name, self._stage_root / name)
         return self._stage_root
 
     def _raise_start_error(self, reason: str) -> None:
@@ -202,9 +203,12 @@ class Launcher(TritonServer):
                                   "model-control mode, but this one was started without it")
             # loading over the previous trial's config swaps it: Triton serves the old
             # instances until the new ones are ready, then unloads the old in the background
-            for name in [n for n in self._loaded if n != repo.model_name]:
+            wanted = repo.model_names
+            for name in [n for n in self._loaded if n not in wanted]:
                 self.unload(name)
-            self.load(repo.model_name, repo.served_config)
+            served = dict(repo.models) or {repo.model_name: repo.served_config}
+            for name in wanted:  # the composing models first, the entry last
+                self.load(name, served[name])
 
     def _wait_ready(self) -> None:
         if self._endpoints is None:

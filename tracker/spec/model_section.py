@@ -1,0 +1,89 @@
+"""The ``model`` section of the study spec: which model (or repository of models) to tune.
+
+Here beside the base model every section shares (:class:`SpecModel`) and the path rule
+(relative paths from the spec file's folder); :mod:`tracker.spec.sections` holds the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from tracker.spec.messages import Problems, problem, show
+
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class SpecModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def resolve_path(value: Path | None, info: ValidationInfo) -> Path | None:
+    """Relative paths are taken from the spec file's folder (context ``base_dir``)."""
+    if value is None:
+        return None
+    value = value.expanduser()
+    base = (info.context or {}).get("base_dir")
+    if base is not None and not value.is_absolute():
+        value = Path(base) / value
+    return Path(os.path.normpath(value))
+
+
+class ModelSection(SpecModel):
+    """The model to tune: its Triton name, its file and, optionally, how to make it.
+
+    ``path`` may be a Triton model repository (docs/pipelines.md): ``name`` is then the entry
+    model (an ensemble, a BLS model, any model), or a list of independent entry models served
+    together; ``composing`` lists the models a BLS entry calls (an ensemble's steps are read
+    from its config)."""
+
+    name: str | Annotated[list[str], Field(min_length=1)]
+    path: Annotated[Path, Field(strict=False)]
+    config: Annotated[Path | None, Field(strict=False)] = None
+    build: Annotated[Path | None, Field(strict=False)] = None
+    composing: list[str] = Field(default_factory=list)
+
+    @field_validator("name", "composing")
+    @classmethod
+    def _name(cls, value: str | list[str]) -> str | list[str]:
+        for one in [value] if isinstance(value, str) else value:
+            if not _NAME.match(one):
+                raise problem("must be a Triton model name (letters, digits, '_', '.', '-'), "
+                              f"but got {show(one)}")
+        if isinstance(value, list) and len(set(value)) != len(value):
+            raise problem(f"must name each model once, but got {show(value)}")
+        return value
+
+    @model_validator(mode="after")
+    def _bls(self) -> ModelSection:
+        if len(self.names) > 1:  # read by tracker.triton.configuration, not tuned yet
+            raise Problems([("name", "several independent entry models in one study are not "
+                                     "tuned yet (docs/pipelines.md, Limits); give one entry "
+                                     f"model, but got {show(self.name)}")])
+        return self
+
+    @property
+    def names(self) -> list[str]:
+        """The entry models: one, or several served together."""
+        return [self.name] if isinstance(self.name, str) else list(self.name)
+
+    @property
+    def label(self) -> str:
+        """One name for the study: the model's, or the entries' joined with '+'."""
+        return "+".join(self.names)
+
+    @field_validator("path", "config", "build")
+    @classmethod
+    def _paths(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        value = resolve_path(value, info)
+        if value is None:
+            return None
+        if info.field_name == "path" and value.is_file() and value.suffix != ".onnx":
+            raise problem(f"must be an .onnx file or a Triton model directory, but got {value}")
+        if info.field_name in ("config", "build") and not value.is_file():
+            raise problem(f"file not found: {value}")
+        return value
