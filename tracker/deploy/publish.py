@@ -101,7 +101,7 @@ class Publisher:
         self.serving = serving
         self.ready_timeout_s = ready_timeout_s
         self.server_log = Path(server_log) if server_log else None
-        self._log = log or (lambda _line: None)
+        self.log: Callable[[str], None] = log or (lambda _line: None)
         if not self.repository.is_dir():
             raise DeployError(f"the model repository must be an existing folder, but "
                               f"{self.repository} is not")
@@ -176,7 +176,7 @@ class Publisher:
             digest = steps.source_digest(source)
             if (before is not None and before.ready_versions == (version,)
                     and before.meta.get("source_digest") == digest):
-                self._log(f"{name}: version {version} already serves; nothing to do")
+                self.log(f"{name}: version {version} already serves; nothing to do")
                 served_now = production
                 with contextlib.suppress(ServerError):
                     served_now = self.client.model_config(name)
@@ -192,13 +192,13 @@ class Publisher:
                 except _Fallback as exc:
                     last = exc.error
                     if i + 1 < len(modes):
-                        self._log(f"{name}: the server has no "
+                        self.log(f"{name}: the server has no "
                                   f"{production.backend or production.platform} backend; "
                                   f"serving version {version} through the Python backend")
                     continue
                 self.write_meta(model_dir, name, version, mode, meta)
                 took = time.monotonic() - start
-                self._log(f"{name}: version {version} serves ({mode})"
+                self.log(f"{name}: version {version} serves ({mode})"
                           + (f", replaced {list(previous)}" if previous else "")
                           + f" in {took:.1f} s")
                 return PublishResult(name, version, previous, mode, served, production, took)
@@ -269,7 +269,7 @@ class Publisher:
             try:
                 self.client.load_model(name)
             except ServerError as exc:  # the old version keeps serving through a failed load
-                self._log(f"{name}: restoring the previous config: {exc.reason}")
+                self.log(f"{name}: restoring the previous config: {exc.reason}")
         else:
             with contextlib.suppress(ServerError):
                 self.client.unload_model(name, wait_s=10)
@@ -298,7 +298,7 @@ class Publisher:
                     raise DeployError(f"cannot unload {name!r}: {exc.reason}") from exc
             if existed:
                 shutil.rmtree(model_dir)
-                self._log(f"{name}: removed")
+                self.log(f"{name}: removed")
             return existed
 
 
