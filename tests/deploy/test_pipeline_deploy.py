@@ -6,7 +6,10 @@ study; the trials carry what the study side logs (tests/support/pipeline.py).
 promote v1 -> every model loads, the ensemble answers; promote v2 while a client sends
 requests -> every model on v2, no failed request; promote v3 whose composing model raises in
 initialize -> exit 1, every model back on v2, the ensemble answers as before, the registry's
-production pointers name v2.
+production pointers name v2. Also: the deployments target (create, predict with a string
+output through `mlflow deployments predict`, a refused entry rolled back, list/delete as one
+deployment, composing models not taken over), a failed first deploy leaving nothing, the
+watcher deploying on an alias move, and an ONNX step served through the shim.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from click.testing import CliRunner
 from mlflow.deployments import get_deploy_client
 from mlflow.exceptions import MlflowException
 
+from tests.support import models
 from tests.support.deploy import module_server as module_server  # the fixtures, re-exported
 from tests.support.deploy import shared_serving as shared_serving
 from tests.support.pipeline import Names, PipelineStudy, X
@@ -287,3 +291,31 @@ def test_watch_deploys_a_pipeline_when_the_alias_moves(
                                                                         "Production")]
     assert in_production == ["2"]
     assert str(client.get_model_version_by_alias("wp", "production").version) == "2"
+
+
+def test_an_onnx_step_is_served_through_the_shim_inside_the_pipeline(
+        tmp_path: Path, mlflow_uri: str,
+        shared_serving: tuple[LocalTritonServer, Path]) -> None:
+    import onnxruntime
+
+    server, repo = shared_serving
+    names = Names("o")
+    onnx = models.dynamic_batch(tmp_path / "net.onnx", features_in=4, features_out=4)
+    study = PipelineStudy(tmp_path, mlflow_uri, names, "op", onnx=onnx)
+    study.add(V1, 100.0)
+    result = CliRunner().invoke(cli, ["promote", "--study", "op", "--storage", study.storage,
+                                      "--registered-model", "op", "--name", names.entry])
+    assert result.exit_code == 0, result.output
+    assert "the server has no onnxruntime backend" in result.output, result.output
+    assert ready(server, names.order) == {n: ["1"] for n in names.order}
+    expected = onnxruntime.InferenceSession(str(onnx)).run(None, {"INPUT0": X})[0].sum()
+    assert answer(server, names.entry) == [f"v1:{expected:.1f}"]
+    assert server.client().model_config(names.scale).backend == "python"
+    meta = json.loads((repo / names.entry / META_FILE).read_text())
+    assert meta["model_serving"] == {names.scale: "python", names.label: "python",
+                                     names.entry: "ensemble"}
+    # the same version again: nothing to do
+    again = get_deploy_client("triton").update_deployment(names.entry, "models:/op/1")
+    assert again["version"] == 1
+    assert json.loads((repo / names.entry / META_FILE).read_text())["deployed_at"] == \
+        meta["deployed_at"]

@@ -13,6 +13,7 @@ So [1, 2, 3, 0] answers ``v1:6.0`` with SCALE 1 and TAG v1, ``v2:12.0`` with SCA
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,25 +139,39 @@ class Names:
 X = np.array([[1.0, 2.0, 3.0, 0.0]], dtype=np.float32)
 
 
-def stored_folder(root: Path, names: Names) -> Path:
+def stored_folder(root: Path, names: Names, onnx: Path | None = None) -> Path:
     """The study's model files, stored once: one folder holding each model's directory
     without its config.pbtxt (the ensemble has no files: its empty 1/ is there, as a copy of
-    the repository would have it)."""
+    the repository would have it); with ``onnx``, the scale step is that ONNX file, stored
+    as ``<scale>/1/model.onnx``."""
     folder = root / "pipeline"
     for name, script in ((names.scale, SCALE_PY), (names.label, LABEL_PY)):
         (folder / name / "1").mkdir(parents=True)
-        (folder / name / "1" / "model.py").write_text(script)
+        if onnx is not None and name == names.scale:
+            shutil.copyfile(onnx, folder / name / "1" / "model.onnx")
+        else:
+            (folder / name / "1" / "model.py").write_text(script)
     (folder / names.entry / "1").mkdir(parents=True)
     return folder
 
 
-def configs(names: Names, version: dict[str, Any]) -> dict[str, str]:
+def onnx_config(onnx: Path, name: str) -> str:
+    """An ONNX step's production config (backend onnxruntime), as a trial logs it."""
+    from tracker.triton import model_config as mc
+    from tracker.triton.formats.onnx import from_onnx
+    from tracker.triton.repository import production_config
+
+    return mc.dumps(production_config(mc.apply(from_onnx(onnx, name), {"max_batch_size": 8})))
+
+
+def configs(names: Names, version: dict[str, Any], onnx: Path | None = None) -> dict[str, str]:
     """Each model's production config for a trial's knobs: SCALE, TAG, and the ways to break
     it (``broken``: initialize raises; ``refused``: Triton rejects the scale config;
-    ``wrong_tensor``: Triton rejects the ensemble)."""
+    ``wrong_tensor``: Triton rejects the ensemble); with ``onnx`` the scale step is ONNX."""
     scale = "boom" if version.get("broken") else str(version["scale"])
     return {
-        names.scale: scale_config(names.scale, scale, refused=bool(version.get("refused"))),
+        names.scale: (onnx_config(onnx, names.scale) if onnx is not None else
+                      scale_config(names.scale, scale, refused=bool(version.get("refused")))),
         names.label: label_config(names.label, version["tag"]),
         names.entry: ensemble_config(names.entry, names.scale, names.label,
                                      wrong_tensor=bool(version.get("wrong_tensor"))),
@@ -169,8 +184,9 @@ class PipelineStudy:
     run has the tags tracker.models, tracker.entry_model, tracker.model_files,
     tracker.model_sha256 and the artifacts configs/<model>/config.pbtxt."""
 
-    def __init__(self, tmp: Path, tracking_uri: str, names: Names, study_name: str) -> None:
-        self.tmp, self.names = tmp, names
+    def __init__(self, tmp: Path, tracking_uri: str, names: Names, study_name: str, *,
+                 onnx: Path | None = None) -> None:
+        self.tmp, self.names, self.onnx = tmp, names, onnx
         self.storage = f"sqlite:///{tmp / 'optuna.db'}"
         self.study = optuna.create_study(study_name=study_name, storage=self.storage,
                                          direction="maximize")
@@ -178,7 +194,7 @@ class PipelineStudy:
         self.client = mlflow.MlflowClient(tracking_uri)
         self.exp = self.client.create_experiment(study_name)
         self.parent = self.client.create_run(self.exp).info.run_id
-        folder = stored_folder(tmp / "stored", names)
+        folder = stored_folder(tmp / "stored", names, onnx)
         self.client.log_artifacts(self.parent, str(folder), f"study_model/{folder.name}")
         self.sha = "0" * 64
         self.trial_configs: dict[int, dict[str, str]] = {}
@@ -186,7 +202,7 @@ class PipelineStudy:
     def add(self, version: dict[str, Any], throughput: float) -> int:
         run = self.client.create_run(self.exp, tags={tags.PARENT: self.parent}).info.run_id
         n = len(self.study.trials)
-        texts = configs(self.names, version)
+        texts = configs(self.names, version, self.onnx)
         self.trial_configs[n] = texts
         for model, text in texts.items():
             self.client.log_text(run, text, f"configs/{model}/config.pbtxt")
