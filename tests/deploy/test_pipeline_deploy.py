@@ -319,3 +319,48 @@ def test_an_onnx_step_is_served_through_the_shim_inside_the_pipeline(
     assert again["version"] == 1
     assert json.loads((repo / names.entry / META_FILE).read_text())["deployed_at"] == \
         meta["deployed_at"]
+
+
+def test_a_step_the_new_version_drops_is_removed_after_the_switch(
+        tmp_path: Path, mlflow_uri: str,
+        shared_serving: tuple[LocalTritonServer, Path]) -> None:
+    from tests.support.pipeline import configs, stored_folder
+    from tracker.tracking.pipeline_flavor import inspect_repository_dir, log_pipeline_model
+
+    server, repo = shared_serving
+    names = Names("d")
+    client = mlflow.MlflowClient(mlflow_uri)
+    run = client.create_run(client.create_experiment("d")).info.run_id
+    files = stored_folder(tmp_path / "files", names)
+    texts = configs(names, V1)
+    # v2 drops the scale step: the ensemble calls label (SCALE 2 would have made it 12.0)
+    texts2 = configs(names, V2)
+    texts2[names.entry] = (texts2[names.entry].split("ensemble_scheduling")[0]
+              + f'''ensemble_scheduling {{ step [ {{ model_name: "{names.label}"
+      model_version: -1 input_map {{ key: "INPUT0" value: "INPUT" }}
+      output_map {{ key: "LABEL" value: "LABEL" }} }} ] }}
+''')
+    for n, (order, cfgs) in enumerate(((names.order, texts),
+                                       ([names.label, names.entry], texts2)), start=1):
+        root = tmp_path / f"repo{n}"
+        for model in order:
+            (root / model).mkdir(parents=True)
+            for item in (files / model).iterdir():
+                if item.is_dir():
+                    (root / model / item.name).mkdir()
+                    for f in item.iterdir():
+                        (root / model / item.name / f.name).write_bytes(f.read_bytes())
+            (root / model / "config.pbtxt").write_text(cfgs[model])
+        logged = log_pipeline_model(inspect_repository_dir(root, order), run,
+                                    tracking_uri=mlflow_uri)
+        registry.register_version(client, "dp", registry.VersionRequest(
+            source=logged.model_uri, run_id=run, model_id=logged.model_id))
+    target = get_deploy_client("triton")
+    target.create_deployment(names.entry, "models:/dp/1")
+    assert answer(server, names.entry) == ["v1:6.0"]
+    updated = target.update_deployment(names.entry, "models:/dp/2")
+    assert updated["models"] == [names.label, names.entry]
+    assert answer(server, names.entry) == ["v2:6.0"]  # label alone: the input unscaled
+    assert not (repo / names.scale).exists()
+    assert ready(server, names.order) == {names.scale: [], names.label: ["2"],
+                                          names.entry: ["2"]}
