@@ -55,6 +55,10 @@ MODEL_RUN_ID = "tracker.run_id"         # a version: the trial run it was regist
 MODEL_CONSTRAINT = "tracker.constraint"  # a version: tracker.constraint.<metric>
 MODEL_FILES = "tracker.model_files"    # a trial run: runs:/<parent>/study_model (stored once)
 MODEL_SHA256 = "tracker.model_sha256"  # a trial run: the stored model file's digest
+# a trial run of a configuration of several models (a pipeline): every model in load order
+# (composing first, entry last) as a JSON list, and the entry model; absent for one model
+MODELS = "tracker.models"
+ENTRY_MODEL = "tracker.entry_model"
 DEPLOY_STATUS = "tracker.deploy.status"  # serving | replaced | failed | removed
 DEPLOY_MESSAGE = "tracker.deploy.message"
 DEPLOY_TARGET = "tracker.deploy.target"

@@ -105,3 +105,18 @@ def infer_version(client: ControlClient, name: str, config: ModelConfig, *,
     tensors = {inp_name: (types[inp_name], array) for inp_name, array in arrays.items()}
     return client.infer_tensors(name, tensors, version=version,
                                 outputs=[o.name for o in config.output])
+
+
+def to_lists(outputs: Mapping[str, Array]) -> dict[str, Any]:
+    """Outputs as nested lists that JSON writes: a BYTES (``TYPE_STRING``) output's items
+    become text (UTF-8; bytes that are not UTF-8 keep backslash escapes)."""
+    def text(item: Any) -> Any:
+        return item.decode("utf-8", errors="backslashreplace") if isinstance(item, bytes) \
+            else item
+
+    out: dict[str, Any] = {}
+    for name, array in outputs.items():
+        if array.dtype == np.object_ and array.size:
+            array = np.vectorize(text, otypes=[np.object_])(array)
+        out[name] = array.tolist()
+    return out

@@ -34,6 +34,8 @@ from tracker.deploy.settings import TargetSettings
 from tracker.errors import DeployError, TrackingError
 from tracker.tracking import confirmed, flavor, model_files, registry
 from tracker.tracking.mlflow_model import log_winner_model
+from tracker.tracking.pipeline_flavor import models_from_tags
+from tracker.tracking.pipeline_winner import log_pipeline_winner
 from tracker.tracking.report import best_row, summary
 from tracker.tracking.rows import TrialRow, fmt, trial_rows
 from tracker.trial_attrs import Attr
@@ -62,7 +64,9 @@ def model_source(client: mlflow.MlflowClient, run_id: str) -> tuple[str, str | N
     """(source URI, logged model id) of the trial's MLflow model ``model``: the one its run
     already has (an earlier promotion, or a study of a version that logged a model per trial),
     else one built now from the study's stored model file and the trial's production config
-    (:func:`tracker.tracking.mlflow_model.log_winner_model`)."""
+    (:func:`tracker.tracking.mlflow_model.log_winner_model`), or, for a trial of several
+    models (tag ``tracker.models``), from the stored folder of every model and each model's
+    production config (:func:`tracker.tracking.pipeline_winner.log_pipeline_winner`)."""
     try:
         run = client.get_run(run_id)
         for output in (run.outputs.model_outputs if run.outputs else []):
@@ -70,6 +74,10 @@ def model_source(client: mlflow.MlflowClient, run_id: str) -> tuple[str, str | N
             if logged.name == flavor.MODEL_ARTIFACT_PATH:
                 return f"models:/{logged.model_id}", logged.model_id
         stored = model_files.stored_for_run(client, run_id)
+        pipeline = models_from_tags(run.data.tags)
+        if stored is not None and pipeline is not None:
+            made = log_pipeline_winner(client, run_id, stored, pipeline)
+            return made.model_uri, made.model_id
         if stored is not None:
             made = log_winner_model(client, run_id, stored)
             return made.model_uri, made.model_id

@@ -24,13 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
-import os
 import shutil
-import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,13 +34,12 @@ from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from tracker.deploy.inference import infer_version
+from tracker.deploy import steps
 from tracker.errors import DeployError, ServerError
 from tracker.serving import CHOICES, serving_choices
 from tracker.tracking.flavor import CONFIG_FILE, is_model_name, validate_model_name
 from tracker.triton import model_config as mc
 from tracker.triton.formats.base import backend_of
-from tracker.triton.server.logs import error_messages, log_since, log_size
 
 if TYPE_CHECKING:
     from tracker.deploy.transport import ControlClient
@@ -53,8 +48,6 @@ if TYPE_CHECKING:
 SERVING_MODES: tuple[str, ...] = CHOICES
 META_FILE = "deployment.json"
 LOCK_FILE = ".tracker-deploy.lock"
-_STAGING = ".staging-"
-_MISSING_BACKEND = "unable to find backend library"
 
 
 @dataclass(frozen=True)
@@ -89,42 +82,6 @@ class DeploymentState:
         return "READY" if self.ready_versions else "UNAVAILABLE"
 
 
-class _Failed(Exception):
-    """A step of the switch failed; ``message`` is what the server said."""
-
-    def __init__(self, step: str, message: str) -> None:
-        super().__init__(f"{step}: {message}")
-        self.step = step
-        self.message = message
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def source_digest(source: TritonModelDir) -> str:
-    """A digest of the version's files and config (what makes two deployments the same)."""
-    h = hashlib.sha256(source.config_text.encode())
-    root = source.latest_version_dir
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        h.update(str(path.relative_to(root)).encode())
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()[:16]
-
-
-def _with_policy(cfg: ModelConfig, name: str, versions: list[int]) -> ModelConfig:
-    new = ModelConfig()
-    new.CopyFrom(cfg)
-    new.name = name
-    new.ClearField("version_policy")
-    new.version_policy.specific.versions.extend(sorted(set(versions)))
-    return new
-
-
 class Publisher:
     """Publishes versions of models into one repository served by one Triton server.
 
@@ -144,7 +101,7 @@ class Publisher:
         self.serving = serving
         self.ready_timeout_s = ready_timeout_s
         self.server_log = Path(server_log) if server_log else None
-        self._log = log or (lambda _line: None)
+        self.log: Callable[[str], None] = log or (lambda _line: None)
         if not self.repository.is_dir():
             raise DeployError(f"the model repository must be an existing folder, but "
                               f"{self.repository} is not")
@@ -157,7 +114,7 @@ class Publisher:
             raise DeployError(f"cannot reach Triton at {self.client.address}: "
                               f"{exc.reason}") from exc
 
-    def _model_dir(self, name: str) -> Path:
+    def model_dir(self, name: str) -> Path:
         path = self.repository / validate_model_name(name)
         if path.resolve().parent != self.repository.resolve():
             raise DeployError(f"model {name!r} would live outside the repository "
@@ -166,7 +123,7 @@ class Publisher:
 
     def state(self, name: str, index: list[dict[str, str]] | None = None) -> DeploymentState | None:
         """The deployment called ``name``, or None when the repository has no such model."""
-        model_dir = self._model_dir(name)
+        model_dir = self.model_dir(name)
         entries = [e for e in (index if index is not None else self._index())
                    if e.get("name") == name]
         if not model_dir.is_dir() and not entries:
@@ -192,7 +149,7 @@ class Publisher:
 
     # -- writing ---------------------------------------------------------------------------
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
+    def locked(self) -> Iterator[None]:
         with open(self.repository / LOCK_FILE, "a") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
@@ -209,19 +166,17 @@ class Publisher:
         validate_model_name(name)
         if not isinstance(version, int) or version < 1:
             raise DeployError(f"a Triton version must be a positive integer, but got {version!r}")
-        production = mc.parse(source.config_text)
-        production.name = name
-        production.ClearField("version_policy")
-        with self._locked():
+        production = steps.production_of(source, name)
+        with self.locked():
             start = time.monotonic()
-            model_dir = self._model_dir(name)
-            for left in model_dir.glob(f"{_STAGING}*") if model_dir.is_dir() else []:
+            model_dir = self.model_dir(name)
+            for left in model_dir.glob(f"{steps.STAGING}*") if model_dir.is_dir() else []:
                 shutil.rmtree(left, ignore_errors=True)  # a crashed publish's leftovers
             before = self.state(name)
-            digest = source_digest(source)
+            digest = steps.source_digest(source)
             if (before is not None and before.ready_versions == (version,)
                     and before.meta.get("source_digest") == digest):
-                self._log(f"{name}: version {version} already serves; nothing to do")
+                self.log(f"{name}: version {version} already serves; nothing to do")
                 served_now = production
                 with contextlib.suppress(ServerError):
                     served_now = self.client.model_config(name)
@@ -229,7 +184,7 @@ class Publisher:
                                      served_now, production, 0.0)
             meta = {**dict(meta or {}), "source_digest": digest}
             previous = tuple(v for v in (before.ready_versions if before else ()) if v != version)
-            modes = self._modes(name, production, previous)
+            modes = self.modes(name, production, previous)
             last: DeployError | None = None
             for i, mode in enumerate(modes):
                 try:
@@ -237,19 +192,19 @@ class Publisher:
                 except _Fallback as exc:
                     last = exc.error
                     if i + 1 < len(modes):
-                        self._log(f"{name}: the server has no "
+                        self.log(f"{name}: the server has no "
                                   f"{production.backend or production.platform} backend; "
                                   f"serving version {version} through the Python backend")
                     continue
-                self._write_meta(model_dir, name, version, mode, meta)
+                self.write_meta(model_dir, name, version, mode, meta)
                 took = time.monotonic() - start
-                self._log(f"{name}: version {version} serves ({mode})"
+                self.log(f"{name}: version {version} serves ({mode})"
                           + (f", replaced {list(previous)}" if previous else "")
                           + f" in {took:.1f} s")
                 return PublishResult(name, version, previous, mode, served, production, took)
             raise last or DeployError(f"no way to serve {name!r} was tried")
 
-    def _modes(self, name: str, production: ModelConfig, previous: tuple[int, ...]) -> list[str]:
+    def modes(self, name: str, production: ModelConfig, previous: tuple[int, ...]) -> list[str]:
         backend = backend_of(production)
         if backend != "onnxruntime":  # not ONNX: served by the backend its config names
             return [backend]
@@ -263,105 +218,58 @@ class Publisher:
 
         return list(serving_choices(self.serving, has_native))
 
-    def _stage(self, model_dir: Path, version: int, source: TritonModelDir,
-               production: ModelConfig, mode: str) -> tuple[Path, ModelConfig]:
-        """Write the version's files aside; returns (staging folder, served config)."""
-        model_dir.mkdir(parents=True, exist_ok=True)
-        staging = model_dir / f"{_STAGING}{version}-{uuid.uuid4().hex[:8]}"
-        src_dir = source.latest_version_dir
-        if not (mode == "python" and backend_of(production) == "onnxruntime"):
-            shutil.copytree(src_dir, staging, ignore=shutil.ignore_patterns("__pycache__"))
-            return staging, production
-        from tracker.triton.repository import write_repository
-
-        info = mc.ModelInfo(config=production, supports_batching=production.max_batch_size > 0,
-                            model_file=src_dir / (production.default_model_filename
-                                                  or "model.onnx"))
-        with tempfile.TemporaryDirectory(dir=model_dir, prefix=_STAGING + "shim-") as tmp:
-            repo = write_repository(Path(tmp), info, production, serving="python",
-                                    version=version)
-            os.rename(repo.model_dir / str(version), staging)  # same file system
-            return staging, repo.served_config
-
     def _switch(self, name: str, version: int, source: TritonModelDir, production: ModelConfig,
                 mode: str, previous: tuple[int, ...]) -> ModelConfig:
-        model_dir = self._model_dir(name)
+        model_dir = self.model_dir(name)
         config_path = model_dir / CONFIG_FILE
         old_text = config_path.read_text() if config_path.is_file() else None
         version_dir = model_dir / str(version)
         created = not version_dir.exists()
-        staging, served = self._stage(model_dir, version, source, production, mode)
+        staging, served = steps.stage(model_dir, version, source, production, mode)
         try:
-            if created:
-                os.rename(staging, version_dir)
-            else:  # the same version again (a re-deploy): swap its files
-                aside = model_dir / f"{_STAGING}old-{uuid.uuid4().hex[:8]}"
-                os.rename(version_dir, aside)
-                os.rename(staging, version_dir)
-                shutil.rmtree(aside, ignore_errors=True)
-            both = _with_policy(served, name, [*previous, version])
-            _write_atomic(config_path, mc.dumps(both))
-            self._load(name, "loading it beside the serving version" if previous else "loading")
-            self._check(name, version, served)
-            only = _with_policy(served, name, [version])
+            steps.put_in_place(model_dir, version, staging)
+            both = steps.with_policy(served, name, [*previous, version])
+            steps.write_atomic(config_path, mc.dumps(both))
+            self.load(name, "loading it beside the serving version" if previous else "loading")
+            self.check(name, version, served)
+            only = steps.with_policy(served, name, [version])
+            steps.write_atomic(config_path, mc.dumps(only))
             if previous:
-                _write_atomic(config_path, mc.dumps(only))
-                self._load(name, f"dropping version(s) {list(previous)}")
-                self._check(name, version, served)
-            else:
-                _write_atomic(config_path, mc.dumps(only))
-        except _Failed as fail:
-            self._rollback(name, model_dir, old_text, previous, version_dir if created else None)
+                self.load(name, f"dropping version(s) {list(previous)}")
+                self.check(name, version, served)
+        except steps.StepFailed as fail:
+            self.rollback(name, model_dir, old_text, previous, version_dir if created else None)
             still = (f"version {max(previous)} still serves" if previous
                      else "nothing serves under this name")
             error = DeployError(f"deploying version {version} of {name!r} failed while "
                                 f"{fail.step}; {still}. Triton said: {fail.message}")
-            if mode == "onnxruntime" and _MISSING_BACKEND in fail.message:
+            if mode == "onnxruntime" and steps.MISSING_BACKEND in fail.message:
                 raise _Fallback(error) from None
             raise error from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        for other in model_dir.iterdir():  # versions no longer served
-            if other.is_dir() and other.name.isdigit() and int(other.name) != version:
-                shutil.rmtree(other, ignore_errors=True)
+        steps.drop_other_versions(model_dir, version)
         return only
 
-    def _load(self, name: str, step: str) -> None:
-        offset = log_size(self.server_log)
-        try:
-            self.client.load_model(name)
-        except ServerError as exc:  # ModelLoadError included
-            # the reason for "failed to poll from model repository" is in the log
-            lines = error_messages(log_since(self.server_log, offset), name)
-            detail = ("; server log: " + " | ".join(dict.fromkeys(lines))) if lines else ""
-            raise _Failed(step, exc.reason + detail) from exc
+    def load(self, name: str, step: str) -> None:
+        steps.load(self.client, name, step, self.server_log)
 
-    def _check(self, name: str, version: int, served: ModelConfig) -> None:
-        deadline = time.monotonic() + self.ready_timeout_s
-        while True:
-            try:
-                if self.client.version_ready(name, version):
-                    break
-            except ServerError as exc:
-                raise _Failed("waiting for READY", exc.reason) from exc
-            if time.monotonic() > deadline:
-                raise _Failed("waiting for READY",
-                              f"version {version} not READY after {self.ready_timeout_s:g} s")
-            time.sleep(0.1)
-        try:
-            infer_version(self.client, name, served, version=version)
-        except ServerError as exc:
-            raise _Failed("checking one inference", exc.reason) from exc
+    def check(self, name: str, version: int, served: ModelConfig, *,
+              infer: bool = True) -> None:
+        """READY within the timeout, then (``infer``) one inference sent to ``version``."""
+        steps.wait_ready(self.client, name, version, self.ready_timeout_s)
+        if infer:
+            steps.check_inference(self.client, name, version, served)
 
-    def _rollback(self, name: str, model_dir: Path, old_text: str | None,
+    def rollback(self, name: str, model_dir: Path, old_text: str | None,
                   previous: tuple[int, ...], created_dir: Path | None) -> None:
         if old_text is not None:
-            _write_atomic(model_dir / CONFIG_FILE, old_text)
+            steps.write_atomic(model_dir / CONFIG_FILE, old_text)
         if previous:
             try:
                 self.client.load_model(name)
             except ServerError as exc:  # the old version keeps serving through a failed load
-                self._log(f"{name}: restoring the previous config: {exc.reason}")
+                self.log(f"{name}: restoring the previous config: {exc.reason}")
         else:
             with contextlib.suppress(ServerError):
                 self.client.unload_model(name, wait_s=10)
@@ -370,17 +278,18 @@ class Publisher:
         if old_text is None and not previous:
             shutil.rmtree(model_dir, ignore_errors=True)
 
-    def _write_meta(self, model_dir: Path, name: str, version: int, mode: str,
+    def write_meta(self, model_dir: Path, name: str, version: int, mode: str,
                     meta: Mapping[str, Any] | None) -> None:
         record = {"name": name, "version": version, "serving": mode,
                   "deployed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                   **dict(meta or {})}
-        _write_atomic(model_dir / META_FILE, json.dumps(record, indent=2, sort_keys=True) + "\n")
+        steps.write_atomic(model_dir / META_FILE,
+                           json.dumps(record, indent=2, sort_keys=True) + "\n")
 
     def remove(self, name: str) -> bool:
         """Unload ``name`` and delete its folder; False when there was nothing (idempotent)."""
-        with self._locked():
-            model_dir = self._model_dir(name)
+        with self.locked():
+            model_dir = self.model_dir(name)
             existed = model_dir.exists()
             try:
                 self.client.unload_model(name, wait_s=30)
@@ -389,7 +298,7 @@ class Publisher:
                     raise DeployError(f"cannot unload {name!r}: {exc.reason}") from exc
             if existed:
                 shutil.rmtree(model_dir)
-                self._log(f"{name}: removed")
+                self.log(f"{name}: removed")
             return existed
 
 

@@ -187,6 +187,18 @@ def log_triton_model(
     flavors and files to the saved model before it is uploaded (tracking/mlflow_model.py).
     """
     inspect_model_dir(model_dir)
+    return log_saved(lambda local, model: save_model(model_dir, local, model), str(model_dir),
+                     run_id, name=name, tracking_uri=tracking_uri, params=params, tags=tags,
+                     extend=extend)
+
+
+def log_saved(save: Callable[[Path, Model], object], what: str, run_id: str, *,
+              name: str = MODEL_ARTIFACT_PATH, tracking_uri: str | None = None,
+              params: dict[str, str] | None = None, tags: dict[str, str] | None = None,
+              extend: Callable[[Model, Path], None] | None = None) -> LoggedTritonModel:
+    """Log what ``save(folder, model)`` writes (an MLflow model of the ``triton`` flavor) as
+    the logged model ``name`` of run ``run_id`` (see :func:`log_triton_model`); ``what``
+    names it in errors."""
     client = mlflow.MlflowClient(tracking_uri)
     try:
         run = client.get_run(run_id)
@@ -200,7 +212,7 @@ def log_triton_model(
         )
         with tempfile.TemporaryDirectory(prefix="triton-model-") as tmp:
             local = Path(tmp) / "model"
-            save_model(model_dir, local, Model(
+            save(local, Model(
                 artifact_path=logged.artifact_location,
                 run_id=run_id,
                 model_uuid=logged.model_id,
@@ -212,7 +224,7 @@ def log_triton_model(
         client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
         client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
     except MlflowException as exc:
-        raise DeployError(f"could not log the Triton model {model_dir} to run {run_id}: "
+        raise DeployError(f"could not log the Triton model {what} to run {run_id}: "
                           f"{exc.message}") from exc
     return LoggedTritonModel(model_id=logged.model_id, run_id=run_id, name=name)
 

@@ -2,6 +2,7 @@
 into a Triton model directory (:class:`TritonModelDir`):
 
 - our ``triton`` flavor (:mod:`tracker.tracking.flavor`): the MLflow model IS the directory;
+  for a pipeline (:mod:`tracker.tracking.pipeline_flavor`) it is the repository subset;
 - NVIDIA's ``triton`` flavor (mlflow-triton plugin, ``publish_model_to_mlflow.py``): MLmodel
   ``flavors: {triton: {data: <dir>}}`` with the Triton model directory nested at ``<dir>/``;
 - the ``onnx`` flavor (``mlflow.onnx.log_model``): MLmodel ``flavors: {onnx: {data:
@@ -27,6 +28,7 @@ from mlflow.models import Model
 
 from tracker.errors import ConfigError, DeployError, ModelError
 from tracker.tracking.flavor import CONFIG_FILE, FLAVOR_NAME, TritonModelDir, inspect_model_dir
+from tracker.tracking.pipeline_flavor import TritonRepositoryDir, is_pipeline, read_pipeline
 
 ONNX = "onnx"
 FLAVORS = (FLAVOR_NAME, ONNX)
@@ -40,7 +42,7 @@ class Deployable:
     """A downloaded model as a Triton model directory; ``flavor`` is what it was read as
     (``triton`` or ``onnx``), ``layout`` which ``triton`` layout (``tracker`` or ``nvidia``)."""
 
-    source: TritonModelDir
+    source: TritonModelDir | TritonRepositoryDir  #: a pipeline: every model, entry last
     flavor: str
     layout: str
 
@@ -69,6 +71,9 @@ def load_deployable(model_uri: str, dst_path: Path, *, name: str,
         if chosen == ONNX:
             return Deployable(_from_onnx(model_uri, local, flavors[ONNX], name,
                                          dst_path / name), ONNX, ONNX)
+        if is_pipeline(flavors[FLAVOR_NAME]):  # several models (tracking/pipeline_flavor.py)
+            return Deployable(read_pipeline(local, flavors[FLAVOR_NAME]), FLAVOR_NAME,
+                              "pipeline")
         data = (flavors[FLAVOR_NAME] or {}).get("data")
         if data:  # NVIDIA's layout: the model directory nested in the MLflow model
             return Deployable(inspect_model_dir(_inside(local, str(data), model_uri)),
