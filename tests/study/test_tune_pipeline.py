@@ -9,13 +9,17 @@ import json
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from tests.support.deploy import serving as serving  # the fixture, re-exported
 from tests.support.pipeline import ensemble_repository
 from tracker import tags
 from tracker.cli import cli
 from tracker.triton import model_config as mc
+from tracker.triton.client import Endpoints, TritonClient
+from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton
 
@@ -64,7 +68,9 @@ def test_check_names_the_pipeline_and_refuses_bad_knobs(tmp_path: Path, mlflow_u
 
 
 def test_ensemble_is_tuned_with_per_model_params_configs_and_split(
-        tmp_path: Path, mlflow_uri: str) -> None:
+        tmp_path: Path, mlflow_uri: str, serving: tuple[LocalTritonServer, Path]) -> None:
+    """... and promoted: the registered version deploys every model to a serving Triton
+    (composing models first) and the ensemble answers with its BYTES label."""
     repo = ensemble_repository(tmp_path / "user-repo")  # not in this repository
     spec = _spec(tmp_path, repo, mlflow_uri, "confirm: {enabled: false}\n")
     tuned = CliRunner().invoke(cli, ["tune", str(spec), "--no-bar"])
@@ -115,3 +121,13 @@ def test_ensemble_is_tuned_with_per_model_params_configs_and_split(
     report = Path(client.download_artifacts(parent.info.run_id, "report.html",
                                             str(tmp_path / "p"))).read_text()
     assert "Where the time goes, step by step" in report
+
+    promoted = CliRunner().invoke(cli, ["promote", str(spec), "--force"])
+    assert promoted.exit_code == 0, promoted.output
+    server, served_repo = serving
+    for m in MODELS:  # every model of the configuration is in the serving repository
+        assert mc.load(served_repo / m / "config.pbtxt").name == m
+    image = np.arange(16, dtype=np.uint8).reshape(1, 16)
+    with TritonClient(Endpoints.from_urls(server.endpoints.grpc)) as triton:
+        out = triton.infer_tensors("pipe", {"IMAGE": ("UINT8", image)}, outputs=("LABEL",))
+    assert out["LABEL"].dtype == object and out["LABEL"].reshape(-1)[0]  # a label, as bytes

@@ -31,7 +31,8 @@ CONFIGURATION_DIR = "configuration"
 def assemble(conf: Configuration, dst: Path) -> Path:
     """One directory ``dst`` holding ``<model>/...`` for every model of ``conf``: each
     model's stored item (``format_of(info).stored(info)``) without its config.pbtxt (a
-    model directory's contents, or the model file as ``<model>/<file name>``). Made anew."""
+    model directory's contents, or the model file as ``<model>/1/<file name>``, where a model
+    directory keeps it: promotion reads it there, tracking/pipeline_winner.py). Made anew."""
     if dst.exists():
         shutil.rmtree(dst)
     dst.mkdir(parents=True)
@@ -41,8 +42,8 @@ def assemble(conf: Configuration, dst: Path) -> Path:
         if item.is_dir():
             copy_model_dir(item, target)  # leaves out its config.pbtxt and caches
         else:
-            target.mkdir()
-            link_or_copy(item, target / item.name)
+            (target / "1").mkdir(parents=True)
+            link_or_copy(item, target / "1" / item.name)
         (target / CONFIG_FILE).unlink(missing_ok=True)
     return dst
 
