@@ -34,16 +34,16 @@ CONFIGS = [{"max_batch_size": 8, "instance_group.count": 1},
 
 
 def model_dir(root: Path, onnx: Path, values: dict[str, Any], broken: bool = False) -> Path:
-    from tracker.triton import model_config as mc
+    from tracker.triton import model_config
     from tracker.triton.formats.onnx import from_onnx, production_config
 
-    cfg = production_config(mc.apply(from_onnx(onnx, "quickstart"), values))
+    cfg = production_config(model_config.apply(from_onnx(onnx, "quickstart"), values))
     if broken:
         cfg.dynamic_batching.preferred_batch_size.append(cfg.max_batch_size * 4)
     d = root / "quickstart"
     (d / "1").mkdir(parents=True)
     (d / "1" / "model.onnx").write_bytes(onnx.read_bytes())
-    (d / "config.pbtxt").write_text(mc.dumps(cfg))
+    (d / "config.pbtxt").write_text(model_config.dumps(cfg))
     return d
 
 

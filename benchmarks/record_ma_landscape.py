@@ -126,7 +126,7 @@ def main() -> None:
     batches = [int(x) for x in args.batches.split(",")]
 
     from tracker.spec import ensure_model, load_spec
-    from tracker.triton import model_config as mc
+    from tracker.triton import model_config
     from tracker.triton.formats import model_info
     from tracker.triton.repository import write_repository
     from tracker.triton.server.modes import make_server
@@ -160,8 +160,9 @@ def main() -> None:
             random.Random(args.shuffle).shuffle(order)
         try:
             for count, mbs in order:
-                cfg = mc.apply(info, {"instance_group.count": count, "max_batch_size": mbs,
-                                      "dynamic_batching.max_queue_delay_microseconds": 0})
+                cfg = model_config.apply(info, {
+                    "instance_group.count": count, "max_batch_size": mbs,
+                    "dynamic_batching.max_queue_delay_microseconds": 0})
                 repo = write_repository(work / f"c{count}-b{mbs}", info, cfg, serving="python")
                 server.apply_trial(repo)
                 asyncio.run(_measure_config(server, repo, spec, levels, writer, fh,

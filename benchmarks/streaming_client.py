@@ -150,7 +150,7 @@ def main() -> None:
     levels = [int(v) for v in args.levels.split(",")]
     load_start = os.getloadavg()
 
-    from tracker.triton import model_config as mc
+    from tracker.triton import model_config
     from tracker.triton.server.local import LocalTritonServer
 
     repo = Path(tempfile.mkdtemp(prefix="streaming-bench-"))
@@ -158,7 +158,7 @@ def main() -> None:
     text = (MODEL_DIR / "config.pbtxt").read_text()
     text = text.replace("max_batch_size: 8", "max_batch_size: 64").replace("count: 1", "count: 2")
     (repo / MODEL / "config.pbtxt").write_text(text)
-    config = mc.parse(text)
+    config = model_config.parse(text)
     try:
         with LocalTritonServer(startup_timeout_s=120) as server:
             server.start(repo)

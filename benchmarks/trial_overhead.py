@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests.support.docker_host
 
 from tracker.spec import ensure_model, load_spec  # noqa: E402
-from tracker.triton import model_config as mc  # noqa: E402
+from tracker.triton import model_config  # noqa: E402
 from tracker.triton.formats import model_info  # noqa: E402
 from tracker.triton.repository import write_repository  # noqa: E402
 from tracker.triton.server.base import TritonServer  # noqa: E402
@@ -44,14 +44,14 @@ CONFIGS = [{"instance_group.count": 1 + i % 2, "max_batch_size": 4 + 4 * (i % 3)
            for i in range(32)]
 
 
-def quickstart() -> mc.ModelInfo:
+def quickstart() -> model_config.ModelInfo:
     """The quickstart model, built as a study builds it (its spec's model.build)."""
     spec = load_spec(ROOT / "projects" / "quickstart" / "study.yaml")
     ensure_model(spec)
     return model_info(spec.model)
 
 
-def run(modes: dict[str, Callable[[], TritonServer]], info: mc.ModelInfo, workdir: Path,
+def run(modes: dict[str, Callable[[], TritonServer]], info: model_config.ModelInfo, workdir: Path,
         trials: int) -> dict[str, list[float]]:
     """Seconds per trial (warm-up excluded) for each mode. The modes take turns trial by
     trial, so a change in the machine's load hits them alike."""
@@ -60,7 +60,7 @@ def run(modes: dict[str, Callable[[], TritonServer]], info: mc.ModelInfo, workdi
     try:
         for i in range(trials + 1):
             for label, server in servers.items():
-                cfg = mc.apply(info, CONFIGS[i % len(CONFIGS)], supports_batching=True)
+                cfg = model_config.apply(info, CONFIGS[i % len(CONFIGS)], supports_batching=True)
                 folder = workdir / label.replace(" ", "-") / "repo"  # no spaces: servers.md
                 repo = write_repository(folder, info, cfg, serving="python", ort_threads=(1, 1))
                 t0 = time.perf_counter()  # the trial config is written

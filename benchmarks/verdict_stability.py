@@ -56,7 +56,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tracker import confirm_stats as cs  # noqa: E402
+from tracker import confirm_stats  # noqa: E402
 from tracker.spec import ensure_model, load_spec  # noqa: E402
 from tracker.study.confirm import confirm_session  # noqa: E402
 from tracker.study.confirm_rounds import Settings, run  # noqa: E402
@@ -189,14 +189,14 @@ def reference(spec_path: Path, folder: Path, rounds: int, seed: int) -> dict[str
         n = int(c["trial"])
         if n == base:
             continue
-        logs = cs.log_ratios(confirmed.series(record, n, "perf_throughput"), default)
-        mean, low, high = cs.mean_interval(logs)
+        logs = confirm_stats.log_ratios(confirmed.series(record, n, "perf_throughput"), default)
+        mean, low, high = confirm_stats.mean_interval(logs)
         out["configs"][_name(rows[n].params)] = {
             "pct": 100 * math.expm1(mean), "low": 100 * math.expm1(low),
             "high": 100 * math.expm1(high), "n": len(logs), "better": low > 0,
-            "cv": cs.cv_pct([x for x in confirmed.series(record, n, "perf_throughput")
-                             if x is not None])}
-    out["default_cv"] = cs.cv_pct([x for x in default if x is not None])
+            "cv": confirm_stats.cv_pct([x for x in confirmed.series(record, n, "perf_throughput")
+                                        if x is not None])}
+    out["default_cv"] = confirm_stats.cv_pct([x for x in default if x is not None])
     return out
 
 
@@ -265,7 +265,7 @@ def main() -> None:
                   f"{r['single_winner']} {r['single_pct']:+.1f}%\n  {r['summary']}", flush=True)
             for name, got in r["per_round"].items():
                 print(f"  {name:<58} " + " ".join("   -  " if x is None else f"{x:6.2f}"
-                                                    for x in got), flush=True)
+                                                  for x in got), flush=True)
         ref = reference(args.spec.resolve(), folders[0], args.reference_rounds,
                         rng.randrange(1 << 30))
         print(f"\nreference: {args.reference_rounds} interleaved rounds of every configuration"
@@ -281,11 +281,11 @@ def main() -> None:
             shutil.rmtree(folder, ignore_errors=True)
     wall = time.monotonic() - started
     configs = ref["configs"]
-    found = [r["verdict"] in (cs.BETTER, cs.TIED) and configs.get(r["about"], {}).get("better")
-             for r in results]
+    found = [r["verdict"] in (confirm_stats.BETTER, confirm_stats.TIED)
+             and configs.get(r["about"], {}).get("better") for r in results]
     covered = [r["about"] in configs and r["ci"][0] <= configs[r["about"]]["pct"] <= r["ci"][1]
                for r in results]
-    false = sum(v in (cs.BETTER, cs.TIED) for v in aa)
+    false = sum(v in (confirm_stats.BETTER, confirm_stats.TIED) for v in aa)
     share = statistics.median(r["share"] for r in results)
     print(f"\n{'run':>3}  {'verdict':<12} {'configuration':<56} {'improvement (95% CI)':<26} "
           f"{'rounds':>6} {'confirm':>8} {'reference':>10} {'single':>8}")
@@ -293,7 +293,7 @@ def main() -> None:
         refpct = configs.get(r["about"], {}).get("pct")
         print(f"{i:>3}  {r['verdict']:<12} {r['about']:<56} {_ci(r):<26} {r['rounds']:>6} "
               f"{r['share']:>7.0%} " + (f"{refpct:>+9.1f}%" if refpct is not None else
-                                         f"{'-':>10}") + f" {r['single_pct']:>+7.1f}%")
+                                        f"{'-':>10}") + f" {r['single_pct']:>+7.1f}%")
     print(f"\npower (better/tied with a really better choice): {sum(found)}/{len(found)}; "
           f"intervals holding the reference: {sum(covered)}/{len(covered)}; A/A false "
           f"better: {false}/{len(aa)} ({', '.join(f'{aa.count(k)} {k}' for k in sorted(set(aa)))})")

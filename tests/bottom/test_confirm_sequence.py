@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 
 from tracker import confirm_sequence as seq
-from tracker import confirm_stats as cs
+from tracker import confirm_stats
 
 Noise = Callable[[random.Random], float]
 
@@ -54,7 +54,7 @@ def _ever_excludes(half: Callable[[int], float], noise: Noise, *, looks: range, 
 
 
 def _t_half(n: int) -> float:
-    return cs.t975(n - 1) / math.sqrt(n)
+    return confirm_stats.t975(n - 1) / math.sqrt(n)
 
 
 def test_a_t_interval_looked_at_after_every_round_excludes_the_truth_too_often() -> None:
@@ -110,7 +110,7 @@ def test_rounds_to_decide_projects_the_current_spread() -> None:
 # ---- the whole stopping rule, as tracker/confirm.py runs it --------------------------------
 
 def _confirm(effects: list[float], noise: Noise, rng: random.Random, *, scale: float,
-             min_rounds: int = 3, rounds: int = 10) -> cs.Verdict:
+             min_rounds: int = 3, rounds: int = 10) -> confirm_stats.Verdict:
     """Interleaved rounds of the default and configurations ``exp(effect)`` times as fast,
     stopped as confirm.py stops them: once decided (from min_rounds on), or at ``rounds``; a
     configuration that can no longer change the outcome is not measured again."""
@@ -123,14 +123,15 @@ def _confirm(effects: list[float], noise: Noise, rng: random.Random, *, scale: f
             effect = 0.0 if i == 0 else effects[i - 1]
             values[k].append(level * math.exp(effect + scale * noise(rng))
                              if k in open_keys else None)
-        verdict = cs.decide([cs.Candidate(k, values[k], [10.0] * len(values[k]),
-                                          baseline=k == "trial-0",
-                                          feasible_rounds=len(values[k])) for k in keys])
+        verdict = confirm_stats.decide([
+            confirm_stats.Candidate(k, values[k], [10.0] * len(values[k]),
+                                    baseline=k == "trial-0", feasible_rounds=len(values[k]))
+            for k in keys])
         n = len(values["trial-0"])
         if (n >= min_rounds and verdict.decided) or n >= rounds:
             return verdict
         if n >= min_rounds:
-            open_keys = cs.still_open(verdict)
+            open_keys = confirm_stats.still_open(verdict)
             if len(open_keys) < 2:
                 return verdict
 
@@ -144,9 +145,9 @@ def test_an_aa_confirmation_rarely_says_better(noise: Noise) -> None:
     for rounds in (10, 40):
         got = [_confirm([0.0], noise, rng, scale=0.1, rounds=rounds).verdict
                for _ in range(1000)]
-        false = sum(v in (cs.BETTER, cs.TIED) for v in got) / len(got)
+        false = sum(v in (confirm_stats.BETTER, confirm_stats.TIED) for v in got) / len(got)
         assert false <= seq.ALPHA, (rounds, false)
-    assert cs.EQUIVALENT in got  # and with enough rounds it says so
+    assert confirm_stats.EQUIVALENT in got  # and with enough rounds it says so
 
 
 def test_a_real_gain_is_found_within_the_rounds() -> None:
@@ -156,7 +157,7 @@ def test_a_real_gain_is_found_within_the_rounds() -> None:
     rng = random.Random(5)
     got = [_confirm([math.log(1.6)], _gauss, rng, scale=0.2 / math.sqrt(2))
            for _ in range(300)]
-    assert sum(v.verdict == cs.BETTER for v in got) >= 0.9 * len(got)
+    assert sum(v.verdict == confirm_stats.BETTER for v in got) >= 0.9 * len(got)
     imp = [v.scored["trial-1"].improvement for v in got]
     assert sum(1 for iv in imp if iv is not None and iv.holds(60.0)) >= 0.95 * len(got)
 
@@ -164,5 +165,5 @@ def test_a_real_gain_is_found_within_the_rounds() -> None:
 def test_equal_configurations_end_equivalent_when_the_machine_is_quiet() -> None:
     rng = random.Random(6)
     got = [_confirm([0.0, -0.2], _gauss, rng, scale=0.01) for _ in range(50)]
-    assert all(v.verdict == cs.EQUIVALENT and v.chosen == "trial-0" for v in got)
+    assert all(v.verdict == confirm_stats.EQUIVALENT and v.chosen == "trial-0" for v in got)
     assert max(v.rounds for v in got) <= 8

@@ -12,7 +12,7 @@ from tracker.measure.monitors import ProcessMonitor, parse_triton_metrics
 from tracker.measure.types import Measurement
 from tracker.spec import checks as spec_checks
 from tracker.tracking import rows
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 
 
 def test_names_are_unique_and_the_spec_takes_exactly_them() -> None:
@@ -83,8 +83,8 @@ def test_monitors_report_catalog_names() -> None:
 def test_load_knobs_are_the_catalog_knobs() -> None:
     assert spec_checks.LOAD_KNOBS == catalog.LOAD_KNOBS == tuple(catalog.LOAD_KNOB_MIN)
     assert all(spec_checks.MIN_VALUE[k] == v for k, v in catalog.LOAD_KNOB_MIN.items())
-    assert frozenset(catalog.LOAD_KNOBS) == mc.LOAD_PARAMS
-    config, load = mc.split_params({"concurrency": 4, "max_batch_size": 8})
+    assert frozenset(catalog.LOAD_KNOBS) == model_config.LOAD_PARAMS
+    config, load = model_config.split_params({"concurrency": 4, "max_batch_size": 8})
     assert set(load) == set(catalog.LOAD_KNOBS) and config == {"max_batch_size": 8}
     assert catalog.load_levels_from(load) == [4.0]
     assert catalog.load_levels_from(config) is None

@@ -9,8 +9,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tracker import tags
-from tracker import trial_attrs as ta
+from tracker import tags, trial_attrs
 from tracker.trial_attrs import Attr, TrialRecord
 
 PKG = Path(__file__).resolve().parents[2] / "tracker"
@@ -24,11 +23,11 @@ def study() -> optuna.Study:
 
 def test_a_measured_trial_reads_back(study: optuna.Study) -> None:
     trial = study.ask()
-    ta.write_started(trial, "run-1")
-    ta.write_worker(trial, "host:12")
-    ta.write_measured(trial, {"perf_latency_p99.max": 0.25, "perf_throughput.min": -0.5},
-                      feasible=False, concurrency=8, metrics={"perf_throughput": 100.0},
-                      measurements=4)
+    trial_attrs.write_started(trial, "run-1")
+    trial_attrs.write_worker(trial, "host:12")
+    trial_attrs.write_measured(trial, {"perf_latency_p99.max": 0.25, "perf_throughput.min": -0.5},
+                               feasible=False, concurrency=8, metrics={"perf_throughput": 100.0},
+                               measurements=4)
     study.tell(trial, [100.0])
     frozen = study.trials[0]
     record = TrialRecord.of(frozen)
@@ -42,24 +41,24 @@ def test_a_measured_trial_reads_back(study: optuna.Study) -> None:
 
 def test_reuse_failure_and_interruption(study: optuna.Study) -> None:
     first = study.ask()
-    ta.write_measured(first, {"perf_latency_p99.max": -0.1}, feasible=True, concurrency=4,
-                      metrics={"perf_throughput": 50.0}, measurements=3)
+    trial_attrs.write_measured(first, {"perf_latency_p99.max": -0.1}, feasible=True, concurrency=4,
+                               metrics={"perf_throughput": 50.0}, measurements=3)
     study.tell(first, [50.0])
     source = study.trials[0]
     second = study.ask()
-    ta.write_reused(second, source.number, source, source.constraints)
+    trial_attrs.write_reused(second, source.number, source, source.constraints)
     study.tell(second, [50.0])
     reused = TrialRecord.of(study.trials[1])
     assert (reused.duplicate_of, reused.measurements, reused.feasible, reused.concurrency) == (
         0, 0, True, 4)
     assert study.trials[1].constraints == {"perf_latency_p99.max": -0.1}
     third = study.ask()
-    ta.write_failed(third, "x" * 3000)
+    trial_attrs.write_failed(third, "x" * 3000)
     study.tell(third, state=optuna.trial.TrialState.FAIL)
     failed = TrialRecord.of(study.trials[2])
     assert failed.fail_reason == "x" * 2000 and failed.measurements == 0
     fourth = study.ask()
-    ta.write_abandoned(fourth, interrupted=True, reason="ignored")
+    trial_attrs.write_abandoned(fourth, interrupted=True, reason="ignored")
     study.tell(fourth, state=optuna.trial.TrialState.FAIL)
     assert TrialRecord.of(study.trials[3]).interrupted
     assert TrialRecord.of(study.trials[3]).fail_reason is None

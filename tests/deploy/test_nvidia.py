@@ -34,7 +34,7 @@ from tracker.deploy.nvidia import META_FILE
 from tracker.deploy.publish import LOCK_FILE
 from tracker.deploy.publish import META_FILE as OUR_META
 from tracker.tracking import registry
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton
@@ -117,7 +117,7 @@ def test_onnx_models_deploy_with_the_config_logged_beside_them_or_one_derived(
     made = mlflow_cli("create", "--flavor", "onnx", "--name", name, "-m", f"models:/{name}/1")
     assert f"onnx deployment {name} is created" in made.stdout
     served = server.client().model_config(name)
-    logged = mc.parse(TWO_IN_TWO_OUT_CONFIG)
+    logged = model_config.parse(TWO_IN_TWO_OUT_CONFIG)
     assert served.max_batch_size == logged.max_batch_size == 8
     assert [(t.name, list(t.dims)) for t in served.output] == \
         [(t.name, list(t.dims)) for t in logged.output]

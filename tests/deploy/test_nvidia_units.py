@@ -23,7 +23,7 @@ from tracker.deploy.inference import to_arrays
 from tracker.deploy.settings import resolve_settings
 from tracker.errors import DeployError
 from tracker.tracking import flavor, foreign
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 
 OURS = ("TRACKER_TRITON_URL", "TRACKER_TRITON_REPOSITORY")
 
@@ -111,7 +111,7 @@ def test_names_with_dots_are_valid_as_nvidia_has_them(name: str) -> None:
 
 
 def test_nvidias_predict_input_file_reads_as_one_tensor_per_input() -> None:
-    cfg = mc.parse(TWO_IN_TWO_OUT_CONFIG)
+    cfg = model_config.parse(TWO_IN_TWO_OUT_CONFIG)
     row = [float(i) for i in range(1, 17)]
     path_like = json.dumps({"inputs": {"INPUT0": [row], "INPUT1": [row, row]}})
     df = pd.read_json(__import__("io").StringIO(path_like))
@@ -137,7 +137,7 @@ def test_mlflow_meta_json_is_written_and_read_with_nvidias_keys(tmp_path: Path) 
         "flavor": "onnx"}
     keys = nvidia.entry_keys(tmp_path, "READY", {}, "triton")
     assert (keys["flavor"], keys["mlflow_model_uri"], keys["status"]) == ("onnx",
-                                                                         "models:/m/1", "READY")
+                                                                          "models:/m/1", "READY")
     assert nvidia.has_record(tmp_path, "deployment.json")
     assert not nvidia.has_record(tmp_path / "other", "deployment.json")
 
@@ -148,13 +148,13 @@ def test_the_layouts_nvidia_logs_read_as_triton_model_directories(
     log_nvidia_triton(tmp_path, onnx_file, "nv")
     got = foreign.load_deployable("models:/nv/1", tmp_path / "a", name="nv")
     assert (got.flavor, got.layout, got.source.versions) == ("triton", "nvidia", (1,))
-    assert mc.parse(got.source.config_text).max_batch_size == 8
+    assert model_config.parse(got.source.config_text).max_batch_size == 8
 
     with mlflow.start_run():
         mlflow.onnx.log_model(onnx.load(str(onnx_file)), name="triton",
                               registered_model_name="plain")
     got = foreign.load_deployable("models:/plain/1", tmp_path / "b", name="plain")
-    cfg = mc.parse(got.source.config_text)
+    cfg = model_config.parse(got.source.config_text)
     assert (got.flavor, got.layout) == ("onnx", "onnx")
     assert (cfg.max_batch_size, [i.name for i in cfg.input]) == (4, ["INPUT0", "INPUT1"])
     assert (got.source.latest_version_dir / "model.onnx").is_file()

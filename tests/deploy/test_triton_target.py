@@ -32,7 +32,7 @@ from tracker.cli import cli
 from tracker.deploy import nvidia
 from tracker.deploy.publish import META_FILE
 from tracker.tracking import flavor, registry
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton
@@ -110,7 +110,7 @@ def test_promote_switches_without_failed_requests_and_rolls_back_a_refused_confi
 
     # v2 serves exactly the best trial's config knobs
     served = server.client().model_config(NAME)
-    best_cfg = mc.parse((tmp_path / f"trial{best}" / NAME / "config.pbtxt").read_text())
+    best_cfg = model_config.parse((tmp_path / f"trial{best}" / NAME / "config.pbtxt").read_text())
     assert knobs(served, like=best_cfg) == knobs(best_cfg)
     assert len(served.instance_group) == len(best_cfg.instance_group) == 1
     index = [(m["version"], m.get("state")) for m in server.client().repository_index()

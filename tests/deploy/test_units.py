@@ -20,7 +20,7 @@ from tracker.errors import DeployError
 from tracker.spec import Bound
 from tracker.tracking import flavor
 from tracker.trial_attrs import Attr
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.client import Endpoints, TritonClient
 
 
@@ -31,7 +31,7 @@ def test_settings_come_from_config_then_target_uri_then_environment(
     assert resolve_settings().url == "envhost:7001"
     assert resolve_settings("triton:/urihost:9001").url == "urihost:9001"
     s = resolve_settings("triton:/urihost:9001", {"url": "cfg:1", "serving": "python",
-                                                   "timeout_s": "12", "version": "4"})
+                                                  "timeout_s": "12", "version": "4"})
     assert (s.url, s.repository, s.serving, s.timeout_s, s.version) == \
         ("cfg:1", tmp_path, "python", 12.0, 4)
 
@@ -48,7 +48,7 @@ def test_settings_come_from_config_then_target_uri_then_environment(
     ({"version": "0"}, "version must be a positive integer"),
 ])
 def test_bad_settings_name_the_rule_and_the_value(config: dict[str, str], rule: str,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRACKER_TRITON_REPOSITORY", "/tmp")
     with pytest.raises(DeployError, match=rule):
         resolve_settings("triton", config)
@@ -62,7 +62,7 @@ def test_the_repository_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def config(max_batch_size: int = 8) -> ModelConfig:
-    return mc.parse(f"""name: "m" max_batch_size: {max_batch_size}
+    return model_config.parse(f"""name: "m" max_batch_size: {max_batch_size}
 input {{ name: "a" data_type: TYPE_FP32 dims: [2, 2] }}
 input {{ name: "b" data_type: TYPE_INT64 dims: [-1] }}
 output {{ name: "y" data_type: TYPE_FP32 dims: [4] }}""")
@@ -184,7 +184,7 @@ def test_promote_picks_the_best_feasible_trial_and_needs_its_logged_model(
 
 
 def test_the_mlproject_promote_entry_point_parses(monkeypatch: pytest.MonkeyPatch,
-                                                   mlflow_uri: str) -> None:
+                                                  mlflow_uri: str) -> None:
     """`mlflow run . -e promote` runs this command line (empty parameters quoted as '')."""
     import shlex
 

@@ -23,7 +23,7 @@ from tracker.cli import cli
 from tracker.deploy.settings import resolve_settings
 from tracker.deploy.watch import NAME_TAG, SEEN_TAG, Watcher
 from tracker.tracking import flavor, registry
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton
@@ -81,7 +81,8 @@ def assert_registry_tells_what_serves(client: mlflow.MlflowClient, server: Local
     assert in_production == [version]
     dl = mlflow.artifacts.download_artifacts(f"models:/{reg}@production",
                                              dst_path=str(tmp / f"dl-{name}-{version}"))
-    assert mc.parse((Path(dl) / "config.pbtxt").read_text()).max_batch_size == max_batch_size
+    logged = model_config.parse((Path(dl) / "config.pbtxt").read_text())
+    assert logged.max_batch_size == max_batch_size
     seen = json.loads(client.get_registered_model(reg).tags[SEEN_TAG])
     assert seen == {"stage": version, "alias": version}
     assert registry.get_version(client, reg, version).tags[registry.TAG_DEPLOY_STATUS] == \

@@ -15,14 +15,15 @@ from tritonclient.utils import deserialize_bytes_tensor
 from tracker.errors import MeasurementError
 from tracker.measure.inputs import input_specs, load_samples, make_samples, random_samples
 from tracker.measure.transport import grpc_payloads, http_payloads
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 
 ALL_TYPES = ["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
              "FP16", "FP32", "FP64", "BF16", "STRING"]
 
 
 def config(inputs: str, max_batch_size: int = 8) -> object:
-    return mc.parse(f'name: "m" backend: "python" max_batch_size: {max_batch_size}\n{inputs}')
+    return model_config.parse(
+        f'name: "m" backend: "python" max_batch_size: {max_batch_size}\n{inputs}')
 
 
 def one(name: str, dtype: str, dims: str, extra: str = "") -> str:

@@ -20,7 +20,7 @@ from tracker.measure.monitors import default_monitors
 from tracker.measure.sweep import sweep
 from tracker.search.objective import pick_best_level
 from tracker.spec import LoadSection
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton
@@ -146,7 +146,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServ
 
 
 def cfg(srv: LocalTritonServer, name: str) -> object:
-    return mc.parse(f'name: "{name}" backend: "python"\n{CONFIGS[name][0]}')
+    return model_config.parse(f'name: "{name}" backend: "python"\n{CONFIGS[name][0]}')
 
 
 FAST = {"window_ms": 300, "warmup_requests": 10, "max_tries": 6, "stability_pct": 50}

@@ -12,7 +12,7 @@ from tracker.errors import MeasurementError
 from tracker.measure.multi import ModelLoad, sweep_many
 from tracker.search.objective import pick_best_joint_level, weighted_gain
 from tracker.spec import LoadSection
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton
@@ -35,7 +35,7 @@ FAST = {"window_ms": 400, "warmup_requests": 10, "max_tries": 6, "stability_pct"
 
 
 def config(name: str) -> object:
-    return mc.parse(f'name: "{name}" backend: "python"\n{IO}')
+    return model_config.parse(f'name: "{name}" backend: "python"\n{IO}')
 
 
 @pytest.fixture(scope="module")

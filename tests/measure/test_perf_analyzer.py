@@ -17,7 +17,7 @@ from tracker.measure.perf_analyzer import PerfAnalyzer
 from tracker.measure.sweep import sweep
 from tracker.search.objective import pick_best_level
 from tracker.spec import LoadSection
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.client import Endpoints
 
 FAKE = r'''#!PYTHON
@@ -44,8 +44,8 @@ with open(opt["-f"], "w") as f:
 '''
 
 ENDPOINTS = Endpoints("127.0.0.1", 8000, 8001, 8002)
-CFG = mc.parse('name: "m" max_batch_size: 8 input [{ name: "X" data_type: TYPE_FP32 '
-               'dims: [4] }] output [{ name: "Y" data_type: TYPE_FP32 dims: [4] }]')
+CFG = model_config.parse('name: "m" max_batch_size: 8 input [{ name: "X" data_type: TYPE_FP32 '
+                         'dims: [4] }] output [{ name: "Y" data_type: TYPE_FP32 dims: [4] }]')
 
 
 @pytest.fixture()

@@ -14,7 +14,7 @@ from tracker.errors import MeasurementError
 from tracker.feasibility import named_violations
 from tracker.measure.sweep import sweep
 from tracker.spec import LoadSection
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton
@@ -68,7 +68,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServ
 
 def test_each_step_is_measured_in_the_entry_models_windows(server: LocalTritonServer) -> None:
     load = LoadSection(concurrency=[1, 4], **FAST)
-    res = sweep(server.endpoints, "ensemble", mc.parse(ENSEMBLE), load,
+    res = sweep(server.endpoints, "ensemble", model_config.parse(ENSEMBLE), load,
                 models=["step_a", "step_b"])
     assert [m.concurrency for m in res.measurements] == [1, 4]
     for m in res.measurements:
@@ -113,13 +113,13 @@ def test_each_step_is_measured_in_the_entry_models_windows(server: LocalTritonSe
 def test_an_unknown_step_is_named_before_any_load(server: LocalTritonServer) -> None:
     load = LoadSection(concurrency=[1], **FAST)
     with pytest.raises(MeasurementError, match=r"no model 'no_such_step'.*step_a"):
-        sweep(server.endpoints, "ensemble", mc.parse(ENSEMBLE), load,
+        sweep(server.endpoints, "ensemble", model_config.parse(ENSEMBLE), load,
               models=["step_a", "no_such_step"])
 
 
 def test_the_split_over_http_reads_the_same_counters(server: LocalTritonServer) -> None:
     load = LoadSection(concurrency=[2], protocol="http", **FAST)
-    (m,) = sweep(server.endpoints, "ensemble", mc.parse(ENSEMBLE), load,
+    (m,) = sweep(server.endpoints, "ensemble", model_config.parse(ENSEMBLE), load,
                  models=["step_b", "step_a"]).measurements
     assert m.valid, m.invalid_reason
     assert list(m.steps) == ["step_b", "step_a"]  # in the order asked

@@ -24,7 +24,7 @@ from tracker.measure.types import Measurement
 from tracker.measure.windows import inter_token_ns
 from tracker.search.objective import pick_best_level
 from tracker.spec import LoadSection
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton
@@ -100,7 +100,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServ
 
 
 def cfg(name: str) -> object:
-    return mc.parse(f'name: "{name}" backend: "python"\n{IO}')
+    return model_config.parse(f'name: "{name}" backend: "python"\n{IO}')
 
 
 def data_file(tmp_path: Path, rows: list[tuple[int, int]]) -> Path:

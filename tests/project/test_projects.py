@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from tracker.cli import cli
 from tracker.spec import load_spec
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.formats import model_info
 from tracker.triton.formats.onnx import from_onnx
 
@@ -96,11 +96,11 @@ def test_tracker_config_on_densenet_matches_the_guide(densenet: dict[str, Path])
                                       "densenet_onnx"])
     assert result.exit_code == 0, result.output
     assert "max_batch_size: 0\n" in result.output
-    cfg = mc.parse(result.output)
+    cfg = model_config.parse(result.output)
     assert cfg.max_batch_size == 0 and cfg.platform == "onnxruntime_onnx"
     assert [(t.name, list(t.dims)) for t in cfg.input] == [("data_0", [1, 3, 224, 224])]
     assert [(t.name, list(t.dims)) for t in cfg.output] == [("prob_1", [1, 1000, 1, 1])]
-    assert mc.dumps(cfg) == result.output
+    assert model_config.dumps(cfg) == result.output
 
 
 # ---- quickstart -------------------------------------------------------------------------------
@@ -152,9 +152,9 @@ def test_study_specs_load_and_their_space_applies(spec_file: Path, tmp_path: Pat
         assert isinstance(values, list)
         grid = [{**point, key: value} for point in grid for value in values]
     for point in grid:
-        config_values, load_values = mc.split_params(point)
+        config_values, load_values = model_config.split_params(point)
         assert not load_values
-        mc.apply(info, config_values)
+        model_config.apply(info, config_values)
 
 
 # ---- image_preprocess (a Python-backend model, no build step) ---------------------------------
@@ -171,7 +171,7 @@ def test_image_preprocess_checks_as_a_python_model_with_its_crop_knob() -> None:
     assert info.supports_batching and info.config.max_batch_size == 8
     for count in (1, 2):  # every grid point applies to the model's own config
         for mbs in (1, 8):
-            cfg = mc.apply(info, {"instance_group.count": count, "max_batch_size": mbs})
+            cfg = model_config.apply(info, {"instance_group.count": count, "max_batch_size": mbs})
             assert cfg.backend == "python" and list(cfg.input[0].dims) == [256, 256, 3]
 
 
@@ -179,7 +179,7 @@ def test_streaming_lm_spec_loads_and_its_space_applies() -> None:
     """projects/streaming_lm: the spec validates (its load.stream names the model's inputs),
     and every point of its space is a config Triton would accept for tiny_lm."""
     spec = load_spec(PROJECTS / "streaming_lm" / "study.yaml")
-    base = mc.load(spec.model.path / "config.pbtxt")
+    base = model_config.load(spec.model.path / "config.pbtxt")
     assert base.model_transaction_policy.decoupled  # streamed, whatever load.stream says
     names = {i.name for i in base.input}
     stream = spec.load.stream
@@ -191,7 +191,7 @@ def test_streaming_lm_spec_loads_and_its_space_applies() -> None:
         assert isinstance(values, list)
         grid = [{**point, key: value} for point in grid for value in values]
     for point in grid:
-        assert mc.apply(base, point, supports_batching=True).max_batch_size >= 1
+        assert model_config.apply(base, point, supports_batching=True).max_batch_size >= 1
 
 
 def test_densenet_pipeline_builds_checks_and_its_grid_applies(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from tests.support.deploy import serving as serving  # the fixture, re-exported
 from tests.support.formats import python_scale_model
 from tracker import tags
 from tracker.cli import cli
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.client import Endpoints, TritonClient
 from tracker.triton.server.local import LocalTritonServer
 
@@ -63,8 +63,8 @@ def test_python_backend_model_is_checked_tuned_promoted_and_answers(
     for run in trials:
         names = {f.path for f in client.list_artifacts(run.info.run_id)}
         assert "production_config.pbtxt" not in names  # no shim: served as written
-        cfg = mc.parse(Path(client.download_artifacts(run.info.run_id, "config.pbtxt",
-                                                      str(tmp_path))).read_text())
+        cfg = model_config.parse(Path(client.download_artifacts(run.info.run_id, "config.pbtxt",
+                                                                str(tmp_path))).read_text())
         assert cfg.backend == "python" and "onnx_file" not in cfg.parameters
         params = run.data.params
         if run.data.tags.get(tags.BASELINE) != "true":  # the baseline is the config as is
@@ -78,7 +78,7 @@ def test_python_backend_model_is_checked_tuned_promoted_and_answers(
     assert promoted.exit_code == 0, promoted.output
     version_dir = next(p for p in (repo / "pyscale").iterdir() if p.name.isdigit())
     assert (version_dir / "model.py").is_file() and (version_dir / "notes.txt").is_file()
-    served = mc.load(repo / "pyscale" / "config.pbtxt")
+    served = model_config.load(repo / "pyscale" / "config.pbtxt")
     assert served.backend == "python"
     scale = float(served.parameters["SCALE"].string_value)
     endpoints = Endpoints.from_urls(server.endpoints.grpc)

@@ -17,7 +17,7 @@ from tests.support.deploy import serving as serving  # the fixture, re-exported
 from tests.support.pipeline import ensemble_repository
 from tracker import tags
 from tracker.cli import cli
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.client import Endpoints, TritonClient
 from tracker.triton.server.local import LocalTritonServer
 
@@ -92,12 +92,12 @@ def test_ensemble_is_tuned_with_per_model_params_configs_and_split(
         assert {k.split("/")[0] for k in run.data.params} >= {"prep", "net", "post"}
         names = {f.path for f in client.list_artifacts(rid, "configs")}
         assert names == {f"configs/{m}" for m in MODELS}
-        configs = {m: mc.parse(Path(client.download_artifacts(
+        configs = {m: model_config.parse(Path(client.download_artifacts(
             rid, f"configs/{m}/config.pbtxt", str(tmp_path / rid))).read_text())
             for m in MODELS}
         assert configs["net"].backend == "onnxruntime"  # the production config, not the shim
-        entry = mc.parse(Path(client.download_artifacts(rid, "config.pbtxt",
-                                                        str(tmp_path / rid))).read_text())
+        entry = model_config.parse(Path(client.download_artifacts(rid, "config.pbtxt",
+                                                                  str(tmp_path / rid))).read_text())
         assert entry.platform == "ensemble" and entry.name == "pipe"
         if run.data.tags.get(tags.BASELINE) != "true":
             for m in ("prep", "net", "post"):
@@ -126,7 +126,7 @@ def test_ensemble_is_tuned_with_per_model_params_configs_and_split(
     assert promoted.exit_code == 0, promoted.output
     server, served_repo = serving
     for m in MODELS:  # every model of the configuration is in the serving repository
-        assert mc.load(served_repo / m / "config.pbtxt").name == m
+        assert model_config.load(served_repo / m / "config.pbtxt").name == m
     image = np.arange(16, dtype=np.uint8).reshape(1, 16)
     with TritonClient(Endpoints.from_urls(server.endpoints.grpc)) as triton:
         out = triton.infer_tensors("pipe", {"IMAGE": ("UINT8", image)}, outputs=("LABEL",))

@@ -14,7 +14,7 @@ import optuna
 import pytest
 
 from tracker.tracking import flavor
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.formats.onnx import from_onnx
 from tracker.triton.repository import production_config
 from tracker.triton.server.local import LocalTritonServer
@@ -28,13 +28,13 @@ V2 = {"max_batch_size": 16, "instance_group.count": 2,
 def trial_model_dir(root: Path, onnx: Path, values: dict[str, Any], *,
                     broken: bool = False) -> Path:
     """What the tuning loop logs for a trial: production config.pbtxt + 1/model.onnx."""
-    cfg = production_config(mc.apply(from_onnx(onnx, NAME), values))
+    cfg = production_config(model_config.apply(from_onnx(onnx, NAME), values))
     if broken:  # Triton refuses: a preferred batch size above max_batch_size
         cfg.dynamic_batching.preferred_batch_size.append(cfg.max_batch_size * 4)
     d = root / NAME
     (d / "1").mkdir(parents=True)
     shutil.copyfile(onnx, d / "1" / "model.onnx")
-    (d / "config.pbtxt").write_text(mc.dumps(cfg))
+    (d / "config.pbtxt").write_text(model_config.dumps(cfg))
     return d
 
 

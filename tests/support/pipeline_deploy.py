@@ -157,11 +157,12 @@ def stored_folder(root: Path, names: Names, onnx: Path | None = None) -> Path:
 
 def onnx_config(onnx: Path, name: str) -> str:
     """An ONNX step's production config (backend onnxruntime), as a trial logs it."""
-    from tracker.triton import model_config as mc
+    from tracker.triton import model_config
     from tracker.triton.formats.onnx import from_onnx
     from tracker.triton.repository import production_config
 
-    return mc.dumps(production_config(mc.apply(from_onnx(onnx, name), {"max_batch_size": 8})))
+    cfg = model_config.apply(from_onnx(onnx, name), {"max_batch_size": 8})
+    return model_config.dumps(production_config(cfg))
 
 
 def configs(names: Names, version: dict[str, Any], onnx: Path | None = None) -> dict[str, str]:

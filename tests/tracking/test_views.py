@@ -16,7 +16,7 @@ from tracker.cli import cli
 from tracker.tracking import view
 from tracker.tracking.mlflow_model import signature_for
 from tracker.trial_attrs import Attr, metric_attrs, read_metrics, shown_params
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,13 +30,14 @@ output [{ name: "probs" data_type: TYPE_FP16 dims: [1000] }]
 
 
 def test_signature_lists_dtypes_and_dims_with_the_batch_dim_first() -> None:
-    sig = signature_for(mc.parse(CONFIG))
+    sig = signature_for(model_config.parse(CONFIG))
     got = [(s.name, s.type, s.shape) for s in sig.inputs.inputs]
     assert got == [("pixels", np.dtype("float32"), (-1, 3, -1, 224)),
                    ("ids", np.dtype("int64"), (-1, 4))]
     assert [(s.name, s.type, s.shape) for s in sig.outputs.inputs] == [
         ("probs", np.dtype("float16"), (-1, 1000))]
-    fixed = signature_for(mc.parse(CONFIG.replace("max_batch_size: 8", "max_batch_size: 0")))
+    fixed = signature_for(
+        model_config.parse(CONFIG.replace("max_batch_size: 8", "max_batch_size: 0")))
     assert fixed.inputs.inputs[1].shape == (4,)
 
 

@@ -14,8 +14,7 @@ from tests.support.formats import python_scale_model, spec, torchscript_model
 from tracker.cli import cli
 from tracker.errors import ConfigError, ModelError, SpecError
 from tracker.search.space import check_space
-from tracker.triton import formats
-from tracker.triton import model_config as mc
+from tracker.triton import formats, model_config
 from tracker.triton.formats.knobs import BY_BACKEND, SHARED
 from tracker.triton.repository import write_repository
 
@@ -55,18 +54,18 @@ def test_catalog_names_each_backends_documented_knobs() -> None:
     for backend, catalog in BY_BACKEND.items():  # every path is a settable config field
         for knob in catalog:
             if not knob.path.startswith("parameters."):
-                mc.check_path(knob.path)
+                model_config.check_path(knob.path)
             assert knob.what, (backend, knob.path)
 
 
 def test_trial_directory_is_the_users_directory_with_the_trials_config(tmp_path: Path) -> None:
     info = formats.load_model_info(python_scale_model(tmp_path / "src"), "pyscale")
-    cfg = mc.apply(info, {"instance_group.count": 2, "parameters.SCALE": 3})
+    cfg = model_config.apply(info, {"instance_group.count": 2, "parameters.SCALE": 3})
     repo = write_repository(tmp_path / "trial", info, cfg, serving=None)
     assert repo.served_config == repo.production_config and not repo.shimmed
     assert (repo.model_dir / "1" / "model.py").read_text().startswith("\nimport json")
     assert (repo.model_dir / "1" / "notes.txt").is_file()
-    loaded = mc.load(repo.served_config_path)
+    loaded = model_config.load(repo.served_config_path)
     assert loaded.backend == "python" and loaded.parameters["SCALE"].string_value == "3"
     assert loaded.instance_group[0].count == 2
 

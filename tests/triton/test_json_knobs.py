@@ -17,8 +17,7 @@ from tracker.errors import ConfigError, ModelError, SpecError
 from tracker.search.baseline import fit_baseline
 from tracker.search.space import check_space, distributions
 from tracker.spec import load_spec
-from tracker.triton import formats
-from tracker.triton import model_config as mc
+from tracker.triton import formats, model_config
 from tracker.triton.formats import json_knobs
 from tracker.triton.repository import write_model
 
@@ -44,7 +43,7 @@ def _check(path: Path) -> tuple[int, str]:
     ("/etc/model.json:max_num_seqs", "without '.' or '..'"),
 ])
 def test_the_spec_refuses_a_file_knob_of_the_wrong_form(tmp_path: Path, key: str,
-                                                       message: str) -> None:
+                                                        message: str) -> None:
     path = tmp_path / "study.yaml"
     path.write_text(f"model: {{name: m, path: m.onnx}}\nsearch: {{space: {{'{key}': [1, 2]}}}}\n")
     with pytest.raises(SpecError) as err:
@@ -115,9 +114,9 @@ def test_the_trial_copy_gets_the_values_and_the_users_file_stays(tmp_path: Path)
     info = formats.load_model_info(model_dir, "pyscale")
     values = {"instance_group.count": 2, "model.json:max_num_seqs": 16,
               "model.json:gpu_memory_utilization": 0.7}
-    config, _load = mc.split_params(values)
+    config, _load = model_config.split_params(values)
     assert config == {"instance_group.count": 2}
-    cfg = mc.apply(info, config)
+    cfg = model_config.apply(info, config)
     repo = write_model(tmp_path / "trial", info, cfg, serving=None,
                        files=json_knobs.file_values(values))
     written = repo.model_dir / "1" / "model.json"
@@ -141,7 +140,7 @@ def test_a_file_knob_is_no_config_field_and_its_default_comes_from_the_file(
         tmp_path: Path) -> None:
     info = formats.load_model_info(_vllm_like(tmp_path), "pyscale")
     with pytest.raises(ConfigError, match="key of a JSON file in the model directory"):
-        mc.apply(info, {"model.json:max_num_seqs": 8})
+        model_config.apply(info, {"model.json:max_num_seqs": 8})
     space = {"model.json:max_num_seqs": [32, 128], "instance_group.count": [1, 2]}
     dists, base = fit_baseline(distributions(space), info.config,
                                json_knobs.defaults(info, space))

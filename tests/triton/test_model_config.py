@@ -14,7 +14,7 @@ from tritonclient.grpc import model_config_pb2 as pb
 from tests.support import models
 from tracker.cli import cli
 from tracker.errors import ConfigError, ModelError
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.formats import model_info
 from tracker.triton.formats.onnx import from_onnx
 
@@ -29,7 +29,7 @@ def paths(model_dir: Path) -> dict[str, Path]:
     return {name: write(model_dir / f"{name}.onnx") for name, write in models.ALL.items()}
 
 
-def info_of(paths: dict[str, Path], name: str) -> mc.ModelInfo:
+def info_of(paths: dict[str, Path], name: str) -> model_config.ModelInfo:
     return from_onnx(paths[name], name)
 
 
@@ -56,7 +56,7 @@ def test_fixed_batch_model_is_not_batched_and_keeps_full_dims(paths: dict[str, P
     assert info.config.max_batch_size == 0 and not info.config.HasField("dynamic_batching")
     assert list(info.config.input[0].dims) == [2, 8]
     assert list(info.config.output[0].dims) == [2, 4]
-    assert "max_batch_size: 0\n" in mc.dumps(info.config)
+    assert "max_batch_size: 0\n" in model_config.dumps(info.config)
 
 
 def test_multi_input_model_lists_every_tensor_and_variable_dims(paths: dict[str, Path]) -> None:
@@ -80,7 +80,7 @@ def test_batch_only_tensor_becomes_dims_1_with_empty_reshape(paths: dict[str, Pa
     cfg = info_of(paths, "batch_only").config
     tensor = cfg.input[0]
     assert list(tensor.dims) == [1] and tensor.HasField("reshape") and not tensor.reshape.shape
-    assert mc.parse(mc.dumps(cfg)) == cfg
+    assert model_config.parse(model_config.dumps(cfg)) == cfg
 
 
 T = onnx.TensorProto
@@ -195,13 +195,13 @@ def test_base_config_batching_a_fixed_model_is_rejected(paths: dict[str, Path],
 
 def test_apply_sets_the_named_knobs_on_a_copy(paths: dict[str, Path]) -> None:
     info = info_of(paths, "dynamic_batch")
-    before = mc.dumps(info.config)
-    cfg = mc.apply(info, {
+    before = model_config.dumps(info.config)
+    cfg = model_config.apply(info, {
         "max_batch_size": 16, "instance_group.count": 2, "instance_group.kind": "CPU",
         "dynamic_batching.max_queue_delay_microseconds": 200,
         "dynamic_batching.preferred_batch_size": [4, 8],
     })
-    assert mc.dumps(info.config) == before  # the input is untouched
+    assert model_config.dumps(info.config) == before  # the input is untouched
     assert cfg.max_batch_size == 16
     assert (cfg.instance_group[0].count, cfg.instance_group[0].kind) == (
         2, pb.ModelInstanceGroup.KIND_CPU)
@@ -215,17 +215,18 @@ def test_apply_sets_the_named_knobs_on_a_copy(paths: dict[str, Path]) -> None:
     ("cpu", pb.ModelInstanceGroup.KIND_CPU), ("KIND_CPU", pb.ModelInstanceGroup.KIND_CPU)])
 def test_instance_kind_accepts_short_and_full_names(paths: dict[str, Path], value: str,
                                                     kind: int) -> None:
-    cfg = mc.apply(info_of(paths, "fixed_batch"), {"instance_group.kind": value})
+    cfg = model_config.apply(info_of(paths, "fixed_batch"), {"instance_group.kind": value})
     assert cfg.instance_group[0].kind == kind
 
 
 def test_preferred_batch_size_accepts_one_int(paths: dict[str, Path]) -> None:
-    cfg = mc.apply(info_of(paths, "dynamic_batch"), {"dynamic_batching.preferred_batch_size": 2})
+    cfg = model_config.apply(info_of(paths, "dynamic_batch"),
+                             {"dynamic_batching.preferred_batch_size": 2})
     assert list(cfg.dynamic_batching.preferred_batch_size) == [2]
 
 
 def test_any_scalar_field_by_path_and_parameters(paths: dict[str, Path]) -> None:
-    cfg = mc.apply(info_of(paths, "dynamic_batch"), {
+    cfg = model_config.apply(info_of(paths, "dynamic_batch"), {
         "dynamic_batching.preserve_ordering": True,
         "optimization.priority": "PRIORITY_MAX",
         "optimization.input_pinned_memory.enable": False,
@@ -240,9 +241,9 @@ def test_any_scalar_field_by_path_and_parameters(paths: dict[str, Path]) -> None
 
 
 def test_existing_instance_group_is_edited_in_place(paths: dict[str, Path]) -> None:
-    first = mc.apply(info_of(paths, "fixed_batch"), {"instance_group.count": 3},
-                     supports_batching=False)
-    second = mc.apply(first, {"instance_group.kind": "KIND_CPU"}, supports_batching=False)
+    first = model_config.apply(info_of(paths, "fixed_batch"), {"instance_group.count": 3},
+                               supports_batching=False)
+    second = model_config.apply(first, {"instance_group.kind": "KIND_CPU"}, supports_batching=False)
     assert len(second.instance_group) == 1
     assert (second.instance_group[0].count, second.instance_group[0].kind) == (
         3, pb.ModelInstanceGroup.KIND_CPU)
@@ -250,18 +251,18 @@ def test_existing_instance_group_is_edited_in_place(paths: dict[str, Path]) -> N
 
 def test_switching_batching_off_and_on_rewrites_dims(paths: dict[str, Path]) -> None:
     info = info_of(paths, "batch_only")
-    off = mc.apply(info, {"max_batch_size": 0})
+    off = model_config.apply(info, {"max_batch_size": 0})
     assert not off.HasField("dynamic_batching")
     assert list(off.input[0].dims) == [-1] and not off.input[0].HasField("reshape")
-    on = mc.apply(off, {"max_batch_size": 8}, supports_batching=True)
+    on = model_config.apply(off, {"max_batch_size": 8}, supports_batching=True)
     assert list(on.input[0].dims) == [1] and on.input[0].HasField("reshape")
-    wide = mc.apply(info_of(paths, "multi_input"), {"max_batch_size": 0})
+    wide = model_config.apply(info_of(paths, "multi_input"), {"max_batch_size": 0})
     assert list(wide.input[2].dims) == [-1, -1, 3]
 
 
 def test_split_params_separates_load_knobs() -> None:
-    config, load = mc.split_params({"concurrency": 8, "max_batch_size": 4,
-                                    "instance_group.count": 2})
+    config, load = model_config.split_params({"concurrency": 8, "max_batch_size": 4,
+                                              "instance_group.count": 2})
     assert config == {"max_batch_size": 4, "instance_group.count": 2}
     assert load == {"concurrency": 8}
 
@@ -297,19 +298,19 @@ def test_split_params_separates_load_knobs() -> None:
 def test_apply_rejects(paths: dict[str, Path], model: str, values: dict[str, object],
                        message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        mc.apply(info_of(paths, model), values)
+        model_config.apply(info_of(paths, model), values)
 
 
 def test_apply_accepts_integral_floats(paths: dict[str, Path]) -> None:
-    cfg = mc.apply(info_of(paths, "dynamic_batch"), {"max_batch_size": 8.0})
+    cfg = model_config.apply(info_of(paths, "dynamic_batch"), {"max_batch_size": 8.0})
     assert cfg.max_batch_size == 8
 
 
 def test_check_path() -> None:
-    mc.check_path("dynamic_batching.max_queue_delay_microseconds")
-    mc.check_path("parameters.inter_op_thread_count")
+    model_config.check_path("dynamic_batching.max_queue_delay_microseconds")
+    model_config.check_path("parameters.inter_op_thread_count")
     with pytest.raises(ConfigError, match=r"dynamic_batching\.max_queue_delay_microseconds"):
-        mc.check_path("dynamic_batching.max_queue_delay")
+        model_config.check_path("dynamic_batching.max_queue_delay")
 
 
 # ---- validate, text round trips ---------------------------------------------------------------
@@ -329,26 +330,26 @@ def test_check_path() -> None:
 ])
 def test_validate_rejects(text: str, batching: bool, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        mc.validate(mc.parse(text), supports_batching=batching)
+        model_config.validate(model_config.parse(text), supports_batching=batching)
 
 
 @pytest.mark.parametrize("name", sorted(models.ALL))
 def test_text_round_trip(paths: dict[str, Path], name: str, tmp_path: Path) -> None:
     info = info_of(paths, name)
-    for cfg in (info.config, mc.apply(info, {"instance_group.count": 2,
-                                             "parameters.execution_mode": 1})):
-        text = mc.dumps(cfg)
-        assert mc.dumps(mc.parse(text)) == text
-        assert mc.parse(text) == cfg
-        mc.save(cfg, tmp_path / "x" / "config.pbtxt")
-        assert mc.load(tmp_path / "x" / "config.pbtxt") == cfg
+    for cfg in (info.config, model_config.apply(info, {"instance_group.count": 2,
+                                                       "parameters.execution_mode": 1})):
+        text = model_config.dumps(cfg)
+        assert model_config.dumps(model_config.parse(text)) == text
+        assert model_config.parse(text) == cfg
+        model_config.save(cfg, tmp_path / "x" / "config.pbtxt")
+        assert model_config.load(tmp_path / "x" / "config.pbtxt") == cfg
 
 
 def test_parse_and_load_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"invalid config.pbtxt: 1:\d+"):
-        mc.parse("max_batch_size: many")
+        model_config.parse("max_batch_size: many")
     with pytest.raises(ConfigError, match="cannot read config"):
-        mc.load(tmp_path / "missing.pbtxt")
+        model_config.load(tmp_path / "missing.pbtxt")
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -361,7 +362,7 @@ def test_parse_and_load_errors(tmp_path: Path) -> None:
     ("x=[GPU, CPU]", ("x", ["GPU", "CPU"])),
 ])
 def test_parse_assignment(text: str, expected: tuple[str, object]) -> None:
-    assert mc.parse_assignment(text) == expected
+    assert model_config.parse_assignment(text) == expected
 
 
 # ---- `tracker config` -------------------------------------------------------------------------
@@ -372,16 +373,16 @@ def test_cli_prints_a_config_that_parses_back(paths: dict[str, Path]) -> None:
         "--set", "instance_group.count=2", "--set", "max_batch_size=8",
         "--set", "dynamic_batching.preferred_batch_size=[4,8]"])
     assert result.exit_code == 0, result.output
-    cfg = mc.parse(result.output)
+    cfg = model_config.parse(result.output)
     assert cfg.name == "qs" and cfg.max_batch_size == 8 and cfg.instance_group[0].count == 2
     assert list(cfg.dynamic_batching.preferred_batch_size) == [4, 8]
-    assert mc.dumps(cfg) == result.output
+    assert model_config.dumps(cfg) == result.output
 
 
 def test_cli_names_the_model_after_the_file(paths: dict[str, Path]) -> None:
     result = CliRunner().invoke(cli, ["config", str(paths["fixed_batch"])])
     assert result.exit_code == 0
-    assert mc.parse(result.output).name == "fixed_batch"
+    assert model_config.parse(result.output).name == "fixed_batch"
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -390,7 +391,7 @@ def test_cli_names_the_model_after_the_file(paths: dict[str, Path]) -> None:
     (["--set", "max_bach_size=1"], "did you mean `max_batch_size`"),
 ])
 def test_cli_bad_input_exits_1_with_a_message(paths: dict[str, Path], args: list[str],
-                                               message: str) -> None:
+                                              message: str) -> None:
     result = CliRunner().invoke(cli, ["config", str(paths["fixed_batch"]), *args])
     assert result.exit_code == 1
     assert message in result.output and "Traceback" not in result.output

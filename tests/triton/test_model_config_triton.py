@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import models
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.formats.onnx import from_onnx
 from tracker.triton.server.local import LocalTritonServer
 
@@ -50,13 +50,13 @@ def test_triton_accepts_derived_and_applied_configs(tmp_path: Path) -> None:
     expected = {}
     for name, (write, values) in CASES.items():
         info = from_onnx(write(tmp_path / f"{name}.onnx"), name)
-        cfg = mc.apply(info, values)
+        cfg = model_config.apply(info, values)
         expected[name] = cfg
-        served = mc.apply(cfg, {"platform": "", "backend": "python"},
-                          supports_batching=info.supports_batching)
+        served = model_config.apply(cfg, {"platform": "", "backend": "python"},
+                                    supports_batching=info.supports_batching)
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "1" / "model.py").write_text(NULL_MODEL)
-        mc.save(served, repo / name / "config.pbtxt")
+        model_config.save(served, repo / name / "config.pbtxt")
     with LocalTritonServer(startup_timeout_s=60) as server:
         server.start(repo)
         base = server.endpoints.http

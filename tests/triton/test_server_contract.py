@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from tracker.errors import ModelLoadError, ServerError, ServerStartError
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.client import TritonClient
 from tracker.triton.repository import TrialRepository, write_repository
 from tracker.triton.server.base import TritonServer
@@ -34,8 +34,8 @@ NAME = "quickstart"
 pytestmark = pytest.mark.triton
 
 
-def trial(info: mc.ModelInfo, root: Path, values: dict[str, Any]) -> TrialRepository:
-    cfg = mc.apply(info, values, supports_batching=info.supports_batching)
+def trial(info: model_config.ModelInfo, root: Path, values: dict[str, Any]) -> TrialRepository:
+    cfg = model_config.apply(info, values, supports_batching=info.supports_batching)
     return write_repository(root, info, cfg, serving="python", ort_threads=(1, 1))
 
 
@@ -81,7 +81,7 @@ def _assert_gone(procs: list[psutil.Process]) -> None:
 
 
 @pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.docker), "remote"])
-def mode(request: pytest.FixtureRequest, tmp_path: Path, quickstart_info: mc.ModelInfo,
+def mode(request: pytest.FixtureRequest, tmp_path: Path, quickstart_info: model_config.ModelInfo,
          _no_leftover_servers: None) -> Iterator[Mode]:
     # (_no_leftover_servers is requested so that it is torn down after the remote's owner)
     if request.param == "local":
@@ -115,12 +115,12 @@ def mode(request: pytest.FixtureRequest, tmp_path: Path, quickstart_info: mc.Mod
                 assert not [m for m in client.repository_index() if m.get("state") == "READY"]
 
 
-def _reference(info: mc.ModelInfo, x: np.ndarray) -> np.ndarray:
+def _reference(info: model_config.ModelInfo, x: np.ndarray) -> np.ndarray:
     out: np.ndarray = ort.InferenceSession(str(info.model_file)).run(None, {"INPUT0": x})[0]
     return out
 
 
-def test_start_ready_infer_new_config_stop(mode: Mode, quickstart_info: mc.ModelInfo,
+def test_start_ready_infer_new_config_stop(mode: Mode, quickstart_info: model_config.ModelInfo,
                                            tmp_path: Path) -> None:
     server = mode.make()
     strategy_reload = isinstance(server, RemoteTritonServer)
@@ -165,11 +165,11 @@ def test_start_ready_infer_new_config_stop(mode: Mode, quickstart_info: mc.Model
         assert server.wait_removed(name, timeout_s=5), f"container {name} still exists"
 
 
-def test_refused_config_carries_tritons_message(mode: Mode, quickstart_info: mc.ModelInfo,
+def test_refused_config_carries_tritons_message(mode: Mode, quickstart_info: model_config.ModelInfo,
                                                 tmp_path: Path) -> None:
     server = mode.make()
     good = trial(quickstart_info, tmp_path / "good", {})
-    bad_cfg = mc.apply(quickstart_info, {}, supports_batching=True)
+    bad_cfg = model_config.apply(quickstart_info, {}, supports_batching=True)
     group = bad_cfg.instance_group.add()
     group.kind = group.KIND_GPU
     group.count = 1
@@ -193,7 +193,8 @@ def test_refused_config_carries_tritons_message(mode: Mode, quickstart_info: mc.
 
 @pytest.mark.parametrize("kind", ["local", pytest.param("docker", marks=pytest.mark.docker)])
 def test_reload_strategy_keeps_one_server(kind: str, request: pytest.FixtureRequest,
-                                          quickstart_info: mc.ModelInfo, tmp_path: Path) -> None:
+                                          quickstart_info: model_config.ModelInfo,
+                                          tmp_path: Path) -> None:
     """Start once in explicit mode, then each trial's config is a load with an override; the
     trial folders may be deleted between trials (the runner does) without harm."""
     if kind == "docker":
@@ -255,7 +256,8 @@ def test_stop_of_a_server_never_started_does_nothing(mode: Mode) -> None:
         _ = server.endpoints
 
 
-def test_taken_port_is_named(mode: Mode, tmp_path: Path, quickstart_info: mc.ModelInfo) -> None:
+def test_taken_port_is_named(mode: Mode, tmp_path: Path,
+                             quickstart_info: model_config.ModelInfo) -> None:
     """A fixed port that another process holds: ServerStartError naming it (remote: the
     URL answers, but not as Triton: not READY), and nothing is left running."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as holder:
@@ -296,7 +298,7 @@ def test_start_timeout_carries_the_log_tail(mode: Mode, tmp_path: Path) -> None:
 
 
 def test_log_is_kept_after_stop(mode: Mode, tmp_path: Path,
-                                quickstart_info: mc.ModelInfo) -> None:
+                                quickstart_info: model_config.ModelInfo) -> None:
     server = mode.make()
     server.apply_trial(trial(quickstart_info, tmp_path / "t", {}))
     during = server.log_text()

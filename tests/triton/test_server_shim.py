@@ -15,7 +15,7 @@ import onnxruntime as ort
 import pytest
 
 from tracker.errors import ModelError
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.client import TritonClient
 from tracker.triton.formats.onnx import SHIM
 from tracker.triton.repository import write_repository
@@ -30,7 +30,7 @@ def _shim() -> ModuleType:
     return module
 
 
-def _args(repo_path: Path, cfg: mc.ModelConfig, kind: str) -> dict[str, str]:
+def _args(repo_path: Path, cfg: model_config.ModelConfig, kind: str) -> dict[str, str]:
     """What Triton's Python backend passes to initialize()."""
     from google.protobuf import json_format
 
@@ -49,9 +49,10 @@ def test_choose_providers() -> None:
     assert choose("KIND_GPU")[0][0] == "CUDAExecutionProvider"
 
 
-def test_production_and_served_configs(tmp_path: Path, quickstart_info: mc.ModelInfo) -> None:
-    cfg = mc.apply(quickstart_info, {"instance_group.count": 2, "max_batch_size": 8},
-                   supports_batching=True)
+def test_production_and_served_configs(tmp_path: Path,
+                                       quickstart_info: model_config.ModelInfo) -> None:
+    cfg = model_config.apply(quickstart_info, {"instance_group.count": 2, "max_batch_size": 8},
+                             supports_batching=True)
     repo = write_repository(tmp_path, quickstart_info, cfg, serving="python", ort_threads=(2, 1))
     prod, served = repo.production_config, repo.served_config
     assert (prod.backend, prod.platform) == ("onnxruntime", "onnxruntime_onnx")
@@ -64,8 +65,8 @@ def test_production_and_served_configs(tmp_path: Path, quickstart_info: mc.Model
         assert (c.max_batch_size, c.instance_group[0].count) == (8, 2)
     model_dir = tmp_path / "quickstart"
     text = (model_dir / "config.pbtxt").read_text()
-    assert text.startswith("# Served config") and mc.parse(text) == served
-    assert mc.load(model_dir / "production_config.pbtxt") == prod
+    assert text.startswith("# Served config") and model_config.parse(text) == served
+    assert model_config.load(model_dir / "production_config.pbtxt") == prod
     assert (model_dir / "1" / "model.py").read_text() == SHIM.read_text()
     onnx_copy = model_dir / "1" / "model.onnx"
     assert onnx_copy.read_bytes() == Path(quickstart_info.model_file).read_bytes()
@@ -78,7 +79,7 @@ def test_production_and_served_configs(tmp_path: Path, quickstart_info: mc.Model
 
 
 def test_missing_model_file_is_a_model_error(tmp_path: Path,
-                                             quickstart_info: mc.ModelInfo) -> None:
+                                             quickstart_info: model_config.ModelInfo) -> None:
     from dataclasses import replace
 
     info = replace(quickstart_info, model_file=tmp_path / "gone.onnx")
@@ -87,7 +88,7 @@ def test_missing_model_file_is_a_model_error(tmp_path: Path,
 
 
 def test_session_follows_instance_kind_and_threads(tmp_path: Path,
-                                                   quickstart_info: mc.ModelInfo) -> None:
+                                                   quickstart_info: model_config.ModelInfo) -> None:
     """make_session is what initialize() runs: the CPU kind gets a CPU session with the
     configured threads; a GPU instance without the CUDA provider is refused with a reason."""
     shim = _shim()
@@ -107,13 +108,13 @@ def test_session_follows_instance_kind_and_threads(tmp_path: Path,
 
 @pytest.mark.triton
 def test_dynamic_batching_merges_requests_and_splits_answers(
-        tmp_path: Path, quickstart_info: mc.ModelInfo) -> None:
+        tmp_path: Path, quickstart_info: model_config.ModelInfo) -> None:
     """16 concurrent requests of different batch sizes, a queue delay so Triton merges them:
     every answer must be its own request's result, and Triton must have run fewer batches
     than requests."""
-    cfg = mc.apply(quickstart_info, {"max_batch_size": 16, "instance_group.count": 1,
-                                     "dynamic_batching.max_queue_delay_microseconds": 20000},
-                   supports_batching=True)
+    cfg = model_config.apply(quickstart_info, {
+        "max_batch_size": 16, "instance_group.count": 1,
+        "dynamic_batching.max_queue_delay_microseconds": 20000}, supports_batching=True)
     repo = write_repository(tmp_path, quickstart_info, cfg, serving="python")
     reference = ort.InferenceSession(str(quickstart_info.model_file))
     rng = np.random.default_rng(3)
@@ -143,14 +144,14 @@ def test_dynamic_batching_merges_requests_and_splits_answers(
     assert stats.execution_count < 16, f"no request was batched: {stats}"
 
 
-def test_served_config_round_trips_as_a_load_override(quickstart_info: mc.ModelInfo,
+def test_served_config_round_trips_as_a_load_override(quickstart_info: model_config.ModelInfo,
                                                       tmp_path: Path) -> None:
     """The JSON sent with load_model(config=...) parses back to the same ModelConfig."""
     from google.protobuf import json_format
 
     repo = write_repository(tmp_path, quickstart_info, quickstart_info.config, serving="python")
     text = json_format.MessageToJson(repo.served_config, preserving_proto_field_name=True)
-    back = json_format.Parse(text, mc.ModelConfig())
+    back = json_format.Parse(text, model_config.ModelConfig())
     assert back == repo.served_config
     assert json.loads(text)["backend"] == "python"
 

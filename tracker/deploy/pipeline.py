@@ -39,7 +39,7 @@ from tracker.deploy import steps
 from tracker.deploy.publish import DeploymentState, Publisher, PublishResult
 from tracker.errors import DeployError, ServerError
 from tracker.tracking.flavor import CONFIG_FILE, TritonModelDir, validate_model_name
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -124,7 +124,7 @@ def publish_pipeline(pub: Publisher, name: str, version: int, source: TritonRepo
             production = steps.production_of(source.entry, name)
             return PublishResult(name, version, (), SERVING, production, production, 0.0)
         plan = [_plan(pub, n, src, version, states[n]) for n, src in zip(names, source.models,
-                                                                          strict=True)]
+                                                                         strict=True)]
         try:
             for model in plan:
                 _stage(pub, model, version, model.modes[0])
@@ -199,7 +199,7 @@ def _load_beside(pub: Publisher, model: _Model, version: int, *, entry: bool) ->
         assert model.served is not None
         config_path = pub.model_dir(model.name) / CONFIG_FILE
         both = steps.with_policy(model.served, model.name, [*model.previous, version])
-        steps.write_atomic(config_path, mc.dumps(both))
+        steps.write_atomic(config_path, model_config.dumps(both))
         model.touched = True
         beside = (f" beside its serving version(s) {list(model.previous)}"
                   if model.previous else "")
@@ -221,7 +221,7 @@ def _load_beside(pub: Publisher, model: _Model, version: int, *, entry: bool) ->
 def _drop_old(pub: Publisher, model: _Model, version: int) -> None:
     assert model.served is not None
     only = steps.with_policy(model.served, model.name, [version])
-    steps.write_atomic(pub.model_dir(model.name) / CONFIG_FILE, mc.dumps(only))
+    steps.write_atomic(pub.model_dir(model.name) / CONFIG_FILE, model_config.dumps(only))
     if model.previous:
         pub.load(model.name, f"dropping version(s) {list(model.previous)} of {model.name!r}")
         steps.wait_ready(pub.client, model.name, version, pub.ready_timeout_s,

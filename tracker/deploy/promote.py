@@ -27,7 +27,7 @@ import mlflow
 import optuna
 from mlflow.exceptions import MlflowException
 
-from tracker import confirm_stats as cs
+from tracker import confirm_stats
 from tracker.deploy import service, watch
 from tracker.deploy.pointers import Pointers, record_seen
 from tracker.deploy.settings import TargetSettings
@@ -198,15 +198,16 @@ def _headline(metrics: Mapping[str, float]) -> str:
 
 
 
-def _confirmed_row(study_name: str, rows: list[TrialRow], verdict: cs.Verdict,
+def _confirmed_row(study_name: str, rows: list[TrialRow], verdict: confirm_stats.Verdict,
                    objectives: Mapping[str, str], force: bool) -> TrialRow | None:
     """The confirmed choice; a verdict that keeps the default (equivalent, inconclusive, or
     no_better from an older record) is refused unless forced, saying which it is."""
     if verdict.keeps_default:
         if not force:
-            word = "equivalent" if verdict.verdict == cs.OLD_NO_BETTER else verdict.verdict
+            word = ("equivalent" if verdict.verdict == confirm_stats.OLD_NO_BETTER
+                    else verdict.verdict)
             why = ("the default configuration is as good within the tie margin"
-                   if word == cs.EQUIVALENT else "the confirmation has not decided yet")
+                   if word == confirm_stats.EQUIVALENT else "the confirmation has not decided yet")
             raise DeployError(f"study {study_name!r}: the verdict is {word} ({why}): "
                               f"{confirmed.sentence(verdict, objectives)} Nothing promoted "
                               "(--force promotes the best estimate anyway).")
@@ -216,7 +217,8 @@ def _confirmed_row(study_name: str, rows: list[TrialRow], verdict: cs.Verdict,
     return next((r for r in rows if r.name == name), None)
 
 
-def _verdict_tags(verdict: cs.Verdict, name: str, objectives: Mapping[str, str]) -> dict[str, str]:
+def _verdict_tags(verdict: confirm_stats.Verdict, name: str,
+                  objectives: Mapping[str, str]) -> dict[str, str]:
     metric = next(iter(objectives))
     scored = verdict.scored.get(name)
     tags = {confirmed.VERDICT_TAG: verdict.verdict}

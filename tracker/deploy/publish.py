@@ -38,7 +38,7 @@ from tracker.deploy import steps
 from tracker.errors import DeployError, ServerError
 from tracker.serving import CHOICES, serving_choices
 from tracker.tracking.flavor import CONFIG_FILE, is_model_name, validate_model_name
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.formats.base import backend_of
 
 if TYPE_CHECKING:
@@ -193,14 +193,14 @@ class Publisher:
                     last = exc.error
                     if i + 1 < len(modes):
                         self.log(f"{name}: the server has no "
-                                  f"{production.backend or production.platform} backend; "
-                                  f"serving version {version} through the Python backend")
+                                 f"{production.backend or production.platform} backend; "
+                                 f"serving version {version} through the Python backend")
                     continue
                 self.write_meta(model_dir, name, version, mode, meta)
                 took = time.monotonic() - start
                 self.log(f"{name}: version {version} serves ({mode})"
-                          + (f", replaced {list(previous)}" if previous else "")
-                          + f" in {took:.1f} s")
+                         + (f", replaced {list(previous)}" if previous else "")
+                         + f" in {took:.1f} s")
                 return PublishResult(name, version, previous, mode, served, production, took)
             raise last or DeployError(f"no way to serve {name!r} was tried")
 
@@ -229,11 +229,11 @@ class Publisher:
         try:
             steps.put_in_place(model_dir, version, staging)
             both = steps.with_policy(served, name, [*previous, version])
-            steps.write_atomic(config_path, mc.dumps(both))
+            steps.write_atomic(config_path, model_config.dumps(both))
             self.load(name, "loading it beside the serving version" if previous else "loading")
             self.check(name, version, served)
             only = steps.with_policy(served, name, [version])
-            steps.write_atomic(config_path, mc.dumps(only))
+            steps.write_atomic(config_path, model_config.dumps(only))
             if previous:
                 self.load(name, f"dropping version(s) {list(previous)}")
                 self.check(name, version, served)
@@ -262,7 +262,7 @@ class Publisher:
             steps.check_inference(self.client, name, version, served)
 
     def rollback(self, name: str, model_dir: Path, old_text: str | None,
-                  previous: tuple[int, ...], created_dir: Path | None) -> None:
+                 previous: tuple[int, ...], created_dir: Path | None) -> None:
         if old_text is not None:
             steps.write_atomic(model_dir / CONFIG_FILE, old_text)
         if previous:
@@ -279,7 +279,7 @@ class Publisher:
             shutil.rmtree(model_dir, ignore_errors=True)
 
     def write_meta(self, model_dir: Path, name: str, version: int, mode: str,
-                    meta: Mapping[str, Any] | None) -> None:
+                   meta: Mapping[str, Any] | None) -> None:
         record = {"name": name, "version": version, "serving": mode,
                   "deployed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                   **dict(meta or {})}

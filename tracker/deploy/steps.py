@@ -21,7 +21,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tracker.deploy.inference import infer_version
 from tracker.errors import ServerError
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.formats.base import backend_of
 from tracker.triton.server.logs import error_messages, log_since, log_size
 
@@ -72,7 +72,7 @@ def with_policy(cfg: ModelConfig, name: str, versions: list[int]) -> ModelConfig
 
 def production_of(source: TritonModelDir, name: str) -> ModelConfig:
     """The source's config served as ``name``, without a version policy."""
-    production = mc.parse(source.config_text)
+    production = model_config.parse(source.config_text)
     production.name = name
     production.ClearField("version_policy")
     return production
@@ -90,9 +90,10 @@ def stage(model_dir: Path, version: int, source: TritonModelDir, production: Mod
         return staging, production
     from tracker.triton.repository import write_repository
 
-    info = mc.ModelInfo(config=production, supports_batching=production.max_batch_size > 0,
-                        model_file=src_dir / (production.default_model_filename
-                                              or "model.onnx"))
+    info = model_config.ModelInfo(config=production,
+                                  supports_batching=production.max_batch_size > 0,
+                                  model_file=src_dir / (production.default_model_filename
+                                                        or "model.onnx"))
     with tempfile.TemporaryDirectory(dir=model_dir, prefix=STAGING + "shim-") as tmp:
         repo = write_repository(Path(tmp), info, production, serving="python",
                                 version=version)

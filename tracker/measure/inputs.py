@@ -51,14 +51,14 @@ Sample = dict[str, Array]  # input name -> the full request tensor
 
 def input_specs(config: Any) -> list[InputSpec]:
     """The inputs a request must carry, from a ``ModelConfig`` (optional inputs skipped)."""
-    from tritonclient.grpc import model_config_pb2 as mc
+    from tritonclient.grpc import model_config_pb2
 
     specs = []
     batching = config.max_batch_size > 0
     for inp in config.input:
         if inp.optional:
             continue
-        type_name = mc.DataType.Name(inp.data_type)
+        type_name = model_config_pb2.DataType.Name(inp.data_type)
         if type_name not in DTYPES:
             raise MeasurementError(f"input {inp.name!r} has data type {type_name}; the load "
                                    f"generator supports {sorted(DTYPES)}")
@@ -113,7 +113,7 @@ def random_samples(config: Any, batch_size: int = 1, seed: int = 0) -> list[Samp
 
 def _fits(dims: Sequence[int], shape: Sequence[int]) -> bool:
     return len(dims) == len(shape) and all(d < 0 or d == s for d, s in zip(dims, shape,
-                                                                            strict=True))
+                                                                           strict=True))
 
 
 def _to_request(spec: InputSpec, item: Array, batch_size: int, where: str) -> Array:

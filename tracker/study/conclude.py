@@ -24,8 +24,7 @@ import yaml
 from mlflow.entities import Param
 from mlflow.exceptions import MlflowException
 
-from tracker import confirm_stats as cs
-from tracker import tags
+from tracker import confirm_stats, tags
 from tracker.errors import TrackingError
 from tracker.study.measured import serve_options
 from tracker.study.session import StudyContext
@@ -33,7 +32,7 @@ from tracker.study.trial import configs, production_texts
 from tracker.tracking import confirmed, runs, steps_plot, stream_plots, study_record, view
 from tracker.tracking.report import best_row, improvement_pct, summary, write_report
 from tracker.tracking.rows import TrialRow, trial_rows
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.repository import served_configs
 
 
@@ -132,7 +131,7 @@ def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, 
             prod, _served, _header = served_configs(ctx.info, cfgs[ctx.configuration.entry],
                                                     serving=ctx.serving,
                                                     options=serve_options(spec))
-            production = mc.dumps(prod)
+            production = model_config.dumps(prod)
             files["best/config.pbtxt"] = production
             if not ctx.configuration.single:  # best/<model>/config.pbtxt for every model
                 files.update({f"best/{name}/config.pbtxt": text for name, text in
@@ -141,7 +140,7 @@ def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, 
                 files["best/served_config.pbtxt"] = served
         runs.log_files(client, parent.run_id, files)
     parent_tags: dict[str, object] = {tags.NOTE: text, tags.SUMMARY: text,
-                               tags.STOP_REASON: stop_reason}
+                                      tags.STOP_REASON: stop_reason}
     metrics: dict[str, float] = {
         "trials_complete": float(sum(r.state == "COMPLETE" for r in rows)),
         "trials_failed": float(sum(r.state == "FAIL" for r in rows)),
@@ -186,7 +185,7 @@ def _steps(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None,
     return steps_plot.write(chosen, steps, out_dir)
 
 
-def _log_verdict(ctx: StudyContext, rows: list[TrialRow], verdict: cs.Verdict) -> None:
+def _log_verdict(ctx: StudyContext, rows: list[TrialRow], verdict: confirm_stats.Verdict) -> None:
     """The confirmation on the parent run (metrics, ``tracker.verdict``, ``confirm.csv``) and
     on each confirmed trial's run (``confirm/...`` metrics, ``tracker.confirm_rank``)."""
     client, parent = ctx.parent.client, ctx.parent

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tracker import confirm_stats as cs
+from tracker import confirm_stats
 from tracker.errors import MeasurementError, TrackerError
 from tracker.study.measured import ConfigFailed, measure_configuration
 from tracker.study.session import StudyContext
@@ -52,7 +52,7 @@ class Settings:
     rounds: int
     min_rounds: int
     seed: int
-    margin_pct: float = cs.TIE_MARGIN_PCT
+    margin_pct: float = confirm_stats.TIE_MARGIN_PCT
     budget_s: float | None = None      # measuring time of one invocation; None: no limit
 
 
@@ -214,7 +214,7 @@ def _next(record: dict[str, Any], objectives: Mapping[str, str], every: list[str
         return [], f"decided ({verdict.verdict}) after {n} rounds"
     if n >= record["rounds_target"]:
         return [], f"{n} rounds done (the most asked for) without a decision"
-    keys = cs.still_open(verdict) if verdict is not None and past_min else every
+    keys = confirm_stats.still_open(verdict) if verdict is not None and past_min else every
     if past_min and len(keys) < 2:
         return [], f"nothing left to measure after {n} rounds"
     budget = record.get("budget_s")
@@ -238,7 +238,7 @@ def _measure_one(ctx: StudyContext, row: TrialRow, round_no: int,
     ctx.progress.measuring(row.number, f"confirmation round {round_no}")
     try:
         got = measure_one(ctx, row.params, baseline=row.baseline, level=level,
-                                    label=f"{row.number}-r{round_no}")
+                          label=f"{row.number}-r{round_no}")
     except TrackerError as err:
         say(f"confirm round {round_no}: {row.name} failed: {str(err).splitlines()[0][:200]}")
         return {"error": str(err)[:500]}

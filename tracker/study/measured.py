@@ -29,7 +29,7 @@ from tracker.metrics import load_levels_from
 from tracker.search.objective import LevelChoice, pick_best_level
 from tracker.serving import Serving, serving_choices
 from tracker.tracking.redact import redact_text
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.configuration import Configuration, as_configuration
 from tracker.triton.formats import ServeOptions, format_of, json_knobs
 from tracker.triton.repository import TrialRepository, served_configs, write_configuration
@@ -198,7 +198,7 @@ def served_text(spec: StudySpec, info: ModelInfo, cfg: ModelConfig,
     """The config.pbtxt text a server with ``serving`` loads for ``cfg`` (no files written)."""
     _prod, served, header = served_configs(info, cfg, serving=serving,
                                            options=serve_options(spec))
-    return header + mc.dumps(served)
+    return header + model_config.dumps(served)
 
 
 def levels_for(load_values: Mapping[str, object]) -> list[float] | None:
@@ -247,7 +247,7 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
     when it failed).
     """
     conf = as_configuration(info)
-    cfgs = {conf.entry: cfg} if isinstance(cfg, mc.ModelConfig) else dict(cfg)
+    cfgs = {conf.entry: cfg} if isinstance(cfg, model_config.ModelConfig) else dict(cfg)
     if serving is None:
         serving = resolve_serving(spec, server, conf)
     try:
@@ -267,7 +267,7 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
             server.apply_trial(repo)
             if conf.entry_info.auto_complete:  # the model completes its own I/O
                 loaded = _loaded_config(server, repo)
-                text = mc.dumps(loaded)
+                text = model_config.dumps(loaded)
         except TrackerError as err:
             raise ConfigFailed(str(getattr(err, "reason", err)), err,
                                server.log_text()[mark:]) from err
@@ -283,11 +283,12 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
             raise ConfigFailed(f"measurement failed: {cause}", cause, log) from err
         finally:
             close_monitors(monitors)
-        return ConfigMeasurement(repo, text, mc.dumps(repo.production_config), result, choice,
+        return ConfigMeasurement(repo, text, model_config.dumps(repo.production_config),
+                                 result, choice,
                                  server.log_text()[mark:],
                                  {**measured_tags(monitors), **server_tags(server.endpoints)},
                                  knob_texts,
-                                 {n: mc.dumps(c) for n, c in repo.productions.items()})
+                                 {n: model_config.dumps(c) for n, c in repo.productions.items()})
     except ConfigFailed:
         shutil.rmtree(workdir, ignore_errors=True)
         raise

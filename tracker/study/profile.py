@@ -26,7 +26,7 @@ from tracker.search.objective import LevelChoice
 from tracker.study.measured import ConfigFailed, levels_for, measure_configuration
 from tracker.study.session import Session, TuneOptions, shielded
 from tracker.tracking import launcher, runs
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.formats import json_knobs
 
 
@@ -56,7 +56,7 @@ def profile(spec_path: str | Path, values: Mapping[str, object], *,
 def _profile(session: Session, values: Mapping[str, object], levels: Sequence[float] | None,
              backend: str) -> ProfileResult:
     spec, conf = session.spec, session.configuration
-    _config_values, load_values = mc.split_params(values)
+    _config_values, load_values = model_config.split_params(values)
     refused = json_knobs.problems(conf.entry_info, values) if conf.single else []
     if refused:  # before any run or server: the model has no such file or key
         raise ModelError("; ".join(f"{key}: {why}" for key, why in refused))

@@ -28,8 +28,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from tracker import tags
-from tracker import trial_attrs as ta
+from tracker import tags, trial_attrs
 from tracker.errors import StudyError, TrackerError
 from tracker.feasibility import constraint_keys
 from tracker.search import sweep_plan
@@ -48,7 +47,7 @@ from tracker.tracking import runs
 from tracker.tracking.machine import record_machine
 from tracker.tracking.redact import redact_text
 from tracker.trial_attrs import TrialRecord, shown_params
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.formats import format_of, json_knobs
 
 if TYPE_CHECKING:
@@ -118,7 +117,7 @@ def run_trial(ctx: StudyContext, trial: optuna.Trial) -> Outcome:
         run_tags[tags.DEFAULT_UNSET] = ", ".join(sorted(exact))
     shown = shown_params(params, exact)  # `unset`, not the space's nearest value
     run_id = runs.start_trial_run(ctx.parent, trial.number, shown, tags=run_tags)
-    ta.write_started(trial, run_id)
+    trial_attrs.write_started(trial, run_id)
     dup = find_duplicate(ctx.study, params, number=trial.number)
     if dup is None and not baseline:  # another worker may be measuring the same config now
         dup = wait_for_duplicate(ctx.study, trial.number, params)
@@ -189,7 +188,7 @@ def _reuse(ctx: StudyContext, trial: optuna.Trial, params: dict[str, Any],
     return TrialResult(
         Outcome(trial.number, "COMPLETE", params, dict(source.metrics), feasible,
                 note=f"duplicate of trial {dup.number}"),
-        attrs=lambda t: ta.write_reused(t, dup.number, dup, dup.constraints),
+        attrs=lambda t: trial_attrs.write_reused(t, dup.number, dup, dup.constraints),
         values=dup.values, metrics=dict(source.metrics), step=int(source.concurrency or 0),
         files={"config.pbtxt": served, **model_files(production_texts(ctx, cfgs))},
         tags={tags.FEASIBLE: str(feasible).lower(), tags.DUPLICATE_OF: dup.number,
@@ -207,7 +206,7 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
     for old in ctx.workdir.glob("trial-*"):  # the server has moved on from earlier trials
         shutil.rmtree(old, ignore_errors=True)
     repo_root = ctx.workdir / f"trial-{trial.number}"
-    _, load = mc.split_params(params)
+    _, load = model_config.split_params(params)
 
     def on_level(m: Measurement) -> None:
         ctx.progress.measuring(trial.number, f"{m.level}: {m.throughput:,.1f} infer/s")
@@ -230,7 +229,7 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
     violations = {k: choice.violations[k] for k in constraint_keys(spec.constraints)}
     return TrialResult(
         Outcome(trial.number, "COMPLETE", params, choice.metrics, choice.feasible),
-        attrs=lambda t: ta.write_measured(
+        attrs=lambda t: trial_attrs.write_measured(
             t, violations, feasible=choice.feasible, concurrency=choice.concurrency,
             metrics=choice.metrics, measurements=len(result.measurements)),
         values=choice.values, metrics=done.headline(), step=choice.concurrency,
@@ -246,8 +245,8 @@ def production_texts(ctx: StudyContext, cfgs: dict[str, ModelConfig]) -> dict[st
     from tracker.triton.repository import served_configs
 
     conf = ctx.configuration
-    return {n: mc.dumps(served_configs(conf.info(n), c, serving=ctx.serving,
-                                       options=serve_options(ctx.spec))[0])
+    return {n: model_config.dumps(served_configs(conf.info(n), c, serving=ctx.serving,
+                                                 options=serve_options(ctx.spec))[0])
             for n, c in cfgs.items()}
 
 
@@ -288,8 +287,8 @@ def _fail(trial: optuna.Trial, params: dict[str, Any], failed: TrialFailed) -> T
 
     def attrs(t: optuna.Trial) -> None:
         if dup is not None:
-            ta.write_duplicate_of(t, dup)
-        ta.write_failed(t, reason)
+            trial_attrs.write_duplicate_of(t, dup)
+        trial_attrs.write_failed(t, reason)
 
     return TrialResult(
         Outcome(trial.number, "FAIL", params, {}, None, note=reason.splitlines()[0][:400]),
@@ -306,7 +305,7 @@ def abandon_trial(study: optuna.Study, trial: optuna.Trial, *, interrupted: bool
     record = TrialRecord.of(frozen)
     run_id = record.run_id
     if frozen.state == TrialState.RUNNING:
-        ta.write_abandoned(trial, interrupted=interrupted, reason=reason)
+        trial_attrs.write_abandoned(trial, interrupted=interrupted, reason=reason)
         study.tell(trial, state=TrialState.FAIL)
         if interrupted and frozen.params and not record.baseline:
             study.enqueue_trial(dict(frozen.params))

@@ -26,8 +26,7 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from tracker import confirm_stats as cs
-from tracker import tags
+from tracker import confirm_stats, tags
 from tracker.metrics import BETTER
 from tracker.tracking.rows import fmt
 
@@ -59,25 +58,26 @@ def series(record: Mapping[str, Any], trial: int, metric: str) -> list[float | N
     return out
 
 
-def candidates(record: Mapping[str, Any], metric: str) -> list[cs.Candidate]:
+def candidates(record: Mapping[str, Any], metric: str) -> list[confirm_stats.Candidate]:
     out = []
     for c in record.get("candidates", []):
         n = int(c["trial"])
         feasible = sum(1 for rnd in record.get("rounds", [])
                        if rnd.get("results", {}).get(str(n), {}).get("feasible") is True)
-        out.append(cs.Candidate(key(n), series(record, n, metric), series(record, n, LATENCY),
-                                instances=int(c.get("instances") or 1),
-                                baseline=bool(c.get("baseline")), feasible_rounds=feasible))
+        out.append(confirm_stats.Candidate(
+            key(n), series(record, n, metric), series(record, n, LATENCY),
+            instances=int(c.get("instances") or 1), baseline=bool(c.get("baseline")),
+            feasible_rounds=feasible))
     return out
 
 
 def margin(record: Mapping[str, Any]) -> float:
     value = record.get("tie_margin_pct")
-    return float(value) if isinstance(value, int | float) else cs.TIE_MARGIN_PCT
+    return float(value) if isinstance(value, int | float) else confirm_stats.TIE_MARGIN_PCT
 
 
 def verdict(record: Mapping[str, Any] | None,
-            objectives: Mapping[str, str]) -> cs.Verdict | None:
+            objectives: Mapping[str, str]) -> confirm_stats.Verdict | None:
     """The verdict of the stored rounds; None without a measured round of the default."""
     if not record or not record.get("rounds"):
         return None
@@ -86,7 +86,7 @@ def verdict(record: Mapping[str, Any] | None,
     base = next((c for c in cands if c.baseline), None)
     if base is None or not any(v is not None for v in base.values):
         return None
-    return cs.decide(cands, direction, margin(record))
+    return confirm_stats.decide(cands, direction, margin(record))
 
 
 def trial_of(name: str) -> int:
@@ -97,7 +97,7 @@ def _num(x: float) -> str:
     return "unbounded" if math.isinf(x) else f"{x:.0f}"
 
 
-def _pct(iv: cs.Interval) -> str:
+def _pct(iv: confirm_stats.Interval) -> str:
     if not iv.bounded:
         return f"{_num(iv.low)} to {_num(iv.high)}%" if math.isfinite(iv.low) \
             else "interval still unbounded"
@@ -106,7 +106,7 @@ def _pct(iv: cs.Interval) -> str:
     return f"{iv.low:.0f} to {iv.high:.0f}%"
 
 
-def _value(metric: str, iv: cs.Interval, *, inner: bool = False) -> str:
+def _value(metric: str, iv: confirm_stats.Interval, *, inner: bool = False) -> str:
     """``30.90 infer/s (95% CI 30.2-31.5)``; ``inner``: for use inside parentheses."""
     digits = fmt(metric, iv.estimate)
     places = len(digits.split(" ")[0].partition(".")[2])  # the bounds as precise as the figure
@@ -120,7 +120,7 @@ def _names(keys: list[str]) -> str:
     return keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + " and " + keys[-1]
 
 
-def study_summary(search_text: str, v: cs.Verdict, objectives: Mapping[str, str],
+def study_summary(search_text: str, v: confirm_stats.Verdict, objectives: Mapping[str, str],
                   command: str | None = None) -> str:
     """The study's sentence once confirmed: the search's head ("In 21 measurements across 7
     configurations"), then the confirmation instead of the single-measurement claim."""
@@ -128,17 +128,19 @@ def study_summary(search_text: str, v: cs.Verdict, objectives: Mapping[str, str]
     return f"{head}, {sentence(v, objectives, command)}"
 
 
-def more_command(record: Mapping[str, Any], v: cs.Verdict, objectives: Mapping[str, str],
+def more_command(record: Mapping[str, Any], v: confirm_stats.Verdict, objectives: Mapping[str, str],
                  spec: str = "SPEC") -> str:
     """``tracker confirm SPEC --rounds N``: the command that measures more of the same rounds,
     N about what would decide if the figures went on as they are (at least 3 more)."""
     metric, direction = next(iter(objectives.items()))
     done = len(record.get("rounds", []))
-    need = cs.more_rounds(v, candidates(record, metric), direction, most=4 * max(done, 5))
+    need = confirm_stats.more_rounds(v, candidates(record, metric), direction,
+                                     most=4 * max(done, 5))
     return f"tracker confirm {spec} --rounds {max(need or 2 * done, done + 3)}"
 
 
-def sentence(v: cs.Verdict, objectives: Mapping[str, str], command: str | None = None) -> str:
+def sentence(v: confirm_stats.Verdict, objectives: Mapping[str, str],
+             command: str | None = None) -> str:
     """The confirmation in words, with the intervals (docs/tuning.md). ``command``: what to run
     to measure more (said when the verdict is inconclusive)."""
     metric = next(iter(objectives))
@@ -152,12 +154,12 @@ def sentence(v: cs.Verdict, objectives: Mapping[str, str], command: str | None =
         how = "better" if win.improvement.estimate >= 0 else "worse"
         best = (f"the best, {win.key}, is {abs(win.improvement.estimate):.0f}% {how} "
                 f"({_pct(win.improvement)})")
-    if v.verdict in (cs.EQUIVALENT, cs.OLD_NO_BETTER):
+    if v.verdict in (confirm_stats.EQUIVALENT, confirm_stats.OLD_NO_BETTER):
         text = (f"confirmed in {rounds}: equivalent: no configuration beats the default "
                 f"configuration ({base_ci}) by more than the {v.margin_pct:g}% tie margin"
                 + (f"; {best}" if best else "")
                 + ": keep the default; nothing is promoted unless forced.")
-    elif v.verdict == cs.INCONCLUSIVE:
+    elif v.verdict == confirm_stats.INCONCLUSIVE:
         why = (f"{best}, not yet told apart from the default configuration ({base_ci})"
                if best else "no configuration met the constraints in most of its rounds")
         more = f"; `{command}` measures more of the same rounds" if command else ""
@@ -180,13 +182,13 @@ def sentence(v: cs.Verdict, objectives: Mapping[str, str], command: str | None =
     return text + swing_note(v)
 
 
-def headline(v: cs.Verdict) -> str:
+def headline(v: confirm_stats.Verdict) -> str:
     """The verdict in a few words, for the plots' titles."""
     if v.keeps_default:
         win = v.scored.get(v.winner or "")
         best = (f"; best {win.key} {win.improvement.estimate:+.0f}% ({_pct(win.improvement)})"
                 if win is not None and win.improvement is not None else "")
-        word = "equivalent" if v.verdict == cs.OLD_NO_BETTER else v.verdict
+        word = "equivalent" if v.verdict == confirm_stats.OLD_NO_BETTER else v.verdict
         return f"confirmed: {word} after {v.rounds} rounds, default kept{best}"
     chosen = v.scored[v.chosen].improvement
     assert chosen is not None
@@ -194,9 +196,9 @@ def headline(v: cs.Verdict) -> str:
             f"({_pct(chosen)}) in {v.rounds} rounds")
 
 
-def swing_note(v: cs.Verdict) -> str:
+def swing_note(v: confirm_stats.Verdict) -> str:
     """`` trial-0's readings swing far more than the others' (...)``, or ""."""
-    got = cs.swinging(v.scored)
+    got = confirm_stats.swinging(v.scored)
     if got is None:
         return ""
     key, cv, others = got
@@ -208,7 +210,7 @@ def swing_note(v: cs.Verdict) -> str:
             "one a busy machine moves most.")
 
 
-def _ci(prefix: str, iv: cs.Interval | None) -> dict[str, float]:
+def _ci(prefix: str, iv: confirm_stats.Interval | None) -> dict[str, float]:
     """The estimate and its bounds (an unbounded side is left out: MLflow wants numbers)."""
     if iv is None:
         return {}
@@ -221,7 +223,7 @@ def worst_name(metric: str) -> str:
     return "max" if BETTER.get(metric) == "minimize" else "min"
 
 
-def scored_metrics(s: cs.Scored, metric: str) -> dict[str, float]:
+def scored_metrics(s: confirm_stats.Scored, metric: str) -> dict[str, float]:
     """``confirm/<metric>`` with its interval, p99, CV and the improvement, for one run."""
     out = {**_ci(f"confirm/{metric}", s.value), **_ci(f"confirm/{LATENCY}", s.p99),
            f"confirm/{metric}_cv_pct": s.cv_pct,
@@ -233,7 +235,7 @@ def scored_metrics(s: cs.Scored, metric: str) -> dict[str, float]:
     return out
 
 
-def parent_metrics(v: cs.Verdict, objectives: Mapping[str, str]) -> dict[str, float]:
+def parent_metrics(v: confirm_stats.Verdict, objectives: Mapping[str, str]) -> dict[str, float]:
     """The parent run's figures: the chosen configuration's, and the improvement (with the best
     other's interval when the default is kept)."""
     metric = next(iter(objectives))
@@ -250,8 +252,8 @@ def parent_metrics(v: cs.Verdict, objectives: Mapping[str, str]) -> dict[str, fl
     return out
 
 
-def parent_tags(v: cs.Verdict) -> dict[str, object]:
-    swing = cs.swinging(v.scored)
+def parent_tags(v: confirm_stats.Verdict) -> dict[str, object]:
+    swing = confirm_stats.swinging(v.scored)
     return {VERDICT_TAG: v.verdict, tags.CONFIRMED_TRIAL: trial_of(v.chosen),
             tags.CONFIRM_TIED: ", ".join(v.tied), tags.CONFIRM_SWINGS: swing[0] if swing else ""}
 

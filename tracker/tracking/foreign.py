@@ -104,7 +104,7 @@ def _inside(root: Path, relative: str, model_uri: str) -> Path:
 
 def _from_onnx(model_uri: str, local: Path, conf: dict[str, Any] | None, name: str,
                model_dir: Path) -> TritonModelDir:
-    from tracker.triton import model_config as mc
+    from tracker.triton import model_config
     from tracker.triton.formats import load_model_info
     from tracker.triton.formats.onnx import production_config
 
@@ -119,7 +119,7 @@ def _from_onnx(model_uri: str, local: Path, conf: dict[str, Any] | None, name: s
         target = version_dir / path.relative_to(model_file.parent)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
-    mc.save(cfg, model_dir / CONFIG_FILE)
+    model_config.save(cfg, model_dir / CONFIG_FILE)
     return inspect_model_dir(model_dir)
 
 

@@ -35,7 +35,7 @@ from tritonclient.grpc import model_config_pb2
 from tracker.errors import DeployError
 from tracker.tracking import flavor
 from tracker.tracking.model_files import StoredModel, download
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.formats.base import backend_of, copy_model_dir
 
 LOADER_MODULE = "tracker_onnx_pyfunc"
@@ -104,7 +104,7 @@ def model_dir(model_path: Path, production: str, dst: Path) -> Path:
     config text) and ``<name>/1/<default_model_filename>`` (``model_path``, hard-linked when
     the file system allows); a stored model directory (a Python-backend or config-driven
     model) is copied as it is, its config.pbtxt replaced by the production one."""
-    cfg = mc.parse(production)
+    cfg = model_config.parse(production)
     root = dst / (cfg.name or "model")
     if model_path.is_dir():
         copy_model_dir(model_path, root)
@@ -144,7 +144,7 @@ def log_winner_model(client: MlflowClient, run_id: str, stored: StoredModel
             raise DeployError(f"cannot read the trial's model files ({stored.uri}): "
                               f"{exc}") from exc
         root = model_dir(local, production, Path(tmp) / "model")
-        cfg = mc.parse(production)
+        cfg = model_config.parse(production)
         onnx_file = f"1/{cfg.default_model_filename or 'model.onnx'}"
 
         def extend(model: Model, path: Path) -> None:

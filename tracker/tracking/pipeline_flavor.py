@@ -41,7 +41,7 @@ from tracker.tracking.flavor import (
     log_saved,
     validate_model_name,
 )
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 
 LAYOUT = "repository"
 ENSEMBLE = "ensemble"
@@ -109,7 +109,7 @@ def _model_dir(root: Path, name: str) -> TritonModelDir:
     path = root / name
     if not (path / CONFIG_FILE).is_file():
         raise ModelError(f"the pipeline has no {name}/{CONFIG_FILE} (under {root})")
-    cfg = mc.load(path / CONFIG_FILE)
+    cfg = model_config.load(path / CONFIG_FILE)
     if cfg.name and cfg.name != name:
         raise ModelError(f"{path / CONFIG_FILE} names the model {cfg.name!r}, but its folder is "
                          f"{name!r}: Triton needs them to be the same")

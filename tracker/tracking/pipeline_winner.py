@@ -37,7 +37,7 @@ from tracker.tracking.pipeline_flavor import (
     inspect_repository_dir,
     log_pipeline_model,
 )
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.formats.base import backend_of, copy_model_dir, link_or_copy
 
 CONFIGS_DIR = "configs"  #: a trial run's artifacts: configs/<model>/config.pbtxt
@@ -72,7 +72,7 @@ def _onnx_file(stored: Path, filename: str) -> Path | None:
 
 def _place(name: str, production: str, stored: Path, dst: Path, uri: str) -> None:
     """Model ``name``'s directory at ``dst``: its stored files with the production config."""
-    cfg = mc.parse(production)
+    cfg = model_config.parse(production)
     source = stored / name
     if cfg.platform == ENSEMBLE:  # no files of its own; an empty 1/ may not have been kept
         if source.is_dir():
@@ -99,7 +99,7 @@ def _place(name: str, production: str, stored: Path, dst: Path, uri: str) -> Non
 
 def _signature(entry: str) -> ModelSignature | None:
     try:
-        return signature_for(mc.parse(entry))
+        return signature_for(model_config.parse(entry))
     except (DeployError, ValueError, TypeError):
         return None  # a data type MLflow's tensor signature cannot say; the flavor is enough
 

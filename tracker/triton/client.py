@@ -102,12 +102,12 @@ def example_inputs(config: ModelConfig, batch_size: int = 1,
                    seed: int = 0) -> dict[str, tuple[str, np.ndarray[Any, Any]]]:
     """Random inputs that match ``config``: name -> (Triton datatype, array). Variable dims
     (-1) become 1; the batch dimension is added when ``max_batch_size > 0``."""
-    from tritonclient.grpc import model_config_pb2 as mc
+    from tritonclient.grpc import model_config_pb2
 
     rng = np.random.default_rng(seed)
     out: dict[str, tuple[str, np.ndarray[Any, Any]]] = {}
     for inp in config.input:
-        type_name = mc.DataType.Name(inp.data_type)
+        type_name = model_config_pb2.DataType.Name(inp.data_type)
         if type_name not in DTYPES:
             raise ServerError(f"input {inp.name!r} has data type {type_name}, which example "
                               "inputs cannot be made for")

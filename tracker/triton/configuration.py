@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tracker.errors import ConfigError, ModelError
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.formats import load_model_info
 from tracker.triton.formats.base import CONFIG_FILE
 from tracker.triton.formats.ensemble import PLATFORM, steps_of
@@ -90,7 +90,7 @@ class Configuration:
 
     def key(self, model: str, path: str) -> str:
         """The knob name of ``path`` on ``model``: bare for a single model."""
-        return path if self.single or path in mc.LOAD_PARAMS else f"{model}{SEP}{path}"
+        return path if self.single or path in model_config.LOAD_PARAMS else f"{model}{SEP}{path}"
 
     # ---- knobs and configs ---------------------------------------------------------------
     def defaults(self) -> dict[str, ModelConfig]:
@@ -126,9 +126,9 @@ class Configuration:
         """Every model's config with its knobs of ``values`` set (load knobs left out), in
         load order; ConfigError as :func:`tracker.triton.model_config.apply` says, or when
         an ensemble's max_batch_size exceeds a step's."""
-        config_values, _load = mc.split_params(values)
+        config_values, _load = model_config.split_params(values)
         per_model = self.split(config_values)
-        out = {name: (mc.apply(self.info(name), per_model[name]) if per_model[name]
+        out = {name: (model_config.apply(self.info(name), per_model[name]) if per_model[name]
                       else self.info(name).config) for name in self.names}
         self.check(out)
         return out

@@ -104,7 +104,7 @@ def write_model(root: Path, info: ModelInfo, config: ModelConfig, *,
     of that name is replaced) and return both configs. ``files``: ``FILE:KEY`` values set in
     the model directory's JSON files; ``logged``: files whose trial copy is reported in
     ``knob_files`` even when no value of theirs is set (json_knobs.write)."""
-    from tracker.triton import model_config as mc
+    from tracker.triton import model_config
 
     if not config.name:
         raise ModelError("the model config has no name")
@@ -116,7 +116,7 @@ def write_model(root: Path, info: ModelInfo, config: ModelConfig, *,
     model_dir.parent.mkdir(parents=True, exist_ok=True)
     format_of(info).write_model_dir(info, served, prod, model_dir, version=version)
     knob_files = json_knobs.write(info, model_dir, files or {}, logged)
-    (model_dir / "config.pbtxt").write_text(header + mc.dumps(served))
+    (model_dir / "config.pbtxt").write_text(header + model_config.dumps(served))
     return TrialRepository(path=root, model_name=config.name, production_config=prod,
                            served_config=served, serving=serving, header=header,
                            knob_files=knob_files)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from tracker.errors import ModelError
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.formats.base import CONFIG_FILE, ModelFormat, ServeOptions
 from tracker.triton.formats.config_driven import ConfigDrivenFormat
 from tracker.triton.formats.ensemble import EnsembleFormat
@@ -52,9 +52,9 @@ def format_of(info: ModelInfo) -> ModelFormat:
 
 def _base(path: Path, base_config: Path | None) -> ModelConfig | None:
     if base_config is not None:
-        return mc.load(base_config)
+        return model_config.load(base_config)
     if path.is_dir() and (path / CONFIG_FILE).is_file():
-        return mc.load(path / CONFIG_FILE)
+        return model_config.load(path / CONFIG_FILE)
     return None
 
 

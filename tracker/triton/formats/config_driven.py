@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.formats.base import backend_of
 from tracker.triton.formats.directory import DirectoryFormat, read_config
 from tracker.triton.formats.knobs import Knob, for_backend
@@ -30,8 +30,8 @@ class ConfigDrivenFormat(DirectoryFormat):
 
     def read(self, path: Path, name: str, base: ModelConfig | None) -> ModelInfo:
         cfg = read_config(path, name, base, what=f"{backend_of(base) if base else ''} backend")
-        return mc.ModelInfo(cfg, cfg.max_batch_size > 0, path, platform=cfg.platform,
-                            format=self.name)
+        return model_config.ModelInfo(cfg, cfg.max_batch_size > 0, path, platform=cfg.platform,
+                                      format=self.name)
 
     def knobs(self, info: ModelInfo) -> tuple[Knob, ...]:
         return for_backend(backend_of(info.config))

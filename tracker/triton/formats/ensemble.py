@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tracker.errors import ConfigError, ModelError
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.formats.base import CONFIG_FILE, named
 from tracker.triton.formats.knobs import Knob
 
@@ -58,8 +58,8 @@ class EnsembleFormat:
         if cfg.instance_group:
             raise ConfigError(f"{path / CONFIG_FILE}: an ensemble cannot set instance_group "
                               "(Triton refuses it); set it on the composing models")
-        return mc.ModelInfo(cfg, cfg.max_batch_size > 0, path, platform=PLATFORM,
-                            format=self.name)
+        return model_config.ModelInfo(cfg, cfg.max_batch_size > 0, path, platform=PLATFORM,
+                                      format=self.name)
 
     def production_config(self, info: ModelInfo, cfg: ModelConfig,
                           options: object) -> ModelConfig:

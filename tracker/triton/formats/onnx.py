@@ -18,7 +18,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tracker.errors import ConfigError, ModelError
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.formats.base import ServeOptions, link_or_copy, version_file
 from tracker.triton.formats.knobs import Knob, for_backend
 from tracker.triton.onnx_reader import BACKEND, PLATFORM, OnnxModel, default_config, read_onnx
@@ -64,10 +64,10 @@ class OnnxFormat:
         model = read_onnx(model_file)
         if base is None:
             cfg = default_config(model, name, batching=model.can_batch,
-                                 max_batch_size=mc.DEFAULT_MAX_BATCH_SIZE)
-            return mc.ModelInfo(cfg, model.can_batch, model_file, format=self.name)
+                                 max_batch_size=model_config.DEFAULT_MAX_BATCH_SIZE)
+            return model_config.ModelInfo(cfg, model.can_batch, model_file, format=self.name)
         cfg = _complete(base, model, name)
-        return mc.ModelInfo(cfg, cfg.max_batch_size > 0, model_file, format=self.name)
+        return model_config.ModelInfo(cfg, cfg.max_batch_size > 0, model_file, format=self.name)
 
     def production_config(self, info: ModelInfo, cfg: ModelConfig,
                           options: ServeOptions) -> ModelConfig:
@@ -89,7 +89,7 @@ class OnnxFormat:
         link_or_copy(source, version_dir / (production.default_model_filename or MODEL_FILE))
         if served.backend == "python":
             shutil.copyfile(SHIM, version_dir / "model.py")
-            mc.save(production, model_dir / "production_config.pbtxt")
+            model_config.save(production, model_dir / "production_config.pbtxt")
 
     def backend(self, info: ModelInfo, serving: Serving | None) -> str:
         return "python" if serving == "python" else BACKEND
@@ -154,7 +154,7 @@ def _complete(base: ModelConfig, model: OnnxModel, name: str) -> ModelConfig:
     batching = cfg.max_batch_size > 0
     if cfg.max_batch_size == 0 and model.can_batch and not _full_rank_io(cfg, model):
         batching = True
-        cfg.max_batch_size = mc.DEFAULT_MAX_BATCH_SIZE
+        cfg.max_batch_size = model_config.DEFAULT_MAX_BATCH_SIZE
         if cfg.WhichOneof("scheduling_choice") is None:
             cfg.dynamic_batching.SetInParent()
     derived = default_config(model, name, batching=batching, max_batch_size=cfg.max_batch_size)

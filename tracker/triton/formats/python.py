@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tracker.errors import ConfigError
-from tracker.triton import model_config as mc
+from tracker.triton import model_config
 from tracker.triton.formats.base import version_file
 from tracker.triton.formats.directory import DirectoryFormat, read_config
 from tracker.triton.formats.knobs import Knob, for_backend
@@ -46,11 +46,12 @@ class PythonFormat(DirectoryFormat):
                         f"{path / 'config.pbtxt'}: a Python-backend model must list its "
                         f"{kind}s in config.pbtxt, or define auto_complete_config in "
                         f"{script.name}, but it does neither")
-        return mc.ModelInfo(cfg, cfg.max_batch_size > 0, path, platform="", format=self.name,
-                            auto_complete=auto and not (cfg.input and cfg.output))
+        return model_config.ModelInfo(cfg, cfg.max_batch_size > 0, path, platform="",
+                                      format=self.name,
+                                      auto_complete=auto and not (cfg.input and cfg.output))
 
     def knobs(self, info: ModelInfo) -> tuple[Knob, ...]:
         own = [Knob(f"parameters.{key}", "read by the model's model.py",
-                          f"default {value.string_value!r}")
+                    f"default {value.string_value!r}")
                for key, value in sorted(info.config.parameters.items())]
         return for_backend(BACKEND, own)
