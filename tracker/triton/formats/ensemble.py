@@ -18,10 +18,10 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from tracker.errors import ConfigError, ModelError
 from tracker.triton import model_config
 from tracker.triton.formats.base import CONFIG_FILE, named
+from tracker.triton.formats.directory import DirectoryFormat
 from tracker.triton.formats.knobs import Knob
 
 if TYPE_CHECKING:
-    from tracker.serving import Serving
     from tracker.triton.model_config import ModelInfo
 
 PLATFORM = "ensemble"
@@ -38,7 +38,7 @@ def steps_of(cfg: ModelConfig) -> list[str]:
     return list(dict.fromkeys(str(s.model_name) for s in cfg.ensemble_scheduling.step))
 
 
-class EnsembleFormat:
+class EnsembleFormat(DirectoryFormat):
     name = "ensemble"
 
     def detect(self, path: Path, config: ModelConfig | None) -> bool:
@@ -61,25 +61,9 @@ class EnsembleFormat:
         return model_config.ModelInfo(cfg, cfg.max_batch_size > 0, path, platform=PLATFORM,
                                       format=self.name)
 
-    def production_config(self, info: ModelInfo, cfg: ModelConfig,
-                          options: object) -> ModelConfig:
-        out = ModelConfig()
-        out.CopyFrom(cfg)
-        return out
-
-    def served_config(self, production: ModelConfig,
-                      serving: Serving | None) -> tuple[ModelConfig, str]:
-        return production, ""
-
     def write_model_dir(self, info: ModelInfo, served: ModelConfig, production: ModelConfig,
                         model_dir: Path, *, version: int) -> None:
         (model_dir / str(version)).mkdir(parents=True)  # Triton wants a version folder
 
-    def backend(self, info: ModelInfo, serving: Serving | None) -> str:
-        return PLATFORM
-
     def knobs(self, info: ModelInfo) -> tuple[Knob, ...]:
         return KNOBS
-
-    def stored(self, info: ModelInfo) -> Path:
-        return Path(info.model_file)
