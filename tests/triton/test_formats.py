@@ -120,3 +120,22 @@ def test_check_refuses_ort_threads_with_a_searched_thread_count(tmp_path: Path) 
     path.write_text(f"model: {{name: m, path: {onnx}}}\n"
                     "search: {space: {parameters.intra_op_thread_count: [1, 2]}}\n")
     assert _check(path)[0] == 0
+
+
+def test_python_model_with_numpy_2_on_the_embedded_stub_is_refused_by_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wheels' Python backend stubs are built for numpy 1: with numpy 2 a user's model.py
+    gets zeros from as_numpy() (seen: nvidia-pytriton 0.5.7, numpy 2.4.6). check says so
+    instead of letting a study measure a model that computes on zeros."""
+    model_dir = python_scale_model(tmp_path)
+    local = spec(tmp_path / "local.yaml", model_dir, "server: {mode: local}\n")
+    monkeypatch.setattr("tracker.triton.shim.model.numpy_glue_works", lambda: False)
+    code, out = _check(local)
+    assert code == 1, out
+    assert "numpy 1" in out and "numpy<2" in out and "server.mode: docker" in out
+    assert "Traceback" not in out
+    code, out = _check(spec(tmp_path / "docker.yaml", model_dir, "server: {mode: docker}\n"))
+    assert code == 0, out  # an NGC image's stub matches its own Python
+    monkeypatch.setattr("tracker.triton.shim.model.numpy_glue_works", lambda: True)
+    code, out = _check(local)
+    assert code == 0, out

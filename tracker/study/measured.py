@@ -156,10 +156,30 @@ def unservable(spec: StudySpec, info: ModelInfo | Configuration,
     for model in conf.models:
         if model.format == "ensemble":
             continue
-        why = _lacks(spec, model, format_of(model).backend(model, serving), server)
+        why = (_lacks(spec, model, format_of(model).backend(model, serving), server)
+               or _broken_stub(spec, model))
         if why is not None:
             return why
     return None
+
+
+def _broken_stub(spec: StudySpec, info: ModelInfo) -> str | None:
+    """Why the embedded server's Python backend would hand this Python-backend model wrong
+    tensors: every stub of the nvidia-pytriton wheels is built for numpy 1, and with numpy 2
+    installed ``as_numpy()`` gives zeros and ``pb_utils.Tensor`` outputs arrive empty (seen
+    with nvidia-pytriton 0.5.7 + numpy 2.4.6; the ONNX shim works around it, a user's
+    model.py cannot be rewritten). None when that cannot happen here."""
+    from tracker.triton.shim.model import numpy_glue_works
+
+    if spec.server.mode != "local" or info.format != "python" or numpy_glue_works():
+        return None
+    import numpy
+
+    return (f"model {str(info.config.name)!r} (python format) would get wrong tensors on the "
+            f"embedded server: its Python backend stub is built for numpy 1, and this "
+            f"environment has numpy {numpy.__version__}, with which `as_numpy()` returns "
+            "zeros; install numpy 1 (`pip install 'numpy<2'`, which also brings the "
+            "nvidia-pytriton 0.7 wheel) or run it with server.mode: docker or remote")
 
 
 def _lacks(spec: StudySpec, info: ModelInfo, needed: str, server: TritonServer) -> str | None:
