@@ -22,28 +22,10 @@ import mlflow
 import numpy as np
 import optuna
 
+from tests.support.formats import SCALE_MODEL
 from tracker import tags
 
-SCALE_PY = '''
-import json
-
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        config = json.loads(args["model_config"])
-        self.scale = float(config["parameters"]["SCALE"]["string_value"])
-
-    def execute(self, requests):
-        out = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            out.append(pb_utils.InferenceResponse(
-                [pb_utils.Tensor("OUTPUT0", (x * self.scale).astype(np.float32))]))
-        return out
-'''
+SCALE_PY = SCALE_MODEL  # x * parameters.SCALE; initialize raises when SCALE is no number
 
 LABEL_PY = '''
 import json
