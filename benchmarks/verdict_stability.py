@@ -1,7 +1,7 @@
 """Does the study's verdict decide, and is it right? The densenet_onnx study N times end to end,
 a long reference measurement, and an A/A check.
 
-    python benchmarks/verdict_stability.py --runs 5 [--aa 20] [--reference-rounds 8]
+    python benchmarks/verdict_stability.py --runs 5 [--aa 20] [--reference-rounds 12]
 
 Everything runs beside a noisy neighbour that this script starts before and stops after each
 part: a process burning CPU in irregular bursts (random bursts of 50-600 ms, idle gaps drawn
@@ -12,12 +12,14 @@ so that it averages about 40% of one core).
    outcome, the configuration chosen (or, when the default is kept, the best other), its
    improvement with the 95% interval, the rounds, the share of the study's wall time spent
    confirming, and what the single search measurement said.
-2. **Reference**: once per benchmark run, the first run's study confirmed again with every
-   configuration of its grid in ``--reference-rounds`` interleaved rounds, all of them
-   measured (no early stop: the round count is fixed, so the fixed-sample t-interval of the
-   mean log-ratio is the right one). A configuration is *really better* when that interval
-   lies above 0; its reference improvement is ``100 (exp(mean log-ratio) - 1)``, the figure
-   the confirmation's interval is about.
+2. **Reference**: once per benchmark run, after the runs, the comparisons they made measured
+   again in ``--reference-rounds`` interleaved rounds, all of them in every round (no early
+   stop: the round count is fixed, so the fixed-sample t-interval of the mean log-ratio is
+   the right one): each run's chosen configuration at the concurrency its run judged it by,
+   and the default at the concurrency its run's default was judged by (the confirmation
+   compares each configuration at its own level, so the reference must too). A run's choice
+   is *really better* when that interval lies above 0; its reference improvement is
+   ``100 (exp(mean log-ratio) - 1)``, the figure the run's interval is about.
 3. **A/A**: the quickstart model's default configuration confirmed ``--aa`` times against an
    identical copy of itself (one study: the default trial, and a copy of it added as a second
    trial), each a new confirmation of up to ``--aa-rounds`` rounds. ``better`` or ``tied``
@@ -57,9 +59,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tracker import confirm_stats  # noqa: E402
+from tracker.errors import TrackerError  # noqa: E402
 from tracker.spec import ensure_model, load_spec  # noqa: E402
 from tracker.study.confirm import confirm_session  # noqa: E402
-from tracker.study.confirm_rounds import Settings, run  # noqa: E402
+from tracker.study.confirm_rounds import Settings, measure_one, run  # noqa: E402
 from tracker.tracking import confirmed  # noqa: E402
 from tracker.tracking.report import best_row, improvement_pct  # noqa: E402
 from tracker.tracking.rows import trial_rows  # noqa: E402
@@ -163,41 +166,70 @@ def _verdicts(study: optuna.Study, record: dict[str, Any]) -> dict[str, Any]:
     rounds = {names[confirmed.key(int(c["trial"]))]: confirmed.series(record, int(c["trial"]),
                                                                       "perf_throughput")
               for c in record.get("candidates", [])}
+    levels = {confirmed.key(int(c["trial"])): float(c.get("concurrency") or 1)
+              for c in record.get("candidates", [])}
+    by_name = {r.name: r for r in rows}
     return {"single_winner": names[best.name] if best else "none", "single_pct": single or 0.0,
             "verdict": v.verdict, "about": names[about],
+            "about_params": dict(by_name[about].params), "about_level": levels[about],
+            "default_level": levels[base.name],
             "pct": imp.estimate if imp else 0.0,
             "ci": (imp.low, imp.high) if imp else (0.0, 0.0), "rounds": v.rounds,
             "per_round": rounds}
 
 
-def reference(spec_path: Path, folder: Path, rounds: int, seed: int) -> dict[str, Any]:
-    """Every configuration of run 0's study in ``rounds`` interleaved rounds, no early stop."""
-    local = _local_spec(spec_path, folder, "verdict-0",
-                        confirm={"top_k": 20, "rounds": rounds, "min_rounds": rounds,
-                                 "budget_s": 1e6})
+def reference(spec_path: Path, folder: Path, runs: list[dict[str, Any]], rounds: int,
+              seed: int) -> dict[str, Any]:
+    """The exact comparisons the runs made, measured again in ``rounds`` interleaved rounds,
+    no early stop: every (configuration, concurrency) pair a run's verdict is about and the
+    default at every concurrency a run's default was judged at, on run 0's study (its model
+    and server). A run's reference improvement is then its chosen configuration at its level
+    against the default at the default's level, as its own confirmation compared them."""
+    local = _local_spec(spec_path, folder, "verdict-0")
+    pairs: dict[str, tuple[dict[str, Any], bool, float]] = {}
+    for r in runs:
+        pairs[_pair("default", r["default_level"])] = ({}, True, r["default_level"])
+        pairs[_pair(r["about"], r["about_level"])] = (r["about_params"], False,
+                                                       r["about_level"])
+    series: dict[str, list[float | None]] = {k: [] for k in pairs}
     started = time.monotonic()
-    with neighbour(seed):
-        _tracker(["confirm", str(local), "--new"], folder)
-    study = _study(folder, "verdict-0")
-    record = confirmed.load(study)
-    assert record is not None
-    rows = {r.number: r for r in trial_rows(study)}
-    base = next(int(c["trial"]) for c in record["candidates"] if c["baseline"])
-    default = confirmed.series(record, base, "perf_throughput")
-    out: dict[str, Any] = {"wall_s": time.monotonic() - started, "configs": {}}
-    for c in record["candidates"]:
-        n = int(c["trial"])
-        if n == base:
-            continue
-        logs = confirm_stats.log_ratios(confirmed.series(record, n, "perf_throughput"), default)
+    cwd = os.getcwd()
+    os.chdir(folder)
+    os.environ["MLFLOW_TRACKING_URI"] = _env(folder)["MLFLOW_TRACKING_URI"]
+    rng = random.Random(seed)
+    try:
+        with neighbour(seed), confirm_session(local) as (ctx, _):
+            for rnd in range(rounds):
+                order = sorted(pairs)
+                rng.shuffle(order)
+                for key in order:
+                    params, baseline, level = pairs[key]
+                    try:
+                        got = measure_one(ctx, params, baseline=baseline, level=level,
+                                          label=f"ref-{rnd}-{order.index(key)}")
+                        series[key].append(got.choice.metrics.get("perf_throughput"))
+                    except TrackerError:
+                        series[key].append(None)
+                print(f"  reference round {rnd + 1}/{rounds}: " + "  ".join(
+                    f"{k} {series[k][-1] or 0:.1f}" for k in sorted(pairs)), flush=True)
+    finally:
+        os.chdir(cwd)
+    out: dict[str, Any] = {"wall_s": time.monotonic() - started, "pairs": {}, "runs": []}
+    for key, got in series.items():
+        out["pairs"][key] = {"cv": confirm_stats.cv_pct([x for x in got if x is not None]),
+                             "mean": statistics.fmean([x for x in got if x is not None] or [0])}
+    for r in runs:
+        logs = confirm_stats.log_ratios(series[_pair(r["about"], r["about_level"])],
+                                        series[_pair("default", r["default_level"])])
         mean, low, high = confirm_stats.mean_interval(logs)
-        out["configs"][_name(rows[n].params)] = {
-            "pct": 100 * math.expm1(mean), "low": 100 * math.expm1(low),
-            "high": 100 * math.expm1(high), "n": len(logs), "better": low > 0,
-            "cv": confirm_stats.cv_pct([x for x in confirmed.series(record, n, "perf_throughput")
-                                        if x is not None])}
-    out["default_cv"] = confirm_stats.cv_pct([x for x in default if x is not None])
+        out["runs"].append({"pct": 100 * math.expm1(mean), "low": 100 * math.expm1(low),
+                            "high": 100 * math.expm1(high), "n": len(logs),
+                            "better": low > 0})
     return out
+
+
+def _pair(name: str, level: float) -> str:
+    return f"{name} @{level:g}"
 
 
 def aa_check(spec_path: Path, folder: Path, n: int, rounds: int, seed: int) -> list[str]:
@@ -245,7 +277,7 @@ def main() -> None:
                         "study.yaml")
     parser.add_argument("--aa", type=int, default=20, help="A/A confirmations")
     parser.add_argument("--aa-rounds", type=int, default=5)
-    parser.add_argument("--reference-rounds", type=int, default=8)
+    parser.add_argument("--reference-rounds", type=int, default=12)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     ensure_model(load_spec(args.spec))
@@ -266,13 +298,12 @@ def main() -> None:
             for name, got in r["per_round"].items():
                 print(f"  {name:<58} " + " ".join("   -  " if x is None else f"{x:6.2f}"
                                                   for x in got), flush=True)
-        ref = reference(args.spec.resolve(), folders[0], args.reference_rounds,
+        ref = reference(args.spec.resolve(), folders[0], results, args.reference_rounds,
                         rng.randrange(1 << 30))
-        print(f"\nreference: {args.reference_rounds} interleaved rounds of every configuration"
-              f" ({ref['wall_s']:.0f} s); default's round-to-round CV {ref['default_cv']:.0f}%")
-        for name, got in sorted(ref["configs"].items(), key=lambda kv: -kv[1]["pct"]):
-            print(f"  {name:<58} {got['pct']:+6.1f}% ({got['low']:.1f} to {got['high']:.1f})"
-                  f"  CV {got['cv']:.0f}%  {'better' if got['better'] else 'not shown better'}")
+        print(f"\nreference: {args.reference_rounds} interleaved rounds of the pairs the runs "
+              f"compared ({ref['wall_s']:.0f} s)")
+        for key, got in sorted(ref["pairs"].items()):
+            print(f"  {key:<62} mean {got['mean']:6.2f}  CV {got['cv']:.0f}%")
         print("\nA/A: the quickstart default against an identical copy of itself")
         aa = aa_check(args.aa_spec.resolve(), aa_folder, args.aa, args.aa_rounds,
                       rng.randrange(1 << 30))
@@ -280,20 +311,20 @@ def main() -> None:
         for folder in [*folders, aa_folder]:
             shutil.rmtree(folder, ignore_errors=True)
     wall = time.monotonic() - started
-    configs = ref["configs"]
-    found = [r["verdict"] in (confirm_stats.BETTER, confirm_stats.TIED)
-             and configs.get(r["about"], {}).get("better") for r in results]
-    covered = [r["about"] in configs and r["ci"][0] <= configs[r["about"]]["pct"] <= r["ci"][1]
-               for r in results]
+    refs = ref["runs"]
+    found = [r["verdict"] in (confirm_stats.BETTER, confirm_stats.TIED) and x["better"]
+             for r, x in zip(results, refs, strict=True)]
+    covered = [r["ci"][0] <= x["pct"] <= r["ci"][1] for r, x in zip(results, refs, strict=True)]
     false = sum(v in (confirm_stats.BETTER, confirm_stats.TIED) for v in aa)
     share = statistics.median(r["share"] for r in results)
     print(f"\n{'run':>3}  {'verdict':<12} {'configuration':<56} {'improvement (95% CI)':<26} "
           f"{'rounds':>6} {'confirm':>8} {'reference':>10} {'single':>8}")
-    for i, r in enumerate(results):
-        refpct = configs.get(r["about"], {}).get("pct")
-        print(f"{i:>3}  {r['verdict']:<12} {r['about']:<56} {_ci(r):<26} {r['rounds']:>6} "
-              f"{r['share']:>7.0%} " + (f"{refpct:>+9.1f}%" if refpct is not None else
-                                        f"{'-':>10}") + f" {r['single_pct']:>+7.1f}%")
+    for i, (r, x) in enumerate(zip(results, refs, strict=True)):
+        about = f"{_pair(r['about'], r['about_level'])} vs @{r['default_level']:g}"
+        print(f"{i:>3}  {r['verdict']:<12} {about:<56} {_ci(r):<26} {r['rounds']:>6} "
+              f"{r['share']:>7.0%} {x['pct']:>+9.1f}% {r['single_pct']:>+7.1f}%")
+        print(f"     reference interval {x['low']:+.1f} to {x['high']:+.1f}% "
+              f"({x['n']} rounds): {'better' if x['better'] else 'not shown better'}")
     print(f"\npower (better/tied with a really better choice): {sum(found)}/{len(found)}; "
           f"intervals holding the reference: {sum(covered)}/{len(covered)}; A/A false "
           f"better: {false}/{len(aa)} ({', '.join(f'{aa.count(k)} {k}' for k in sorted(set(aa)))})")
