@@ -22,7 +22,7 @@ experiment="${TRACKER_EXPERIMENT:-$(python - "$spec" <<'PY' 2>/dev/null || true
 import sys
 from tracker.spec import load_spec
 spec = load_spec(sys.argv[1])
-print(spec.mlflow.experiment or spec.model.name)
+print(spec.experiment_name)
 PY
 )}"
 exec mlflow run . --env-manager local --experiment-name "${experiment:-densenet_onnx}" \

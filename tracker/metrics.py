@@ -39,6 +39,8 @@ class Metric:
     column: str | None = None    # perf_analyzer CSV column (ms figures are microseconds there)
 
 
+WEIGHTED_GAIN = "weighted_gain"
+
 CATALOG: tuple[Metric, ...] = (
     Metric("perf_throughput", "maximize", "infer/s", "throughput", "Inferences/Second"),
     Metric("perf_latency_avg", "minimize", "ms", "latency_avg_ms", "Avg latency"),
@@ -68,6 +70,9 @@ CATALOG: tuple[Metric, ...] = (
     Metric("gpu_power_usage", "minimize", "W", column="Avg GPU Power Usage"),
     Metric("cpu_used_ram", "minimize", "MB"),
     Metric("cpu_utilization", "minimize", "%"),
+    # several independent models measured together: the study's one score, Model Analyzer's
+    # `weighting` against the default configuration (tracker.search.objective.weighted_gain)
+    Metric(WEIGHTED_GAIN, "maximize", ""),
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in CATALOG}

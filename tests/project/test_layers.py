@@ -20,8 +20,8 @@ _ABOVE_SPEC = ("tracker.triton", "tracker.measure", "tracker.search", "tracker.t
 _LOOP = ("tracker.study", "tracker.cli")
 
 #: the study package, bottom first: each module may import those before it, never one after
-STUDY_ORDER = ("progress", "model_store", "measured", "session", "trial", "conclude",
-               "confirm_rounds", "loop", "profile", "confirm")
+STUDY_ORDER = ("progress", "model_store", "joint", "measured", "session", "trial",
+               "conclude", "confirm_rounds", "loop", "profile", "confirm")
 
 
 def _study_above(name: str) -> tuple[str, ...]:

@@ -220,3 +220,36 @@ def test_densenet_pipeline_builds_checks_and_its_grid_applies(tmp_path: Path) ->
                            "densenet/parameters.intra_op_thread_count": 1})
         assert cfgs["densenet"].instance_group[0].count == count
         assert list(cfgs["densenet"].input[0].dims) == [3, 224, 224]
+
+
+def test_two_models_builds_checks_and_its_grid_applies(tmp_path: Path) -> None:
+    """projects/two_models: the repository is built by its script, `tracker check` shows each
+    entry with its own load and weight, and every grid point applies to both models."""
+    import shutil
+
+    from tracker.search.space import grid
+    from tracker.triton.configuration import configuration_of
+
+    project = tmp_path / "two_models"
+    shutil.copytree(PROJECTS / "two_models", project,
+                    ignore=shutil.ignore_patterns("models", "__pycache__"))
+    (tmp_path / "densenet_onnx").symlink_to(DENSENET)
+    (tmp_path / "quickstart").symlink_to(QUICKSTART)
+    result = CliRunner().invoke(cli, ["check", str(project / "study.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "densenet: concurrency 2, batch size 1, weight 1" in result.output
+    assert "quickstart: concurrency 4, batch size 1, weight 1" in result.output
+    assert "objectives: weighted_gain (maximize)" in result.output
+    spec = load_spec(project / "study.yaml")
+    conf = configuration_of(spec.model)
+    assert conf.entries == ("densenet", "quickstart") and not conf.composing("densenet")
+    points = grid(spec.search.space)
+    for count in points["densenet/instance_group.count"]:
+        for threads in points["quickstart/parameters.intra_op_thread_count"]:
+            cfgs = conf.apply({"densenet/instance_group.count": count,
+                               "densenet/parameters.intra_op_thread_count": 1,
+                               "quickstart/parameters.intra_op_thread_count": threads})
+            assert cfgs["densenet"].instance_group[0].count == count
+            assert cfgs["quickstart"].parameters["intra_op_thread_count"].string_value == \
+                str(threads)
+            assert cfgs["quickstart"].max_batch_size == 32

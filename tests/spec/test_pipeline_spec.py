@@ -3,6 +3,7 @@ them, and what is refused before any model is read."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -36,11 +37,59 @@ def test_prefixed_knob_values_are_checked_like_bare_ones(tmp_path: Path) -> None
         parse_spec(_spec(tmp_path, search={"space": {"prep/concurrency": [1]}}))
 
 
-def test_unknown_metric_and_several_entries_are_refused(tmp_path: Path) -> None:
+def test_unknown_step_metric_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="unknown metric 'model/prep/queue'"):
         parse_spec(_spec(tmp_path, constraints={"model/prep/queue": {"max": 1}}))
-    data = _spec(tmp_path)
+
+
+def _several(tmp_path: Path, **parts: object) -> dict[str, object]:
+    data = _spec(tmp_path, **parts)
     data["model"] = {"name": ["a", "b"], "path": str(tmp_path / "repo")}
-    with pytest.raises(SpecError, match="several independent entry models in one study are "
-                                        "not tuned yet"):
+    return data
+
+
+def test_several_entries_get_weighted_gain_and_their_own_loads(tmp_path: Path) -> None:
+    (tmp_path / "b.json").write_text("{}")
+    spec = parse_spec(_several(tmp_path, load={
+        "window_ms": 500, "concurrency": [2],
+        "models": {"b": {"concurrency": [1, 8], "input_data": "b.json"}}}),
+        base_dir=tmp_path)
+    assert dict(spec.objectives) == {"weighted_gain": "maximize"}
+    assert spec.study_name == "a+b"
+    a, b = spec.load.for_model("a"), spec.load.for_model("b")
+    assert (a.concurrency, b.concurrency) == ([2], [1, 8])
+    assert a.window_ms == b.window_ms == 500  # the shared settings stay
+    assert b.input_data == tmp_path / "b.json" and a.input_data is None
+    weighted = _several(tmp_path)
+    weighted["model"]["weights"] = {"a": 3, "b": 1}  # type: ignore[index]
+    assert parse_spec(weighted).model.weights == {"a": 3.0, "b": 1.0}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"objectives": {"perf_throughput": "maximize"}},
+     "objectives: several entry models (a, b) are judged by one score, weighted_gain"),
+    ({"load": {"models": {"c": {}}}}, "load.models.c: names no entry model"),
+    ({"load": {"models": {"b": {"concurrency": "8"}}}}, "load.models.b.concurrency"),
+    ({"load": {"models": {"b": {"windows": 3}}}}, "load.models.b.windows: Extra inputs"),
+    ({"search": {"space": {"concurrency": [1, 2]}}},
+     "search.space.concurrency: sets every model's load at once"),
+    ({"weights": {"c": 1}}, "model.weights.c: names no entry model"),
+    ({"weights": {"a": 0}}, "model.weights.a"),
+    ({"composing": ["x"]}, "model.composing: lists the models one BLS entry calls"),
+])
+def test_several_entries_refuse_what_does_not_fit(tmp_path: Path, change: dict[str, object],
+                                                  message: str) -> None:
+    data = _several(tmp_path)
+    for key in ("weights", "composing"):
+        if key in change:
+            data["model"][key] = change.pop(key)  # type: ignore[index]
+    data.update(change)
+    with pytest.raises(SpecError, match=re.escape(message)):
         parse_spec(data)
+
+
+def test_one_entry_refuses_the_joint_words(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="weighted_gain scores several entry models"):
+        parse_spec(_spec(tmp_path, objectives={"weighted_gain": "maximize"}))
+    with pytest.raises(SpecError, match=r"load\.models\.pipe: names no entry model"):
+        parse_spec(_spec(tmp_path, load={"models": {"pipe": {"concurrency": [2]}}}))

@@ -32,6 +32,7 @@ from tracker.deploy import service, watch
 from tracker.deploy.pointers import Pointers, record_seen
 from tracker.deploy.settings import TargetSettings
 from tracker.errors import DeployError, TrackingError
+from tracker.metrics import WEIGHTED_GAIN
 from tracker.tracking import confirmed, flavor, model_files, registry
 from tracker.tracking.mlflow_model import log_winner_model
 from tracker.tracking.pipeline_flavor import models_from_tags
@@ -114,6 +115,13 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
     """Register, stage, alias and (with ``settings``) deploy the study's best feasible trial.
     ``constraints``: the spec's (None when unknown: the tag then says only that it met the
     study's constraints)."""
+    if WEIGHTED_GAIN in objectives:
+        raise DeployError(
+            f"study {study.study_name!r} tunes several entry models together (judged by "
+            "weighted_gain); promote registers and deploys one entry model and the models it "
+            "calls, so it does not promote this study yet. The best configuration of every "
+            "model is on the study's parent run as best/<model>/config.pbtxt "
+            "(docs/pipelines.md, Limits)")
     stage = registry.validate_stage(stage)
     registry.validate_alias(alias)
     registry.validate_registered_name(registered_model)

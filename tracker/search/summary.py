@@ -22,6 +22,7 @@ from tracker.triton.configuration import Configuration, as_configuration
 from tracker.triton.formats import json_knobs
 
 if TYPE_CHECKING:
+    from tracker.spec.sections import LoadSection
     from tracker.triton.model_config import ModelInfo
 
 _PASSWORD = re.compile(r"(://[^:/@]+):[^@/]+@")
@@ -153,6 +154,26 @@ def _pipeline_lines(conf: Configuration) -> list[str]:
     return lines
 
 
+def _sweep(load: LoadSection) -> str:
+    return (f"request rates {load.request_rate} /s ({load.arrival})" if load.request_rate
+            else "concurrency " + ", ".join(str(c) for c in load.concurrency_levels()))
+
+
+def _joint_lines(spec: StudySpec, conf: Configuration) -> list[str]:
+    """Several entry models: each one's own load (its input data checked against it) and
+    weight, all driven at once."""
+    if len(conf.entries) < 2:
+        return []
+    weights = {name: (spec.model.weights or {}).get(name, 1.0) for name in conf.entries}
+    lines = ["  every entry model is driven at once, in the same windows; per model:"]
+    for name in conf.entries:
+        load = spec.load.for_model(name)
+        inputs = check_input_data(spec.model_copy(update={"load": load}), conf.info(name))
+        lines.append(f"  {name}: {_sweep(load)}, batch size {load.batch_size}, weight "
+                     f"{weights[name]:g}; {inputs}")
+    return lines
+
+
 def check(spec: StudySpec, info: ModelInfo | Configuration) -> str:
     """Validate ``spec`` against the model (or every model of the configuration) and
     describe the study. SpecError when a knob does not fit its model or load.input_data does
@@ -170,8 +191,7 @@ def check(spec: StudySpec, info: ModelInfo | Configuration) -> str:
     server = spec.server
     where = describe(server.mode, server)
     load = spec.load
-    sweep = (f"request rates {load.request_rate} /s ({load.arrival})" if load.request_rate
-             else "concurrency " + ", ".join(str(c) for c in load.concurrency_levels()))
+    sweep = _sweep(load)
     window = (f"{load.window_requests} requests" if load.window_requests
               else f"{load.window_ms} ms")
     size = space_size(space)
@@ -190,6 +210,7 @@ def check(spec: StudySpec, info: ModelInfo | Configuration) -> str:
         f"server: {server.mode} ({where}), strategy {server.strategy}",
         f"load: {sweep}; windows of {window}, stable within {load.stability_pct:g}%, "
         f"batch size {load.batch_size}, {load.protocol}",
+        *_joint_lines(spec, conf),
         "objectives: " + ", ".join(f"{m} ({d})" for m, d in spec.objectives.items()),
         "constraints: " + (", ".join(_bound(m, b) for m, b in spec.constraints.items())
                            or "none"),

@@ -123,6 +123,44 @@ class StudySpec(SpecModel):
     def registered_model_name(self) -> str:
         return self.mlflow.registered_model or self.model.label
 
+    @model_validator(mode="before")
+    @classmethod
+    def _joint_objective(cls, data: object) -> object:
+        """Several entry models are judged by one score: unless ``objectives`` is given, it
+        is ``weighted_gain`` (docs/pipelines.md)."""
+        if isinstance(data, Mapping) and "objectives" not in data:
+            model = data.get("model")
+            names = model.get("name") if isinstance(model, Mapping) else None
+            if isinstance(names, list) and len(names) > 1:
+                return {**data, "objectives": {catalog.WEIGHTED_GAIN: "maximize"}}
+        return data
+
+    @model_validator(mode="after")
+    def _several_models(self) -> StudySpec:
+        """What several independent entry models need of the other sections."""
+        names = self.model.names
+        items: list[tuple[str, str]] = []
+        joint = {catalog.WEIGHTED_GAIN: "maximize"}
+        if len(names) > 1 and dict(self.objectives) != joint:
+            items.append(("objectives", f"several entry models ({', '.join(names)}) are judged "
+                          f"by one score, weighted_gain (each model's throughput against the "
+                          f"default configuration's, weighed by model.weights), so objectives "
+                          f"must be {{weighted_gain: maximize}} or left out, but got "
+                          f"{show(dict(self.objectives))}"))
+        if len(names) < 2 and catalog.WEIGHTED_GAIN in self.objectives:
+            items.append(("objectives", "weighted_gain scores several entry models measured "
+                          "together; with one model, optimise its own metric (e.g. "
+                          "perf_throughput)"))
+        items.extend((f"load.models.{k}", f"names no entry model (model.name: {show(names)})")
+                     for k in self.load.models if k not in names or len(names) < 2)
+        if len(names) > 1:
+            items.extend((f"search.space.{k}", f"sets every model's load at once; with several "
+                          f"entry models give each its own in load.models.<model>.{k}")
+                         for k in self.search.space if k in LOAD_KNOBS)
+        if items:
+            raise Problems(items)
+        return self
+
     @model_validator(mode="after")
     def _threads_once(self) -> StudySpec:
         """server.ort_*_op_threads and a searched parameters.*_op_thread_count set the same

@@ -58,12 +58,25 @@ class ModelSection(SpecModel):
             raise problem(f"must name each model once, but got {show(value)}")
         return value
 
+    #: several independent entry models: each one's weight in the study's objective
+    #: (weighted_gain, Model Analyzer's ``weighting``); unset: 1 each
+    weights: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] | None = None
+
     @model_validator(mode="after")
-    def _bls(self) -> ModelSection:
-        if len(self.names) > 1:  # read by tracker.triton.configuration, not tuned yet
-            raise Problems([("name", "several independent entry models in one study are not "
-                                     "tuned yet (docs/pipelines.md, Limits); give one entry "
-                                     f"model, but got {show(self.name)}")])
+    def _entries(self) -> ModelSection:
+        items: list[tuple[str, str]] = []
+        if len(self.names) > 1 and self.composing:
+            items.append(("composing", "lists the models one BLS entry calls, so it needs one "
+                          f"entry model, but model.name gives {len(self.names)}: "
+                          f"{show(self.name)}"))
+        if self.weights is not None:
+            if len(self.names) < 2:
+                items.append(("weights", "weighs several entry models against each other; "
+                              "give model.name as a list of them, or remove weights"))
+            items.extend((f"weights.{k}", f"names no entry model (model.name: "
+                          f"{show(self.names)})") for k in self.weights if k not in self.names)
+        if items:
+            raise Problems(items)
         return self
 
     @property

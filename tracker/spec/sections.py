@@ -20,6 +20,7 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
@@ -172,6 +173,11 @@ Concurrency = Annotated[
 ]
 
 
+def _tag(loc: object) -> bool:
+    """A part of a pydantic error location that names a validator, not a field."""
+    return isinstance(loc, str) and (loc.startswith("@") or "[" in loc)
+
+
 class LoadSection(SpecModel):
     """How each configuration is measured: the concurrency sweep and its stability windows."""
 
@@ -190,6 +196,42 @@ class LoadSection(SpecModel):
     max_error_pct: Annotated[float, Field(ge=0, le=100)] = 1.0
     request_timeout_s: PosFloat = 10.0
     stream: StreamSection = Field(default_factory=StreamSection)  # spec/streaming.py
+    #: several independent models: each one's changes to this load (docs/pipelines.md)
+    models: dict[str, dict[str, object]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _per_model(self, info: ValidationInfo) -> LoadSection:
+        """Each ``models.<name>`` entry must make a valid load with this one; its input file
+        is resolved here, so :meth:`for_model` needs no context."""
+        items: list[tuple[str, str]] = []
+        for name, override in self.models.items():
+            if "models" in override:
+                items.append((f"models.{name}.models", "cannot be nested"))
+                continue
+            try:
+                one = LoadSection.model_validate({**self._base(), **override},
+                                                 context=info.context)
+            except ValidationError as exc:
+                items.extend((".".join(["models", name, *(str(x) for x in e["loc"]
+                                                              if not _tag(x))]), e["msg"])
+                             for e in exc.errors())
+                continue
+            if "input_data" in override and one.input_data is not None:
+                override["input_data"] = str(one.input_data)
+        if items:
+            raise Problems(items)
+        return self
+
+    def _base(self) -> dict[str, object]:
+        return self.model_dump(exclude={"models"}, exclude_unset=True)
+
+    def for_model(self, name: str) -> LoadSection:
+        """The load of model ``name`` among several: this one with its ``models.<name>``
+        changes (a changed key replaces the whole value, ``stream`` included)."""
+        override = self.models.get(name)
+        if not override:
+            return self.model_copy(update={"models": {}})
+        return LoadSection.model_validate({**self._base(), **override})
 
     @field_validator("input_data")
     @classmethod

@@ -41,6 +41,11 @@ if TYPE_CHECKING:
     from tracker.search.objective import LevelChoice
 
 
+#: why a study of several entry models has no confirmation (docs/pipelines.md, Limits)
+NOT_JOINT = ("a study of several entry models is judged by weighted_gain against the default's "
+             "search measurement, which interleaved rounds cannot compare yet; the result is the "
+             "search's own")
+
 #: windows per confirmation measurement: the three the stability rule compares, no retries
 #: (the rounds, not the retries, are what the verdict's intervals stand on)
 WINDOWS = 3
@@ -153,6 +158,9 @@ def run(ctx: StudyContext, s: Settings, *, again: bool = False, new: bool = Fals
     ``s.rounds`` rounds) or ``new`` (then a new one replaces it)."""
     study, objectives = ctx.study, dict(ctx.spec.objectives)
     say = on_measured or ctx.progress.line
+    if len(ctx.configuration.entries) > 1:
+        say(f"confirmation skipped: {NOT_JOINT}")
+        return None
     chosen = pick(trial_rows(study), objectives, s.top_k)
     if len(chosen) < 2:
         say("confirmation skipped: " + ("the default configuration has no result"

@@ -46,6 +46,7 @@ from tracker.study.trial import abandon_trial, run_trial
 from tracker.tracking import launcher, runs
 from tracker.tracking.machine import record_machine
 from tracker.tracking.redact import redact_url
+from tracker.tracking.rows import fmt
 from tracker.tracking.scaleout import (
     PARENT_RUN_ATTR,
     attach_study_run,
@@ -136,7 +137,7 @@ def _best_text(study: optuna.Study, spec: StudySpec) -> str:
         return "none feasible yet"
     metric = next(iter(spec.objectives))
     value = TrialRecord.of(best[0]).metrics.get(metric)
-    shown = f"{value:,.1f}" if isinstance(value, float) else "?"
+    shown = fmt(metric, value) if isinstance(value, float) else "?"
     return f"trial {best[0].number} ({metric} {shown})" + (
         f" +{len(best) - 1} on the front" if len(best) > 1 else "")
 

@@ -24,10 +24,11 @@ from tracker.measure import csvio
 from tracker.measure.host import measured_tags, server_tags
 from tracker.measure.monitors import Monitor, close_monitors, default_monitors
 from tracker.measure.sweep import LevelPlanner, sweep
-from tracker.measure.types import Measurement, SweepResult
+from tracker.measure.types import Measurement, MultiSweepResult, SweepResult
 from tracker.metrics import load_levels_from
 from tracker.search.objective import LevelChoice, pick_best_level
 from tracker.serving import Serving, serving_choices
+from tracker.study import joint
 from tracker.tracking.redact import redact_text
 from tracker.triton import model_config
 from tracker.triton.configuration import Configuration, as_configuration
@@ -69,6 +70,7 @@ class ConfigMeasurement:
     knob_texts: dict[str, str] = field(default_factory=dict)  # FILE:KEY files as loaded
     # a configuration of several models: each model's production config, load order
     model_texts: dict[str, str] = field(default_factory=dict)
+    joint: MultiSweepResult | None = None  # several entry models: their joint sweep
 
     @property
     def measurements(self) -> list[Measurement]:
@@ -81,8 +83,9 @@ class ConfigMeasurement:
     def files(self) -> dict[str, str | bytes | Path]:
         """The artifacts of a measured configuration (``tracking.runs.log_files``)."""
         files: dict[str, str | bytes | Path] = {
-            "config.pbtxt": self.served_text, "perf.csv": self.perf_csv,
-            "server.log": clip_log(self.log)}
+            "config.pbtxt": self.served_text, "server.log": clip_log(self.log),
+            **(joint.perf_files(self.joint) if self.joint is not None
+               else {"perf.csv": self.perf_csv})}
         if self.repository.shimmed:
             files["production_config.pbtxt"] = self.production_text
         files.update(self.knob_texts)
@@ -90,9 +93,10 @@ class ConfigMeasurement:
         return files
 
     def headline(self) -> dict[str, float]:
-        """The metrics logged at the chosen level (with its concurrency and feasibility)."""
-        return {**self.choice.metrics, "concurrency": self.choice.concurrency,
-                "feasible": float(self.choice.feasible)}
+        """The metrics logged at the chosen level (with its concurrency and feasibility;
+        several entry models: each one's ``<model>/concurrency`` instead)."""
+        level = {} if self.joint is not None else {"concurrency": self.choice.concurrency}
+        return {**self.choice.metrics, **level, "feasible": float(self.choice.feasible)}
 
 
 def model_files(texts: Mapping[str, str]) -> dict[str, str | bytes | Path]:
@@ -248,7 +252,8 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
                           on_level: Callable[[Measurement], None] | None = None,
                           on_phase: Callable[[str], None] | None = None,
                           backend: str = "builtin",
-                          files: Mapping[str, object] | None = None) -> ConfigMeasurement:
+                          files: Mapping[str, object] | None = None,
+                          reference: Mapping[str, float] | None = None) -> ConfigMeasurement:
     """Measure ``cfg`` (a ModelConfig of ``info``'s model, or for a configuration of several
     models every model's config by name) on ``server``.
 
@@ -263,8 +268,10 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
     tree + metrics endpoint + NVML); ``on_phase("starting Triton")`` before the server is
     served the config; ``files``: the configuration's ``FILE:KEY`` values, written into its
     copy of the model directory (each file the spec's space addresses is logged as the server
-    loaded it). Raises :class:`ConfigFailed`; the server is left as it is (running, or stopped
-    when it failed).
+    loaded it). Several entry models (study/joint.py) are swept together and judged by
+    ``weighted_gain`` against ``reference``, the default configuration's logged metrics
+    (None: this is the default); ``plan`` is then not used. Raises :class:`ConfigFailed`; the
+    server is left as it is (running, or stopped when it failed).
     """
     conf = as_configuration(info)
     cfgs = {conf.entry: cfg} if isinstance(cfg, model_config.ModelConfig) else dict(cfg)
@@ -292,11 +299,18 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
             raise ConfigFailed(str(getattr(err, "reason", err)), err,
                                server.log_text()[mark:]) from err
         monitors = (monitors_factory or _monitors)(server)
+        together = None
         try:
-            result = sweep(server.endpoints, repo.model_name, loaded, spec.load,
-                           spec.constraints, monitors, levels=levels, on_level=on_level,
-                           backend=backend, plan=plan, models=conf.composing())
-            choice = pick_best_level(result.measurements, spec.constraints, spec.objectives)
+            if len(conf.entries) > 1:
+                result, choice, together = joint.measure(
+                    spec, conf, server.endpoints, dict(repo.models), monitors,
+                    reference=reference, levels=levels, on_level=on_level)
+            else:
+                result = sweep(server.endpoints, repo.model_name, loaded, spec.load,
+                               spec.constraints, monitors, levels=levels, on_level=on_level,
+                               backend=backend, plan=plan, models=conf.composing())
+                choice = pick_best_level(result.measurements, spec.constraints,
+                                         spec.objectives)
         except TrackerError as err:
             log = server.log_text()[mark:]
             cause = with_log_errors(err, log)
@@ -308,7 +322,8 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
                                  server.log_text()[mark:],
                                  {**measured_tags(monitors), **server_tags(server.endpoints)},
                                  knob_texts,
-                                 {n: model_config.dumps(c) for n, c in repo.productions.items()})
+                                 {n: model_config.dumps(c) for n, c in repo.productions.items()},
+                                 together)
     except ConfigFailed:
         shutil.rmtree(workdir, ignore_errors=True)
         raise

@@ -24,6 +24,20 @@ def _value(metric: str, value: float | None) -> str:
     return f"{value:,.4g}"
 
 
+def _figures(metrics: Mapping[str, float]) -> str:
+    """Throughput and p99; several entry models: ``weighted_gain`` and each model's."""
+    def two(prefix: str) -> str:
+        return (f"{_value('perf_throughput', metrics.get(prefix + 'perf_throughput'))}  "
+                f"p99 {_value('perf_latency_p99', metrics.get(prefix + 'perf_latency_p99'))}")
+
+    if "weighted_gain" not in metrics:
+        return two("")
+    models = [k.removesuffix("/perf_throughput") for k in metrics
+              if k.endswith("/perf_throughput") and not k.startswith("model/")]
+    return f"weighted_gain {metrics['weighted_gain']:+.3f}  " + "; ".join(
+        f"{m}: {two(m + '/')}" for m in models)
+
+
 def _params(params: Mapping[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items())
 
@@ -54,9 +68,7 @@ class Progress:
               note: str = "", complete: int | None = None) -> None:
         """The line for one finished trial; advances the bar to ``complete`` trials."""
         if state == "COMPLETE":
-            what = (f"{_value('perf_throughput', metrics.get('perf_throughput'))}  "
-                    f"p99 {_value('perf_latency_p99', metrics.get('perf_latency_p99'))}  "
-                    f"{'feasible' if feasible else 'infeasible'}")
+            what = f"{_figures(metrics)}  {'feasible' if feasible else 'infeasible'}"
         else:
             what = state
         text = f"trial {number:>3}  {_params(params)}  {what}  best: {best}"

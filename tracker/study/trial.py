@@ -34,8 +34,10 @@ from tracker.feasibility import constraint_keys
 from tracker.search import sweep_plan
 from tracker.search.study import find_duplicate
 from tracker.search.workers import wait_for_duplicate
+from tracker.study import joint
 from tracker.study.measured import (
     ConfigFailed,
+    ConfigMeasurement,
     clip_log,
     levels_for,
     measure_configuration,
@@ -215,29 +217,49 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
         levels = levels_for(load)
         # the guided sweep (search.sweep): from the best trial's level (Model Analyzer's
         # first guess before any is feasible), then a walk
-        plan = None if levels is not None else sweep_plan.for_trial(
+        several = joint.is_joint(spec)
+        plan = None if levels is not None or several else sweep_plan.for_trial(
             spec, params, sweep_plan.defaults_of(ctx.info.config), ctx.study)
         done = measure_configuration(
             spec, ctx.configuration, ctx.server, cfg, repo_root, serving=ctx.serving,
             levels=levels, plan=plan, on_level=on_level, files=file_values(params, baseline),
-            on_phase=lambda phase: ctx.progress.measuring(trial.number, phase))
+            on_phase=lambda phase: ctx.progress.measuring(trial.number, phase),
+            reference=default_metrics(ctx.study) if several and not baseline else None)
     except ConfigFailed as failed:
         raise TrialFailed(failed.reason, failed.log) from failed.cause
     choice, result = done.choice, done.result
     record_machine(ctx.parent.client, ctx.parent.run_id,  # the Triton version, on the parent
                    {k: v for k, v in done.tags.items() if k == tags.TRITON_VERSION})
-    violations = {k: choice.violations[k] for k in constraint_keys(spec.constraints)}
+    violations = {k: choice.violations[k] for k in constraint_keys(joint.constraints_of(spec))}
     return TrialResult(
         Outcome(trial.number, "COMPLETE", params, choice.metrics, choice.feasible),
         attrs=lambda t: trial_attrs.write_measured(
             t, violations, feasible=choice.feasible, concurrency=choice.concurrency,
             metrics=choice.metrics, measurements=len(result.measurements)),
         values=choice.values, metrics=done.headline(), step=choice.concurrency,
-        sweep=runs.sweep_metrics(result.measurements), files=dict(done.files()),
+        sweep=_sweep_metrics(done), files=dict(done.files()),
         tags={tags.FEASIBLE: str(choice.feasible).lower(), tags.CONCURRENCY: choice.concurrency,
               tags.STABLE: str(choice.stable).lower(), tags.SWEEP_STOP: result.stop_reason,
               **done.tags, **configuration_tags(ctx),
               **(_model_tags(ctx) if ctx.store_model else {})})
+
+
+def _sweep_metrics(done: ConfigMeasurement) -> list[Metric]:
+    """Every level's figures (``sweep/...``); each model's apart for several entry models."""
+    if done.joint is None:
+        return runs.sweep_metrics(done.measurements)
+    names = list(done.joint.levels[0].measurements) if done.joint.levels else []
+    return [m for name in names for m in runs.sweep_metrics(done.joint.of(name), name)]
+
+
+def default_metrics(study: optuna.Study) -> dict[str, float] | None:
+    """The logged metrics of the default configuration's finished trial (what several entry
+    models' ``weighted_gain`` is measured against); None before it has one."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        record = TrialRecord.of(t)
+        if record.baseline and record.metrics:
+            return dict(record.metrics)
+    return None
 
 
 def production_texts(ctx: StudyContext, cfgs: dict[str, ModelConfig]) -> dict[str, str]:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tracker.metrics import WEIGHTED_GAIN
 from tracker.tracking.rows import TrialRow, fmt
 
 if TYPE_CHECKING:
@@ -89,6 +90,29 @@ def improvement_pct(best: float, base: float, direction: str) -> float | None:
     return 100.0 * gain / abs(base)
 
 
+def _joint_summary(best: TrialRow, base: TrialRow | None) -> str:
+    """Several entry models: the best's score and each model's throughput beside the
+    default's (``a 52.1 infer/s against 40.0 infer/s``)."""
+    value = (best.values or [0.0])[0]
+    models = [k.removesuffix("/perf_throughput") for k in best.metrics
+              if k.endswith("/perf_throughput") and not k.startswith("model/")]
+
+    def tp(row: TrialRow, m: str) -> str:
+        return fmt("perf_throughput", row.metrics.get(f"{m}/perf_throughput", 0.0))
+
+    own = "search's own measurements (a study of several entry models has no confirmation " \
+          "round yet)"
+    if base is None or base is best:
+        what = ("the default configuration is the best one found (weighted_gain 0)"
+                if base is best else f"{best.name} scores weighted_gain {value:+.3f} (the "
+                "default configuration was not measured)")
+        return f"{what}: " + "; ".join(f"{m} {tp(best, m)}" for m in models) + f"; the {own}"
+    each = "; ".join(f"{m} {tp(best, m)} against {tp(base, m)}" for m in models)
+    return (f"{best.name} scores weighted_gain {value:+.3f} against the default configuration "
+            f"(0 by definition; about {100 * value:+.0f}% on the weighted average): {each}; "
+            f"the {own}")
+
+
 def summary(rows: Sequence[TrialRow], objectives: Mapping[str, str]) -> str:
     """"In N measurements across M configurations, trial-7 gives X infer/s, Y% better than
     the default configuration (Z infer/s)" (and what is known when that cannot be said)."""
@@ -102,8 +126,10 @@ def summary(rows: Sequence[TrialRow], objectives: Mapping[str, str]) -> str:
     if best is None:
         return f"{head}, no configuration met the constraints."
     value = (best.values or [0.0])[0]
-    text = f"{head}, {best.name} gives {fmt(metric, value)}"
     base = next((r for r in rows if r.baseline and r.complete), None)
+    if metric == WEIGHTED_GAIN:
+        return f"{head}, {_joint_summary(best, base)}."
+    text = f"{head}, {best.name} gives {fmt(metric, value)}"
     if base is None:
         text += " (the default configuration was not measured)"
     elif base is best:

@@ -1,0 +1,134 @@
+"""Two independent entry models in one study on the embedded Triton: an ensemble (``pipe``,
+Python -> ONNX -> Python) and a Python model (``other``), each driven by its own load at the
+same time. Every trial logs each model's throughput and p99, and the value the study optimised
+is Model Analyzer's weighted relative gain against the default configuration, with the spec's
+weights, recomputed here from the logged figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlflow
+import optuna
+import pytest
+from click.testing import CliRunner
+
+from tests.support.pipeline import ensemble_repository
+from tracker import tags
+from tracker.cli import cli
+from tracker.triton import model_config
+
+pytestmark = pytest.mark.triton
+
+WEIGHTS = {"pipe": 3.0, "other": 1.0}
+
+
+def _spec(tmp: Path, repo: Path, uri: str) -> Path:
+    path = tmp / "study.yaml"
+    path.write_text(f"""
+model:
+  name: [pipe, other]
+  path: {repo}
+  weights: {{pipe: 3, other: 1}}
+load:
+  concurrency: [2]
+  window_ms: 300
+  max_tries: 4
+  warmup_requests: 10
+  stability_pct: 50
+  models:
+    other: {{concurrency: [1, 4]}}
+constraints: {{perf_latency_p99: {{max: 10000}}}}
+search:
+  sampler: grid
+  seed: 3
+  n_trials: 3
+  space:
+    prep/instance_group.count: [1, 2]
+    other/max_batch_size: [1, 8]
+  storage: sqlite:///{tmp / 'optuna.db'}
+mlflow: {{tracking_uri: "{uri}", experiment: joint}}
+""")
+    return path
+
+
+def _gain(metrics: dict[str, float], ref: dict[str, float]) -> float:
+    """Model Analyzer's weighting, written out: sum_m w_m (x_m - r_m) / mean(x_m, r_m)."""
+    total = sum(WEIGHTS.values())
+    score = 0.0
+    for model, weight in WEIGHTS.items():
+        x, r = metrics[f"{model}/perf_throughput"], ref[f"{model}/perf_throughput"]
+        score += weight / total * (x - r) / ((x + r) / 2)
+    return score
+
+
+def test_two_models_are_measured_together_and_the_weighted_gain_is_optimised(
+        tmp_path: Path, mlflow_uri: str) -> None:
+    repo = ensemble_repository(tmp_path / "user-repo")
+    spec = _spec(tmp_path, repo, mlflow_uri)
+    checked = CliRunner().invoke(cli, ["check", str(spec)])
+    assert checked.exit_code == 0, checked.output
+    tuned = CliRunner().invoke(cli, ["tune", str(spec), "--no-bar"])
+    assert tuned.exit_code == 0, tuned.output
+    assert "confirmation skipped: a study of several entry models" in tuned.output
+
+    study = optuna.load_study(study_name="pipe+other",
+                              storage=f"sqlite:///{tmp_path / 'optuna.db'}")
+    client = mlflow.MlflowClient(mlflow_uri)
+    exp = client.get_experiment_by_name("joint")
+    runs = client.search_runs([exp.experiment_id])
+    by_trial = {int(r.data.tags[tags.TRIAL]): r for r in runs
+                if r.data.tags.get(tags.PARENT)}
+    parent = next(r for r in runs if not r.data.tags.get(tags.PARENT))
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 3, tuned.output
+    base = next(t for t in done if t.user_attrs.get("baseline"))
+    ref = by_trial[base.number].data.metrics
+    assert base.value == pytest.approx(0.0) and ref["weighted_gain"] == pytest.approx(0.0)
+    for t in done:
+        run = by_trial[t.number]
+        m = run.data.metrics
+        for model in ("pipe", "other"):
+            assert m[f"{model}/perf_throughput"] > 0
+            assert m[f"{model}/perf_latency_p99"] > 0
+        assert m["pipe/concurrency"] == 2 and m["other/concurrency"] in (1, 4)
+        assert "model/prep/queue_ms" not in m or m["model/prep/queue_ms"] >= 0
+        # what Optuna was told is the weighted gain of the logged figures (weights 3:1)
+        assert t.value == pytest.approx(_gain(m, ref), rel=1e-6, abs=1e-9)
+        assert m["weighted_gain"] == pytest.approx(t.value)
+        sweep = client.get_metric_history(run.info.run_id, "sweep/other/perf_throughput")
+        assert {h.step for h in sweep} <= {1, 4} and sweep  # each model's own levels
+        assert not client.get_metric_history(run.info.run_id, "sweep/perf_throughput")
+        files = {f.path for f in client.list_artifacts(run.info.run_id, "perf")}
+        assert files == {"perf/pipe.csv", "perf/other.csv"}
+        if not t.user_attrs.get("baseline"):
+            other = model_config.parse(Path(client.download_artifacts(
+                run.info.run_id, "configs/other/config.pbtxt", str(tmp_path / run.info.run_id)
+            )).read_text())
+            assert other.max_batch_size == int(run.data.params["other/max_batch_size"])
+    best = max(done, key=lambda t: t.value or 0.0)
+    assert parent.data.tags[tags.BEST_TRIAL] == str(best.number)
+    note = parent.data.tags[tags.NOTE]
+    assert "weighted_gain" in note and "pipe " in note and "other " in note
+    files = {f.path for f in client.list_artifacts(parent.info.run_id, "best")}
+    assert {"best/pipe", "best/other", "best/prep"} <= files
+
+    refused = CliRunner().invoke(cli, ["promote", str(spec), "--no-deploy"])
+    assert refused.exit_code == 1
+    assert "tunes several entry models together" in refused.output
+    assert "best/<model>/config.pbtxt" in refused.output
+
+
+def test_several_models_refuse_a_confirmation_and_a_shared_load_knob(
+        tmp_path: Path, mlflow_uri: str) -> None:
+    repo = ensemble_repository(tmp_path / "user-repo")
+    spec = _spec(tmp_path, repo, mlflow_uri)
+    confirm = CliRunner().invoke(cli, ["confirm", str(spec)])
+    assert confirm.exit_code == 1
+    assert "nothing to confirm: a study of several entry models" in confirm.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(spec.read_text().replace("    other/max_batch_size: [1, 8]",
+                                            "    concurrency: [1, 8]"))
+    checked = CliRunner().invoke(cli, ["check", str(bad)])
+    assert checked.exit_code == 1
+    assert "search.space.concurrency: sets every model's load at once" in checked.output
