@@ -69,9 +69,10 @@ def interval(values: Sequence[float], alpha: float = ALPHA,
     if not values:
         raise ValueError("no values")
     mean, sd = mean_sd(values)
-    if len(values) < 2:
+    f = factor(len(values), alpha, c)
+    if math.isinf(f):  # too few values (also when they are all equal: inf * 0 is no bound)
         return mean, -math.inf, math.inf
-    half = factor(len(values), alpha, c) * sd
+    half = f * sd
     return mean, mean - half, mean + half
 
 

@@ -120,6 +120,21 @@ def paired(values: Sequence[float | None],
             if v is not None and b is not None and v > 0 and b > 0]
 
 
+def ratio_of_gain(gain: float) -> float:
+    """Model Analyzer's relative gain ``(x - r) / mean(x, r)`` (in (-2, 2)) as the ratio
+    ``x / r`` it stands for with one model: ``(1 + g/2) / (1 - g/2)``. Several models'
+    weighted gain against the default of the same round, put on this scale, is what the
+    confirmation of several entry models compares (the default is 1 in every round)."""
+    return (1.0 + gain / 2.0) / (1.0 - gain / 2.0)
+
+
+def gain_of_ratio(ratio: float) -> float:
+    """The inverse of :func:`ratio_of_gain`: ``2 (r - 1) / (r + 1)``."""
+    if math.isinf(ratio):
+        return 2.0 if ratio > 0 else math.nan
+    return 2.0 * (ratio - 1.0) / (ratio + 1.0)
+
+
 def log_ratios(values: Sequence[float | None], base: Sequence[float | None],
                direction: str = "maximize") -> list[float]:
     """Per paired round, the log of how much better than the default (positive = better)."""

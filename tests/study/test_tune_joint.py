@@ -48,6 +48,7 @@ search:
     other/max_batch_size: [1, 8]
   storage: sqlite:///{tmp / 'optuna.db'}
 mlflow: {{tracking_uri: "{uri}", experiment: joint}}
+confirm: {{top_k: 1, rounds: 3, min_rounds: 3, budget_s: 600}}
 """)
     return path
 
@@ -70,7 +71,7 @@ def test_two_models_are_measured_together_and_the_weighted_gain_is_optimised(
     assert checked.exit_code == 0, checked.output
     tuned = CliRunner().invoke(cli, ["tune", str(spec), "--no-bar"])
     assert tuned.exit_code == 0, tuned.output
-    assert "confirmation skipped: a study of several entry models" in tuned.output
+    assert "confirm round 3: trial-" in tuned.output and "pipe " in tuned.output
 
     study = optuna.load_study(study_name="pipe+other",
                               storage=f"sqlite:///{tmp_path / 'optuna.db'}")
@@ -106,10 +107,29 @@ def test_two_models_are_measured_together_and_the_weighted_gain_is_optimised(
                 run.info.run_id, "configs/other/config.pbtxt", str(tmp_path / run.info.run_id)
             )).read_text())
             assert other.max_batch_size == int(run.data.params["other/max_batch_size"])
-    best = max(done, key=lambda t: t.value or 0.0)
-    assert parent.data.tags[tags.BEST_TRIAL] == str(best.number)
+    # the confirmation: the search's best and the default in 3 interleaved rounds, each
+    # round's weighted_gain against the default measured in that round
+    record = study.user_attrs["confirm"]
+    assert len(record["rounds"]) == 3
+    chosen = [c["trial"] for c in record["candidates"]]
+    others = [t for t in done if not t.user_attrs.get("baseline")]
+    assert chosen == [base.number, max(others, key=lambda t: t.value or 0.0).number]
+    for rnd in record["rounds"]:
+        got = {int(n): r for n, r in rnd["results"].items()}
+        assert got[base.number]["weighted_gain"] == 0.0
+        other = got[chosen[1]]
+        assert other["weighted_gain"] == pytest.approx(
+            _gain(other["models"], got[base.number]["models"]))
+        assert other["models"]["other/concurrency"] == by_trial[chosen[1]].data.metrics[
+            "other/concurrency"]  # at its own level
+    verdict = parent.data.tags[tags.VERDICT]
+    assert verdict in ("better", "tied", "equivalent", "inconclusive")
     note = parent.data.tags[tags.NOTE]
-    assert "weighted_gain" in note and "pipe " in note and "other " in note
+    assert "interleaved rounds" in note and "weighted" in note
+    assert "confirm/improvement_pct" in by_trial[chosen[1]].data.metrics
+    assert "improvement_pct" in parent.data.metrics
+    best_trial = int(parent.data.tags[tags.BEST_TRIAL])
+    assert best_trial == (chosen[1] if verdict in ("better", "tied") else base.number)
     files = {f.path for f in client.list_artifacts(parent.info.run_id, "best")}
     assert {"best/pipe", "best/other", "best/prep"} <= files
 
@@ -119,13 +139,9 @@ def test_two_models_are_measured_together_and_the_weighted_gain_is_optimised(
     assert "best/<model>/config.pbtxt" in refused.output
 
 
-def test_several_models_refuse_a_confirmation_and_a_shared_load_knob(
-        tmp_path: Path, mlflow_uri: str) -> None:
+def test_several_models_refuse_a_shared_load_knob(tmp_path: Path, mlflow_uri: str) -> None:
     repo = ensemble_repository(tmp_path / "user-repo")
     spec = _spec(tmp_path, repo, mlflow_uri)
-    confirm = CliRunner().invoke(cli, ["confirm", str(spec)])
-    assert confirm.exit_code == 1
-    assert "nothing to confirm: a study of several entry models" in confirm.output
     bad = tmp_path / "bad.yaml"
     bad.write_text(spec.read_text().replace("    other/max_batch_size: [1, 8]",
                                             "    concurrency: [1, 8]"))

@@ -26,6 +26,7 @@ from mlflow.exceptions import MlflowException
 
 from tracker import confirm_stats, tags
 from tracker.errors import TrackingError
+from tracker.metrics import WEIGHTED_GAIN
 from tracker.study.measured import serve_options
 from tracker.study.session import StudyContext
 from tracker.study.trial import configs, production_texts
@@ -65,7 +66,12 @@ def finish_study(ctx: StudyContext, *, status: str, owner: bool, stop_reason: st
         for row in rows:
             scored = verdict.scored.get(row.name)
             if scored is not None and scored.value is not None:
-                row.confirmed = (scored.value.estimate, scored.value.low, scored.value.high)
+                value = scored.value
+                if WEIGHTED_GAIN in objectives:  # rounds on the ratio scale (tracking.confirmed)
+                    g = confirm_stats.gain_of_ratio
+                    value = confirm_stats.Interval(g(value.estimate), g(value.low),
+                                                   g(value.high), value.n)
+                row.confirmed = (value.estimate, value.low, value.high)
                 row.confirmed_p99 = scored.p99.estimate if scored.p99 is not None else None
     try:
         _log_report(ctx, rows, best, text, stop_reason, wall_s, caption)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from tracker import tags
 from tracker.errors import TrackerError
-from tracker.study.confirm_rounds import NOT_JOINT, run, settings_of
+from tracker.study.confirm_rounds import run, settings_of
 from tracker.study.session import Session, StudyContext, TuneOptions
 from tracker.tracking import confirmed
 
@@ -84,12 +84,9 @@ def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
     up to ``rounds`` rounds in all (a finished one of the same configurations too; ``new``:
     start a new one), then rewrite the study's report with the verdict. The search is not run
     again."""
-    from tracker.spec import load_spec
     from tracker.study.conclude import finish_study
     from tracker.tracking import runs
 
-    if len(load_spec(spec_path).model.names) > 1:
-        raise TrackerError(f"nothing to confirm: {NOT_JOINT} (docs/pipelines.md)")
     with confirm_session(spec_path, study_name=study_name, storage=storage,
                          interrupted="the measurements so far are kept: run the same command "
                                      "to continue") as (ctx, prun):

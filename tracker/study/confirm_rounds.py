@@ -30,6 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 from tracker import confirm_stats
 from tracker.errors import MeasurementError, TrackerError
+from tracker.metrics import WEIGHTED_GAIN, model_metric
+from tracker.search.objective import weighted_gain
+from tracker.study import joint
 from tracker.study.measured import ConfigFailed, measure_configuration
 from tracker.study.session import StudyContext
 from tracker.study.trial import configs, file_values
@@ -41,10 +44,8 @@ if TYPE_CHECKING:
     from tracker.search.objective import LevelChoice
 
 
-#: why a study of several entry models has no confirmation (docs/pipelines.md, Limits)
-NOT_JOINT = ("a study of several entry models is judged by weighted_gain against the default's "
-             "search measurement, which interleaved rounds cannot compare yet; the result is the "
-             "search's own")
+#: several entry models: a round's measurement keeps every model's figures under this key
+JOINT = "models"
 
 #: windows per confirmation measurement: the three the stability rule compares, no retries
 #: (the rounds, not the retries, are what the verdict's intervals stand on)
@@ -72,11 +73,11 @@ class Measured:
 
 
 def measure_one(ctx: StudyContext, params: dict[str, Any], *, baseline: bool, level: float,
-                label: str) -> Measured:
+                label: str, model_levels: Mapping[str, float] | None = None) -> Measured:
     """One configuration at one level through the one measurement path a trial and ``tracker
     profile`` take (:func:`tracker.study.measured.measure_configuration`), on the study's server, in
-    at most :data:`WINDOWS` windows. Raises TrackerError (the pipeline's reason) when any step
-    fails."""
+    at most :data:`WINDOWS` windows (several entry models: each at its own ``model_levels``).
+    Raises TrackerError (the pipeline's reason) when any step fails."""
     cfg, _ = configs(ctx, params, baseline)
     for old in ctx.workdir.glob("confirm-*"):  # the server has moved on from it
         shutil.rmtree(old, ignore_errors=True)
@@ -86,7 +87,9 @@ def measure_one(ctx: StudyContext, params: dict[str, Any], *, baseline: bool, le
     try:
         done = measure_configuration(spec, ctx.configuration, ctx.server, cfg,
                                      ctx.workdir / f"confirm-{label}", serving=ctx.serving,
-                                     levels=[level], files=file_values(params, baseline))
+                                     levels=[level], files=file_values(params, baseline),
+                                     model_levels={k: [v] for k, v in
+                                                   (model_levels or {}).items()} or None)
     except ConfigFailed as failed:
         raise MeasurementError(failed.reason) from failed.cause
     return Measured(done.choice, done.measurements, done.served_text, done.log)
@@ -158,9 +161,6 @@ def run(ctx: StudyContext, s: Settings, *, again: bool = False, new: bool = Fals
     ``s.rounds`` rounds) or ``new`` (then a new one replaces it)."""
     study, objectives = ctx.study, dict(ctx.spec.objectives)
     say = on_measured or ctx.progress.line
-    if len(ctx.configuration.entries) > 1:
-        say(f"confirmation skipped: {NOT_JOINT}")
-        return None
     chosen = pick(trial_rows(study), objectives, s.top_k)
     if len(chosen) < 2:
         say("confirmation skipped: " + ("the default configuration has no result"
@@ -182,6 +182,7 @@ def run(ctx: StudyContext, s: Settings, *, again: bool = False, new: bool = Fals
         f"{chosen[0].number} is the default) in interleaved rounds until decided (up to "
         f"{s.rounds} rounds{budget})")
     spent = 0.0
+    several = len(ctx.configuration.entries) > 1
     while True:
         rounds = record["rounds"]
         if not rounds or _complete(record, rounds[-1]):
@@ -204,6 +205,8 @@ def run(ctx: StudyContext, s: Settings, *, again: bool = False, new: bool = Fals
             spent += got["seconds"]
             record["spent_s"] = round(float(record.get("spent_s") or 0.0) + got["seconds"], 2)
             rnd["results"][str(n)] = got
+            if several:
+                _pair_round(ctx, rnd, chosen[0].number)
             study.set_user_attr(confirmed.ATTR, record)
     record["status"] = "done"
     record["finished"] = time.time()
@@ -239,18 +242,42 @@ def _mean_seconds(record: Mapping[str, Any]) -> float:
     return sum(took) / len(took) if took else 0.0
 
 
+def _pair_round(ctx: StudyContext, rnd: dict[str, Any], base: int) -> None:
+    """Several entry models: each measured configuration's weighted_gain against the default
+    measured in the same round (the default's own: 0), once both are in."""
+    results = rnd["results"]
+    ref = results.get(str(base), {}).get(JOINT)
+    if not isinstance(ref, dict):
+        return
+    weights = joint.weights_of(ctx.spec)
+    for n, got in results.items():
+        if isinstance(got.get(JOINT), dict) and got.get(WEIGHTED_GAIN) is None:
+            got[WEIGHTED_GAIN] = 0.0 if n == str(base) else weighted_gain(
+                got[JOINT], ref, weights)
+
+
 def _measure_one(ctx: StudyContext, row: TrialRow, round_no: int,
                  say: Callable[[str], None]) -> dict[str, Any]:
     metric = next(iter(ctx.spec.objectives))
     level = float(row.concurrency or 1)
+    levels = {m: float(row.metrics.get(model_metric(m, "concurrency")) or 1)
+              for m in ctx.configuration.entries} if metric == WEIGHTED_GAIN else None
     ctx.progress.measuring(row.number, f"confirmation round {round_no}")
     try:
         got = measure_one(ctx, row.params, baseline=row.baseline, level=level,
-                          label=f"{row.number}-r{round_no}")
+                          label=f"{row.number}-r{round_no}", model_levels=levels)
     except TrackerError as err:
         say(f"confirm round {round_no}: {row.name} failed: {str(err).splitlines()[0][:200]}")
         return {"error": str(err)[:500]}
     m = got.choice.metrics
+    if levels is not None:  # its weighted_gain comes once the round's default is measured
+        each = "; ".join(
+            f"{e} {fmt('perf_throughput', m.get(model_metric(e, 'perf_throughput'), 0.0))}"
+            for e in ctx.configuration.entries)
+        say(f"confirm round {round_no}: {row.name:<9} {each}"
+            f"{'' if got.choice.feasible else '  violates the constraints'}")
+        return {WEIGHTED_GAIN: None, "feasible": got.choice.feasible,
+                JOINT: {k: v for k, v in m.items() if k != WEIGHTED_GAIN}}
     say(f"confirm round {round_no}: {row.name:<9} concurrency {level:g}  "
         f"{fmt(metric, m.get(metric, 0.0))}  "
         f"p99 {fmt(confirmed.LATENCY, m.get(confirmed.LATENCY, 0.0))}"

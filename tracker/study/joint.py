@@ -53,11 +53,14 @@ def weights_of(spec: StudySpec) -> dict[str, float]:
 
 
 def loads_of(spec: StudySpec, conf: Configuration, served: Mapping[str, ModelConfig],
-             levels: Sequence[float] | None = None) -> dict[str, ModelLoad]:
-    """Each entry's part of the joint sweep: its served config, its own load, its composing
-    models (their split lands in its Measurement's ``steps``)."""
-    return {name: ModelLoad(served[name], spec.load.for_model(name), levels,
-                            conf.composing(name))
+             levels: Sequence[float] | None = None,
+             model_levels: Mapping[str, Sequence[float]] | None = None,
+             ) -> dict[str, ModelLoad]:
+    """Each entry's part of the joint sweep: its served config, its own load (its levels:
+    ``model_levels``, else ``levels``, else its load's), its composing models (their split
+    lands in its Measurement's ``steps``)."""
+    return {name: ModelLoad(served[name], spec.load.for_model(name),
+                            (model_levels or {}).get(name, levels), conf.composing(name))
             for name in conf.entries}
 
 
@@ -65,6 +68,7 @@ def measure(spec: StudySpec, conf: Configuration, endpoints: Endpoints,
             served: Mapping[str, ModelConfig], monitors: Sequence[Monitor], *,
             reference: Mapping[str, float] | None,
             levels: Sequence[float] | None = None,
+            model_levels: Mapping[str, Sequence[float]] | None = None,
             on_level: Callable[[Measurement], None] | None = None,
             ) -> tuple[SweepResult, LevelChoice, MultiSweepResult]:
     """Sweep every entry at once and choose the joint level. ``reference``: the default
@@ -77,7 +81,8 @@ def measure(spec: StudySpec, conf: Configuration, endpoints: Endpoints,
             for m in joint.measurements.values():
                 on_level(m)
 
-    joint = sweep_many(endpoints, loads_of(spec, conf, served, levels), spec.constraints,
+    joint = sweep_many(endpoints, loads_of(spec, conf, served, levels, model_levels),
+                       spec.constraints,
                        monitors, on_level=each)
     choice = choose(spec, joint.levels, reference)
     flat = [m for level in joint.levels for m in level.measurements.values()]

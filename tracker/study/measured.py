@@ -253,7 +253,9 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
                           on_phase: Callable[[str], None] | None = None,
                           backend: str = "builtin",
                           files: Mapping[str, object] | None = None,
-                          reference: Mapping[str, float] | None = None) -> ConfigMeasurement:
+                          reference: Mapping[str, float] | None = None,
+                          model_levels: Mapping[str, Sequence[float]] | None = None,
+                          ) -> ConfigMeasurement:
     """Measure ``cfg`` (a ModelConfig of ``info``'s model, or for a configuration of several
     models every model's config by name) on ``server``.
 
@@ -270,7 +272,8 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
     copy of the model directory (each file the spec's space addresses is logged as the server
     loaded it). Several entry models (study/joint.py) are swept together and judged by
     ``weighted_gain`` against ``reference``, the default configuration's logged metrics
-    (None: this is the default); ``plan`` is then not used. Raises :class:`ConfigFailed`; the
+    (None: this is the default), each at its ``model_levels`` when given (else ``levels``);
+    ``plan`` is then not used. Raises :class:`ConfigFailed`; the
     server is left as it is (running, or stopped when it failed).
     """
     conf = as_configuration(info)
@@ -304,7 +307,8 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
             if len(conf.entries) > 1:
                 result, choice, together = joint.measure(
                     spec, conf, server.endpoints, dict(repo.models), monitors,
-                    reference=reference, levels=levels, on_level=on_level)
+                    reference=reference, levels=levels, model_levels=model_levels,
+                    on_level=on_level)
             else:
                 result = sweep(server.endpoints, repo.model_name, loaded, spec.load,
                                spec.constraints, monitors, levels=levels, on_level=on_level,

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tracker import confirm_stats, tags
-from tracker.metrics import BETTER
+from tracker.metrics import BETTER, WEIGHTED_GAIN
 from tracker.tracking.rows import fmt
 
 if TYPE_CHECKING:
@@ -54,7 +54,10 @@ def series(record: Mapping[str, Any], trial: int, metric: str) -> list[float | N
     for rnd in record.get("rounds", []):
         got = rnd.get("results", {}).get(str(trial), {})
         value = got.get(metric)
-        out.append(float(value) if isinstance(value, int | float) else None)
+        number = float(value) if isinstance(value, int | float) else None
+        if number is not None and metric == WEIGHTED_GAIN:  # several entry models
+            number = confirm_stats.ratio_of_gain(number)
+        out.append(number)
     return out
 
 
@@ -144,16 +147,20 @@ def sentence(v: confirm_stats.Verdict, objectives: Mapping[str, str],
     """The confirmation in words, with the intervals (docs/tuning.md). ``command``: what to run
     to measure more (said when the verdict is inconclusive)."""
     metric = next(iter(objectives))
+    several = metric == WEIGHTED_GAIN
     base = next(s for s in v.scored.values() if s.baseline)
     base_text = fmt(metric, base.value.estimate) if base.value else "not measured"
     base_ci = _value(metric, base.value, inner=True) if base.value else base_text
+    if several:  # each round's figure is against that round's default: it has none itself
+        base_text = base_ci = "each round compared with the default measured in it"
     rounds = f"{v.rounds} interleaved round{'s' if v.rounds != 1 else ''}"
     win = v.scored.get(v.winner or "")
     best = ""
     if win is not None and win.improvement is not None:
         how = "better" if win.improvement.estimate >= 0 else "worse"
         best = (f"the best, {win.key}, is {abs(win.improvement.estimate):.0f}% {how} "
-                f"({_pct(win.improvement)})")
+                f"({_pct(win.improvement)})"
+                + (" on the models' weighted throughput" if several else ""))
     if v.verdict in (confirm_stats.EQUIVALENT, confirm_stats.OLD_NO_BETTER):
         text = (f"confirmed in {rounds}: equivalent: no configuration beats the default "
                 f"configuration ({base_ci}) by more than the {v.margin_pct:g}% tie margin"
@@ -168,9 +175,12 @@ def sentence(v: confirm_stats.Verdict, objectives: Mapping[str, str],
     else:
         chosen = v.scored[v.chosen]
         assert chosen.value is not None and chosen.improvement is not None
-        text = (f"confirmed in {rounds}: {v.chosen} gives {_value(metric, chosen.value)}, "
-                f"{chosen.improvement.estimate:.0f}% ({_pct(chosen.improvement)}) better than "
-                f"the default configuration ({base_text})")
+        gain = f"{chosen.improvement.estimate:.0f}% ({_pct(chosen.improvement)}) better than"
+        text = (f"confirmed in {rounds}: {v.chosen} is {gain} the default configuration on "
+                f"the models' weighted throughput (median weighted_gain {_gain(chosen.value)} "
+                "against the default of each round)" if several else
+                f"confirmed in {rounds}: {v.chosen} gives {_value(metric, chosen.value)}, "
+                f"{gain} the default configuration ({base_text})")
         others = [k for k in [v.winner or "", *v.tied] if k and k != v.chosen]
         if others:
             verb = "is" if len(others) == 1 else "are"
@@ -179,7 +189,13 @@ def sentence(v: confirm_stats.Verdict, objectives: Mapping[str, str],
                 text += (f" ({v.chosen} chosen as the cheaper: lower p99 latency, then steadier "
                          "readings, then fewer instances)")
         text += "."
-    return text + swing_note(v)
+    return text + ("" if several else swing_note(v))
+
+
+def _gain(iv: confirm_stats.Interval) -> str:
+    """The median of several models' rounds as a weighted gain (``+0.210``); the interval
+    that decides is the improvement's, said beside it."""
+    return f"{confirm_stats.gain_of_ratio(iv.estimate):+.3f}"
 
 
 def headline(v: confirm_stats.Verdict) -> str:
@@ -211,9 +227,13 @@ def swing_note(v: confirm_stats.Verdict) -> str:
 
 
 def _ci(prefix: str, iv: confirm_stats.Interval | None) -> dict[str, float]:
-    """The estimate and its bounds (an unbounded side is left out: MLflow wants numbers)."""
+    """The estimate and its bounds (an unbounded side is left out: MLflow wants numbers);
+    ``confirm/weighted_gain`` back on the gain scale (:func:`series` keeps ratios)."""
     if iv is None:
         return {}
+    if prefix.endswith(f"/{WEIGHTED_GAIN}"):
+        g = confirm_stats.gain_of_ratio
+        iv = confirm_stats.Interval(g(iv.estimate), g(iv.low), g(iv.high), iv.n)
     out = {prefix: iv.estimate, f"{prefix}_ci_low": iv.low, f"{prefix}_ci_high": iv.high}
     return {k: v for k, v in out.items() if math.isfinite(v)}
 
@@ -229,7 +249,8 @@ def scored_metrics(s: confirm_stats.Scored, metric: str) -> dict[str, float]:
            f"confirm/{metric}_cv_pct": s.cv_pct,
            "confirm/rounds": float(s.value.n if s.value else 0)}
     if s.worst is not None:  # the worst round: lowest to maximize, highest to minimize
-        out[f"confirm/{metric}_{worst_name(metric)}"] = s.worst
+        out[f"confirm/{metric}_{worst_name(metric)}"] = (
+            confirm_stats.gain_of_ratio(s.worst) if metric == WEIGHTED_GAIN else s.worst)
     if s.improvement is not None:
         out.update(_ci("confirm/improvement_pct", s.improvement))
     return out

@@ -100,8 +100,7 @@ def _joint_summary(best: TrialRow, base: TrialRow | None) -> str:
     def tp(row: TrialRow, m: str) -> str:
         return fmt("perf_throughput", row.metrics.get(f"{m}/perf_throughput", 0.0))
 
-    own = "search's own measurements (a study of several entry models has no confirmation " \
-          "round yet)"
+    own = "search's own single measurements"
     if base is None or base is best:
         what = ("the default configuration is the best one found (weighted_gain 0)"
                 if base is best else f"{best.name} scores weighted_gain {value:+.3f} (the "
