@@ -103,3 +103,36 @@ output [ { name: "Y" data_type: TYPE_FP32 dims: [ 4 ] } ]
     (root / "pipe" / "1").mkdir(parents=True)
     (root / "pipe" / "config.pbtxt").write_text(ENSEMBLE)
     return root
+
+
+BLS = '''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Business Logic Scripting: every request is sent on to `net`, its answer returned."""
+
+    def execute(self, requests):
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            call = pb_utils.InferenceRequest(model_name="net", inputs=[x],
+                                             requested_output_names=["OUTPUT0"])
+            got = call.exec()
+            if got.has_error():
+                raise pb_utils.TritonModelException(got.error().message())
+            y = pb_utils.get_output_tensor_by_name(got, "OUTPUT0").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", y)]))
+        return out
+'''
+
+
+def bls_repository(root: Path) -> Path:
+    """:func:`ensemble_repository` plus ``bls``: a Python model that calls ``net`` through
+    BLS for every request (whom it calls, only its code knows: the spec lists it)."""
+    ensemble_repository(root)
+    _python(root, "bls", BLS, '''max_batch_size: 8
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 8 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 4 ] } ]
+''')
+    return root
