@@ -5,6 +5,9 @@ scale for what is shown and logged."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -63,3 +66,23 @@ def test_two_rounds_leave_every_interval_unbounded_the_default_too() -> None:
     assert base is not None and base.low == 0.0 and math.isinf(base.high)  # low cut at 0
     assert confirm_stats.gain_of_ratio(math.inf) == 2.0
     assert confirm_stats.gain_of_ratio(base.low) == -2.0
+
+
+def test_a_round_pairs_each_configuration_with_its_own_default(tmp_path: Path) -> None:
+    """study.confirm_rounds._pair_round: the default 0, the others their weighted_gain
+    against it (weights 3:1); a configuration missing a model's figure gets no pair."""
+    from tracker.spec import parse_spec
+    from tracker.study.confirm_rounds import JOINT, _pair_round
+
+    spec = parse_spec({"model": {"name": ["a", "b"], "path": str(tmp_path),
+                                 "weights": {"a": 3, "b": 1}}})
+    rnd: dict[str, Any] = {"results": {
+        "0": {JOINT: {"a/perf_throughput": 10.0, "b/perf_throughput": 100.0}},
+        "3": {JOINT: {"a/perf_throughput": 20.0, "b/perf_throughput": 50.0}},
+        "5": {JOINT: {"a/perf_throughput": 20.0}}}}
+    _pair_round(SimpleNamespace(spec=spec), rnd, 0)  # type: ignore[arg-type]
+    got = rnd["results"]
+    assert got["0"]["weighted_gain"] == 0.0
+    expected = 0.75 * (20 - 10) / 15 + 0.25 * (50 - 100) / 75
+    assert got["3"]["weighted_gain"] == pytest.approx(expected)
+    assert got["5"].get("weighted_gain") is None and "b/perf_throughput" in got["5"]["error"]

@@ -182,7 +182,7 @@ def run(ctx: StudyContext, s: Settings, *, again: bool = False, new: bool = Fals
         f"{chosen[0].number} is the default) in interleaved rounds until decided (up to "
         f"{s.rounds} rounds{budget})")
     spent = 0.0
-    several = len(ctx.configuration.entries) > 1
+    several = joint.is_joint(ctx.spec)
     while True:
         rounds = record["rounds"]
         if not rounds or _complete(record, rounds[-1]):
@@ -251,9 +251,13 @@ def _pair_round(ctx: StudyContext, rnd: dict[str, Any], base: int) -> None:
         return
     weights = joint.weights_of(ctx.spec)
     for n, got in results.items():
-        if isinstance(got.get(JOINT), dict) and got.get(WEIGHTED_GAIN) is None:
+        if not isinstance(got.get(JOINT), dict) or got.get(WEIGHTED_GAIN) is not None:
+            continue
+        try:
             got[WEIGHTED_GAIN] = 0.0 if n == str(base) else weighted_gain(
                 got[JOINT], ref, weights)
+        except MeasurementError as err:  # a model without its figure: no pair this round
+            got["error"] = str(err)[:500]
 
 
 def _measure_one(ctx: StudyContext, row: TrialRow, round_no: int,
@@ -261,7 +265,7 @@ def _measure_one(ctx: StudyContext, row: TrialRow, round_no: int,
     metric = next(iter(ctx.spec.objectives))
     level = float(row.concurrency or 1)
     levels = {m: float(row.metrics.get(model_metric(m, "concurrency")) or 1)
-              for m in ctx.configuration.entries} if metric == WEIGHTED_GAIN else None
+              for m in ctx.configuration.entries} if joint.is_joint(ctx.spec) else None
     ctx.progress.measuring(row.number, f"confirmation round {round_no}")
     try:
         got = measure_one(ctx, row.params, baseline=row.baseline, level=level,
