@@ -148,3 +148,21 @@ def test_several_models_refuse_a_shared_load_knob(tmp_path: Path, mlflow_uri: st
     checked = CliRunner().invoke(cli, ["check", str(bad)])
     assert checked.exit_code == 1
     assert "search.space.concurrency: sets every model's load at once" in checked.output
+
+
+def test_profile_of_several_models_shows_and_logs_each_model(tmp_path: Path,
+                                                             mlflow_uri: str) -> None:
+    repo = ensemble_repository(tmp_path / "user-repo")
+    spec = _spec(tmp_path, repo, mlflow_uri)
+    got = CliRunner().invoke(cli, ["profile", str(spec), "--set", "prep/instance_group.count=2",
+                                   "--csv", str(tmp_path / "perf.csv")])
+    assert got.exit_code == 0, got.output
+    assert "model pipe:" in got.output and "model other:" in got.output
+    assert "best joint level: pipe concurrency 2, " in got.output
+    assert (tmp_path / "perf-pipe.csv").is_file() and (tmp_path / "perf-other.csv").is_file()
+    client = mlflow.MlflowClient(mlflow_uri)
+    exp = client.get_experiment_by_name("joint")
+    run = client.search_runs([exp.experiment_id])[0]
+    assert run.data.metrics["pipe/perf_throughput"] > 0
+    assert run.data.metrics["other/perf_throughput"] > 0
+    assert client.get_metric_history(run.info.run_id, "sweep/other/perf_throughput")

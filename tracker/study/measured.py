@@ -29,6 +29,7 @@ from tracker.metrics import load_levels_from
 from tracker.search.objective import LevelChoice, pick_best_level
 from tracker.serving import Serving, serving_choices
 from tracker.study import joint
+from tracker.tracking import runs
 from tracker.tracking.redact import redact_text
 from tracker.triton import model_config
 from tracker.triton.configuration import Configuration, as_configuration
@@ -37,6 +38,8 @@ from tracker.triton.repository import TrialRepository, served_configs, write_con
 from tracker.triton.server.logs import error_messages
 
 if TYPE_CHECKING:
+    from mlflow.entities import Metric
+
     from tracker.spec import StudySpec
     from tracker.triton.model_config import ModelConfig, ModelInfo
     from tracker.triton.server.base import TritonServer
@@ -91,6 +94,21 @@ class ConfigMeasurement:
         files.update(self.knob_texts)
         files.update(model_files(self.model_texts))
         return files
+
+    def by_model(self) -> dict[str, list[Measurement]]:
+        """Each entry model's levels (one model: its own, under its name)."""
+        if self.joint is None:
+            return {self.repository.model_name: self.measurements}
+        names = list(self.joint.levels[0].measurements) if self.joint.levels else []
+        return {name: self.joint.of(name) for name in names}
+
+    def sweep_metrics(self) -> list[Metric]:
+        """Every level's figures, ``sweep/<metric>`` (``sweep/<model>/<metric>`` for each of
+        several entry models), step = concurrency."""
+        if self.joint is None:
+            return runs.sweep_metrics(self.measurements)
+        return [m for name, levels in self.by_model().items()
+                for m in runs.sweep_metrics(levels, name)]
 
     def headline(self) -> dict[str, float]:
         """The metrics logged at the chosen level (with its concurrency and feasibility;

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlflow.entities import Param, RunTag
@@ -36,6 +36,8 @@ class ProfileResult:
     measurements: list[Measurement]
     choice: LevelChoice
     config_text: str
+    #: each entry model's levels (one model: its own); several are measured together
+    by_model: dict[str, list[Measurement]] = field(default_factory=dict)
 
 
 def profile(spec_path: str | Path, values: Mapping[str, object], *,
@@ -86,10 +88,11 @@ def _profile(session: Session, values: Mapping[str, object], levels: Sequence[fl
             server.stop()
         runs.set_tags(client, run_id, {**machine_tags(server.gpu_set()), **done.tags})
         runs.log_metrics(client, run_id, done.headline(), step=done.choice.concurrency,
-                         extra=runs.sweep_metrics(done.measurements))
+                         extra=done.sweep_metrics())
         runs.log_files(client, run_id, done.files())
         status = "FINISHED"
-        return ProfileResult(run_id, done.measurements, done.choice, done.served_text)
+        return ProfileResult(run_id, done.measurements, done.choice, done.served_text,
+                             done.by_model())
     except KeyboardInterrupt:
         status = "KILLED"
         raise

@@ -37,7 +37,6 @@ from tracker.search.workers import wait_for_duplicate
 from tracker.study import joint
 from tracker.study.measured import (
     ConfigFailed,
-    ConfigMeasurement,
     clip_log,
     levels_for,
     measure_configuration,
@@ -237,19 +236,11 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
             t, violations, feasible=choice.feasible, concurrency=choice.concurrency,
             metrics=choice.metrics, measurements=len(result.measurements)),
         values=choice.values, metrics=done.headline(), step=choice.concurrency,
-        sweep=_sweep_metrics(done), files=dict(done.files()),
+        sweep=done.sweep_metrics(), files=dict(done.files()),
         tags={tags.FEASIBLE: str(choice.feasible).lower(), tags.CONCURRENCY: choice.concurrency,
               tags.STABLE: str(choice.stable).lower(), tags.SWEEP_STOP: result.stop_reason,
               **done.tags, **configuration_tags(ctx),
               **(_model_tags(ctx) if ctx.store_model else {})})
-
-
-def _sweep_metrics(done: ConfigMeasurement) -> list[Metric]:
-    """Every level's figures (``sweep/...``); each model's apart for several entry models."""
-    if done.joint is None:
-        return runs.sweep_metrics(done.measurements)
-    names = list(done.joint.levels[0].measurements) if done.joint.levels else []
-    return [m for name in names for m in runs.sweep_metrics(done.joint.of(name), name)]
 
 
 def default_metrics(study: optuna.Study) -> dict[str, float] | None:
