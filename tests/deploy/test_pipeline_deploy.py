@@ -19,10 +19,8 @@ import os
 import re
 import subprocess
 import sys
-import threading
-import time
-from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import mlflow
 import pytest
@@ -32,6 +30,7 @@ from mlflow.deployments import get_deploy_client
 from mlflow.exceptions import MlflowException
 
 from tests.support import models
+from tests.support.deploy import RequestLoop
 from tests.support.deploy import module_server as module_server  # the fixtures, re-exported
 from tests.support.deploy import shared_serving as shared_serving
 from tests.support.pipeline_deploy import Names, PipelineStudy, X
@@ -81,46 +80,14 @@ def loaded_order(server: LocalTritonServer, offset: int, version: str) -> list[s
     return list(dict.fromkeys(found))
 
 
-class Requests:
-    """Sends [1, 2, 3, 0] to the entry without a version, from a thread, until stopped."""
+def _label(result: Any) -> str:
+    return str(result.as_numpy("LABEL").ravel()[0].decode())
 
-    def __init__(self, url: str, entry: str, limit_s: float = 120.0) -> None:
-        self.url, self.entry, self.limit_s = url, entry, limit_s
-        self.answers: Counter[str] = Counter()
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        import tritonclient.grpc as grpcclient
-
-        client = grpcclient.InferenceServerClient(self.url)
-        x = grpcclient.InferInput("INPUT", list(X.shape), "FP32")
-        x.set_data_from_numpy(X)
-        end = time.monotonic() + self.limit_s
-        try:
-            while not self._stop.is_set() and time.monotonic() < end:
-                try:
-                    out = client.infer(self.entry, [x], client_timeout=10).as_numpy("LABEL")
-                    self.answers[out.ravel()[0].decode()] += 1  # type: ignore[union-attr]
-                except Exception as exc:  # every failure counts, whatever its type
-                    self.failures.append(str(exc)[:300])
-        finally:
-            client.close()
-
-    def __enter__(self) -> Requests:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def wait_for(self, count: int, timeout_s: float = 30) -> None:
-        end = time.monotonic() + timeout_s
-        start = sum(self.answers.values())
-        while sum(self.answers.values()) < start + count and time.monotonic() < end:
-            time.sleep(0.05)
+def requests(url: str, entry: str) -> RequestLoop:
+    """Sends [1, 2, 3, 0] to the entry without a version, from a thread, until stopped;
+    counted by the label that came back."""
+    return RequestLoop(url, entry, {"INPUT": X}, _label)
 
 
 def test_promote_deploys_every_model_and_rolls_every_model_back(
@@ -152,7 +119,7 @@ def test_promote_deploys_every_model_and_rolls_every_model_back(
 
     study.add(V2, 200.0)
     log_start = server.log_path.stat().st_size
-    with Requests(server.endpoints.grpc, names.entry) as loop:
+    with requests(server.endpoints.grpc, names.entry) as loop:
         loop.wait_for(20)
         second = runner.invoke(cli, promote)
         loop.wait_for(20)

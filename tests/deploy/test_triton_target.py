@@ -13,10 +13,8 @@ import json
 import os
 import subprocess
 import sys
-import threading
-import time
-from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import mlflow
 import numpy as np
@@ -26,7 +24,7 @@ from mlflow.deployments import get_deploy_client
 from mlflow.exceptions import MlflowException
 
 from tests.support import models
-from tests.support.deploy import NAME, V1, V2, Study, knobs, spec_file, trial_model_dir
+from tests.support.deploy import NAME, V1, V2, RequestLoop, Study, knobs, spec_file, trial_model_dir
 from tests.support.deploy import serving as serving  # the fixture, re-exported
 from tracker.cli import cli
 from tracker.deploy import nvidia
@@ -37,49 +35,18 @@ from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton
 
-class ClientLoop:
-    """Sends requests without a version, continuously, from a thread; bounded in time."""
+def _version(result: Any) -> str:
+    """The version that answered, once the answer is checked."""
+    out = result.as_numpy("OUTPUT0")
+    if out is None or out.shape != (1, 4):
+        raise ValueError(f"bad output {out!r}")
+    return str(result.get_response().model_version)
 
-    def __init__(self, url: str, limit_s: float = 180.0) -> None:
-        self.url, self.limit_s = url, limit_s
-        self.versions: Counter[str] = Counter()
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _run(self) -> None:
-        import tritonclient.grpc as grpcclient
-
-        client = grpcclient.InferenceServerClient(self.url)
-        x = grpcclient.InferInput("INPUT0", [1, 8], "FP32")
-        x.set_data_from_numpy(np.ones((1, 8), np.float32))
-        end = time.monotonic() + self.limit_s
-        try:
-            while not self._stop.is_set() and time.monotonic() < end:
-                try:
-                    result = client.infer(NAME, [x], client_timeout=10)
-                    out = result.as_numpy("OUTPUT0")
-                    if out is None or out.shape != (1, 4):
-                        raise ValueError(f"bad output {out!r}")
-                    self.versions[result.get_response().model_version] += 1
-                except Exception as exc:  # every failure counts, whatever its type
-                    self.failures.append(str(exc)[:300])
-        finally:
-            client.close()
-
-    def __enter__(self) -> ClientLoop:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def wait_for(self, count: int, timeout_s: float = 30) -> None:
-        end = time.monotonic() + timeout_s
-        start = sum(self.versions.values())
-        while sum(self.versions.values()) < start + count and time.monotonic() < end:
-            time.sleep(0.05)
+def client_loop(url: str) -> RequestLoop:
+    """Requests without a version, continuously, counted by the version that answered."""
+    return RequestLoop(url, NAME, {"INPUT0": np.ones((1, 8), np.float32)}, _version,
+                       limit_s=180.0)
 
 
 def test_promote_switches_without_failed_requests_and_rolls_back_a_refused_config(
@@ -97,7 +64,7 @@ def test_promote_switches_without_failed_requests_and_rolls_back_a_refused_confi
     assert "tiny-reg version 1 (trial 0) is in Production" in first.output
 
     best = study.add(V2, 200.0)
-    with ClientLoop(server.endpoints.grpc) as loop:
+    with client_loop(server.endpoints.grpc) as loop:
         loop.wait_for(20)
         second = runner.invoke(cli, ["promote", str(spec)])
         assert second.exit_code == 0, second.output
@@ -106,7 +73,7 @@ def test_promote_switches_without_failed_requests_and_rolls_back_a_refused_confi
         third = runner.invoke(cli, ["promote", str(spec)])
         loop.wait_for(20)
     assert loop.failures == [], loop.failures[:3]
-    assert set(loop.versions) == {"1", "2"} and loop.versions["2"] > 0, loop.versions
+    assert set(loop.answers) == {"1", "2"} and loop.answers["2"] > 0, loop.answers
 
     # v2 serves exactly the best trial's config knobs
     served = server.client().model_config(NAME)

@@ -5,11 +5,15 @@ explicit model control mode."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import mlflow
+import numpy as np
 import optuna
 import pytest
 
@@ -136,3 +140,53 @@ def shared_serving(module_server: tuple[LocalTritonServer, Path], mlflow_uri: st
     """The module's Triton, with the target settings pointing at it for this test."""
     _point_at(monkeypatch, *module_server)
     return module_server
+
+
+class RequestLoop:
+    """Sends one request to ``model`` without a version, over and over from a thread, until
+    stopped or ``limit_s`` has passed; counts each answer under ``label(result)`` and keeps
+    every failure (a wrong answer is one: ``label`` may raise)."""
+
+    def __init__(self, url: str, model: str, inputs: dict[str, np.ndarray],
+                 label: Callable[[Any], str], limit_s: float = 120.0) -> None:
+        self.url, self.model, self.inputs, self.label = url, model, inputs, label
+        self.limit_s = limit_s
+        self.answers: Counter[str] = Counter()
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import tritonclient.grpc as grpcclient
+
+        client = grpcclient.InferenceServerClient(self.url)
+        tensors = []
+        for name, value in self.inputs.items():
+            tensor = grpcclient.InferInput(name, list(value.shape), "FP32")
+            tensor.set_data_from_numpy(value)
+            tensors.append(tensor)
+        end = time.monotonic() + self.limit_s
+        try:
+            while not self._stop.is_set() and time.monotonic() < end:
+                try:
+                    self.answers[self.label(client.infer(self.model, tensors,
+                                                         client_timeout=10))] += 1
+                except Exception as exc:  # every failure counts, whatever its type
+                    self.failures.append(str(exc)[:300])
+        finally:
+            client.close()
+
+    def __enter__(self) -> RequestLoop:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def wait_for(self, count: int, timeout_s: float = 30) -> None:
+        """Until ``count`` more answers came (or ``timeout_s``)."""
+        end = time.monotonic() + timeout_s
+        start = sum(self.answers.values())
+        while sum(self.answers.values()) < start + count and time.monotonic() < end:
+            time.sleep(0.05)
