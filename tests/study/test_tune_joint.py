@@ -166,3 +166,8 @@ def test_profile_of_several_models_shows_and_logs_each_model(tmp_path: Path,
     assert run.data.metrics["pipe/perf_throughput"] > 0
     assert run.data.metrics["other/perf_throughput"] > 0
     assert client.get_metric_history(run.info.run_id, "sweep/other/perf_throughput")
+    refused = CliRunner().invoke(cli, ["profile", str(spec), "--perf-analyzer",
+                                       "--csv", str(tmp_path / "pa.csv")])
+    assert refused.exit_code == 1
+    assert "several entry models are measured together by the built-in load generator" \
+        in refused.output

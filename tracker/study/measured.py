@@ -323,6 +323,11 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
         together = None
         try:
             if len(conf.entries) > 1:
+                if backend != "builtin":
+                    raise MeasurementError(
+                        f"several entry models are measured together by the built-in load "
+                        f"generator, which {backend} cannot do (it drives one model); "
+                        "measure without perf_analyzer")
                 result, choice, together = joint.measure(
                     spec, conf, server.endpoints, dict(repo.models), monitors,
                     reference=reference, levels=levels, model_levels=model_levels,
