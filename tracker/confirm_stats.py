@@ -135,6 +135,12 @@ def gain_of_ratio(ratio: float) -> float:
     return 2.0 * (ratio - 1.0) / (ratio + 1.0)
 
 
+def gain_interval(iv: Interval) -> Interval:
+    """An interval on the ratio scale as weighted gains (:func:`gain_of_ratio` of each end)."""
+    return Interval(gain_of_ratio(iv.estimate), gain_of_ratio(iv.low), gain_of_ratio(iv.high),
+                    iv.n)
+
+
 def log_ratios(values: Sequence[float | None], base: Sequence[float | None],
                direction: str = "maximize") -> list[float]:
     """Per paired round, the log of how much better than the default (positive = better)."""

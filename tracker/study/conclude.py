@@ -66,11 +66,8 @@ def finish_study(ctx: StudyContext, *, status: str, owner: bool, stop_reason: st
         for row in rows:
             scored = verdict.scored.get(row.name)
             if scored is not None and scored.value is not None:
-                value = scored.value
-                if WEIGHTED_GAIN in objectives:  # rounds on the ratio scale (tracking.confirmed)
-                    g = confirm_stats.gain_of_ratio
-                    value = confirm_stats.Interval(g(value.estimate), g(value.low),
-                                                   g(value.high), value.n)
+                value = (confirm_stats.gain_interval(scored.value)  # rounds: ratio scale
+                         if WEIGHTED_GAIN in objectives else scored.value)
                 row.confirmed = (value.estimate, value.low, value.high)
                 row.confirmed_p99 = scored.p99.estimate if scored.p99 is not None else None
     try:

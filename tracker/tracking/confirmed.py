@@ -232,8 +232,7 @@ def _ci(prefix: str, iv: confirm_stats.Interval | None) -> dict[str, float]:
     if iv is None:
         return {}
     if prefix.endswith(f"/{WEIGHTED_GAIN}"):
-        g = confirm_stats.gain_of_ratio
-        iv = confirm_stats.Interval(g(iv.estimate), g(iv.low), g(iv.high), iv.n)
+        iv = confirm_stats.gain_interval(iv)
     out = {prefix: iv.estimate, f"{prefix}_ci_low": iv.low, f"{prefix}_ci_high": iv.high}
     return {k: v for k, v in out.items() if math.isfinite(v)}
 
