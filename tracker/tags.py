@@ -85,7 +85,7 @@ GPU_CUDA = "tracker.gpu.cuda"                # the CUDA version the driver suppo
 GPU_SOURCE = "tracker.gpu.source"            # where the server's GPU set came from
 GPU_MEMORY_SCOPE = "tracker.gpu.memory_scope"  # processes | device | processes+device
 
-# ---- the confirmation round (tracker/confirm.py, tracking/confirmed.py) ---------------------
+# ---- the confirmation round (tracker/confirm/) -------------------------------------------
 VERDICT = "tracker.verdict"             # parent: better | tied | equivalent | inconclusive
                                         # (no_better: written before equivalent/inconclusive)
 CONFIRMED_TRIAL = "tracker.confirmed_trial"  # parent: the trial the confirmation chose

@@ -16,12 +16,14 @@ PKG = Path(__file__).resolve().parents[2] / "tracker"
 MAX_LINES = 400
 
 _ABOVE_SPEC = ("tracker.triton", "tracker.measure", "tracker.search", "tracker.tracking",
-               "tracker.deploy", "tracker.study", "tracker.cli")
+               "tracker.confirm", "tracker.deploy", "tracker.study", "tracker.cli")
 _LOOP = ("tracker.study", "tracker.cli")
+_CONFIRM_RECORD = ("tracker.triton", "tracker.measure", "tracker.search", "tracker.deploy",
+                   "tracker.confirm.rounds", "tracker.confirm.command", *_LOOP)
 
 #: the study package, bottom first: each module may import those before it, never one after
 STUDY_ORDER = ("progress", "model_store", "joint", "measured", "session", "trial",
-               "conclude", "confirm_rounds", "loop", "profile", "confirm")
+               "conclude", "loop", "profile")
 
 
 def _study_above(name: str) -> tuple[str, ...]:
@@ -41,19 +43,20 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tracker.launch_modes": ("tracker.",),
     "tracker.serving": ("tracker.",),
     "tracker.feasibility": ("tracker.",),
-    "tracker.confirm_stats": ("tracker.",),  # pure statistics of the confirmation round
-    "tracker.confirm_sequence": ("tracker.",),  # its anytime-valid intervals
     # the spec package sits on the bottom
     "tracker.spec": _ABOVE_SPEC,
     "tracker.triton": ("tracker.measure", "tracker.search", "tracker.tracking", "tracker.deploy",
-                       *_LOOP),
-    "tracker.measure": ("tracker.search", "tracker.tracking", "tracker.deploy",
+                       "tracker.confirm", *_LOOP),
+    "tracker.measure": ("tracker.search", "tracker.tracking", "tracker.deploy", "tracker.confirm",
                         "tracker.triton.server", *_LOOP),
     "tracker.search": ("tracker.measure.loadgen", "tracker.tracking", "tracker.deploy",
+                       "tracker.confirm",
                        "tracker.triton.server", *_LOOP),
     "tracker.tracking": ("tracker.triton.server", "tracker.triton.client",
-                         "tracker.measure.loadgen", "tracker.search", "tracker.deploy", *_LOOP),
-    "tracker.deploy": ("tracker.search", "tracker.measure", *_LOOP),
+                         "tracker.measure.loadgen", "tracker.search", "tracker.deploy",
+                         "tracker.confirm.rounds", "tracker.confirm.command", *_LOOP),
+    "tracker.deploy": ("tracker.search", "tracker.measure", "tracker.confirm.rounds",
+                       "tracker.confirm.command", *_LOOP),
     # the study loop: one measured configuration, then a trial, then the loop around it
     "tracker.study": ("tracker.deploy", "tracker.cli"),  # the package's __init__
     **{f"tracker.study.{m}": _study_above(m) for m in STUDY_ORDER},
@@ -62,6 +65,17 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                                "tracker.triton.server.docker", "tracker.triton.server.remote"),
     "tracker.study.model_store": (*_study_above("model_store"), "tracker.triton.server",
                                   "tracker.measure"),
+    # the confirmation, one package in three layers: pure statistics at the bottom, the record
+    # and its words beside tracking/, the rounds (measuring, on the study's server) beside
+    # study/ (the loop calls them; ``tracker confirm`` is the study's conclusion)
+    "tracker.confirm": ("tracker.",),
+    "tracker.confirm.sequence": ("tracker.",),  # anytime-valid intervals
+    "tracker.confirm.stats": ("tracker.",),  # the verdict's statistics
+    "tracker.confirm.record": _CONFIRM_RECORD,
+    "tracker.confirm.words": _CONFIRM_RECORD,
+    "tracker.confirm.rounds": ("tracker.deploy", "tracker.cli", "tracker.study.loop",
+                               "tracker.study.profile", "tracker.confirm.command"),
+    "tracker.confirm.command": ("tracker.deploy", "tracker.cli", "tracker.study.loop"),
     # the command line: everything; its parameter helpers nothing of the package
     "tracker.cli": (),
     "tracker.cli.params": ("tracker.",),
@@ -71,7 +85,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "tracker.errors": ("tracker.errors",),
     "tracker.feasibility": ("tracker.errors",),
     "tracker.serving": ("tracker.errors",),
-    "tracker.confirm_stats": ("tracker.confirm_sequence",),
+    "tracker.confirm.stats": ("tracker.confirm.sequence",),
 }
 
 #: the spec package's helpers never import its root (tracker/spec/__init__.py imports them)

@@ -28,12 +28,13 @@ from tests.support.tune import (
     write_spec,
 )
 from tracker.cli import cli
+from tracker.confirm import record as confirmed
 from tracker.deploy.promote import promote
 from tracker.errors import DeployError
 from tracker.study.loop import tune
 from tracker.study.session import TuneOptions
 from tracker.tags import STUDY_RUN_ID
-from tracker.tracking import confirmed, runs
+from tracker.tracking import runs
 
 pytestmark = pytest.mark.triton
 

@@ -141,7 +141,7 @@ def confirm_command(spec_path: Path, study_name: str | None, storage: str | None
     interleaved rounds (not the search) until the verdict is decided, print it with its 95%
     intervals, rewrite the study's report. The study's rounds are continued (an interrupted or
     inconclusive confirmation goes on where it stopped, up to --rounds); --new starts over."""
-    from tracker.study.confirm import confirm_study
+    from tracker.confirm.command import confirm_study
     from tracker.study.session import Interrupted
 
     try:

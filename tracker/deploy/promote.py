@@ -27,13 +27,15 @@ import mlflow
 import optuna
 from mlflow.exceptions import MlflowException
 
-from tracker import confirm_stats
+from tracker.confirm import record as confirmed
+from tracker.confirm import stats as confirm_stats
+from tracker.confirm import words
 from tracker.deploy import service, watch
 from tracker.deploy.pointers import Pointers, record_seen
 from tracker.deploy.settings import TargetSettings
 from tracker.errors import DeployError, TrackingError
 from tracker.metrics import WEIGHTED_GAIN
-from tracker.tracking import confirmed, flavor, model_files, registry
+from tracker.tracking import flavor, model_files, registry
 from tracker.tracking.mlflow_model import log_winner_model
 from tracker.tracking.pipeline_flavor import models_from_tags
 from tracker.tracking.pipeline_winner import log_pipeline_winner
@@ -149,7 +151,7 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
     description = summary(rows, objectives)
     if verdict is not None:
         tags.update(_verdict_tags(verdict, best.name, objectives))
-        description = confirmed.study_summary(description, verdict, objectives)
+        description = words.study_summary(description, verdict, objectives)
     mv = registry.register_version(client, registered_model, registry.VersionRequest(
         source=source, run_id=best.run_id, model_id=model_id, tags=tags,
         description=description))
@@ -217,7 +219,7 @@ def _confirmed_row(study_name: str, rows: list[TrialRow], verdict: confirm_stats
             why = ("the default configuration is as good within the tie margin"
                    if word == confirm_stats.EQUIVALENT else "the confirmation has not decided yet")
             raise DeployError(f"study {study_name!r}: the verdict is {word} ({why}): "
-                              f"{confirmed.sentence(verdict, objectives)} Nothing promoted "
+                              f"{words.sentence(verdict, objectives)} Nothing promoted "
                               "(--force promotes the best estimate anyway).")
         name = verdict.winner or verdict.chosen
     else:
@@ -231,6 +233,6 @@ def _verdict_tags(verdict: confirm_stats.Verdict, name: str,
     scored = verdict.scored.get(name)
     tags = {confirmed.VERDICT_TAG: verdict.verdict}
     if scored is not None:
-        tags.update({k: f"{v:.6g}" for k, v in confirmed.scored_metrics(scored, metric).items()
+        tags.update({k: f"{v:.6g}" for k, v in words.scored_metrics(scored, metric).items()
                      if k.startswith(("confirm/improvement", f"confirm/{metric}"))})
     return tags

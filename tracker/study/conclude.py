@@ -8,7 +8,7 @@ and ``report.html``; and the summary sentence as its description. Then the trial
 table (``trials.json``), the spec (``study.yaml``) and the saved view of the experiment that
 the printed link opens (tracking/study_record.py, tracking/view.py).
 
-After a confirmation (tracker/confirm.py) the best trial is the configuration it chose, the
+After a confirmation (tracker/confirm/) the best trial is the configuration it chose, the
 sentence carries its intervals, and the parent gets ``confirm/...``, ``improvement_pct`` with
 its interval, the tag ``tracker.verdict`` and ``confirm.csv``; each confirmed trial's run its
 own ``confirm/...`` metrics and ``tracker.confirm_rank``.
@@ -24,13 +24,16 @@ import yaml
 from mlflow.entities import Param
 from mlflow.exceptions import MlflowException
 
-from tracker import confirm_stats, tags
+from tracker import tags
+from tracker.confirm import record as confirmed
+from tracker.confirm import stats as confirm_stats
+from tracker.confirm import words
 from tracker.errors import TrackingError
 from tracker.metrics import WEIGHTED_GAIN
 from tracker.study.measured import serve_options
 from tracker.study.session import StudyContext
 from tracker.study.trial import configs, production_texts
-from tracker.tracking import confirmed, runs, steps_plot, stream_plots, study_record, view
+from tracker.tracking import runs, steps_plot, stream_plots, study_record, view
 from tracker.tracking.report import best_row, improvement_pct, summary, write_report
 from tracker.tracking.rows import TrialRow, trial_rows
 from tracker.triton import model_config
@@ -59,9 +62,9 @@ def finish_study(ctx: StudyContext, *, status: str, owner: bool, stop_reason: st
     verdict = confirmed.verdict(record, objectives)
     caption = None
     if record is not None and verdict is not None:  # the confirmation decides, not the search
-        command = confirmed.more_command(record, verdict, objectives, _spec_arg(spec.source))
-        text = confirmed.study_summary(text, verdict, objectives, command)
-        caption = confirmed.headline(verdict)
+        command = words.more_command(record, verdict, objectives, _spec_arg(spec.source))
+        text = words.study_summary(text, verdict, objectives, command)
+        caption = words.headline(verdict)
         best = next((r for r in rows if r.number == confirmed.trial_of(verdict.chosen)), best)
         for row in rows:
             scored = verdict.scored.get(row.name)
@@ -195,8 +198,8 @@ def _log_verdict(ctx: StudyContext, rows: list[TrialRow], verdict: confirm_stats
     objectives = dict(ctx.spec.objectives)
     metric = next(iter(objectives))
     record = confirmed.load(ctx.study) or {}
-    runs.log_metrics(client, parent.run_id, confirmed.parent_metrics(verdict, objectives))
-    runs.set_tags(client, parent.run_id, {**confirmed.parent_tags(verdict),
+    runs.log_metrics(client, parent.run_id, words.parent_metrics(verdict, objectives))
+    runs.set_tags(client, parent.run_id, {**words.parent_tags(verdict),
                                           tags.CONFIRM_STOP: record.get("stop", "")})
     runs.log_files(client, parent.run_id, {"confirm.csv": confirmed.rounds_csv(record, metric)})
     by_name = {r.name: r for r in rows}
@@ -205,7 +208,7 @@ def _log_verdict(ctx: StudyContext, rows: list[TrialRow], verdict: confirm_stats
         if row is None or not row.run_id:
             continue
         scored = verdict.scored[key]
-        runs.log_metrics(client, row.run_id, confirmed.scored_metrics(scored, metric))
+        runs.log_metrics(client, row.run_id, words.scored_metrics(scored, metric))
         values = confirmed.series(record, row.number, metric)
         for step, value in enumerate(values, start=1):
             if value is not None:

@@ -23,6 +23,7 @@ from typing import Any
 import mlflow
 import optuna
 
+from tracker.confirm import rounds as confirm_rounds
 from tracker.errors import TrackerError
 from tracker.measure.host import machine_tags
 from tracker.search import study as optuna_study
@@ -31,7 +32,6 @@ from tracker.search.space import check_space, distributions, resolve_space
 from tracker.search.storage import make_storage, storage_lock, worker_identity
 from tracker.search.workers import ask_within_budget, budget, heartbeat
 from tracker.spec import StudySpec
-from tracker.study import confirm_rounds
 from tracker.study.conclude import finish_study
 from tracker.study.measured import check_servable, resolve_serving
 from tracker.study.progress import Progress
@@ -207,7 +207,7 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
                                    worker_tags={**worker.tags(), **machine},
                                    store_model=options.store_model)
                 stop = _loop(ctx, storage, worker.id, started, grid_size)
-                if _last_worker(study):  # the confirmation round (study/confirm_rounds.py)
+                if _last_worker(study):  # the confirmation round (tracker/confirm/rounds.py)
                     confirm_rounds.after_search(ctx)
                 status = "FINISHED"
             except KeyboardInterrupt:

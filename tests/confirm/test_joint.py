@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from tracker import confirm_stats
-from tracker.tracking import confirmed
+from tracker.confirm import record as confirmed
+from tracker.confirm import stats as confirm_stats
+from tracker.confirm import words
 
 OBJ = {"weighted_gain": "maximize"}
 
@@ -41,11 +42,11 @@ def test_steady_gains_decide_better_and_say_it_in_weighted_words() -> None:
     assert imp is not None and imp.low > 0
     # the improvement is on the ratio scale: a gain of 0.30 is ~35% for one model
     assert imp.estimate == pytest.approx(100 * (confirm_stats.ratio_of_gain(0.30) - 1), abs=1)
-    text = confirmed.sentence(v, OBJ)
+    text = words.sentence(v, OBJ)
     assert "trial-3 is 35% (" in text and "on the models' weighted throughput" in text
     assert "(median weighted_gain +0.300 against the default of each round)" in text
     assert "swing" not in text  # the default's rounds are 1 by construction: no CV to compare
-    logged = confirmed.scored_metrics(v.scored["trial-3"], "weighted_gain")
+    logged = words.scored_metrics(v.scored["trial-3"], "weighted_gain")
     assert logged["confirm/weighted_gain"] == pytest.approx(0.30, abs=1e-9)  # the gain scale
     assert logged["confirm/weighted_gain_ci_low"] > 0
     assert math.isclose(logged["confirm/weighted_gain_min"], 0.28)
@@ -54,7 +55,7 @@ def test_steady_gains_decide_better_and_say_it_in_weighted_words() -> None:
 def test_a_gain_that_swings_around_zero_is_inconclusive_not_better() -> None:
     v = confirmed.verdict(_record([0.4, -0.3, 0.2, -0.25, 0.1]), OBJ)
     assert v is not None and v.verdict == confirm_stats.INCONCLUSIVE
-    assert "each round compared with the default measured in it" in confirmed.sentence(v, OBJ)
+    assert "each round compared with the default measured in it" in words.sentence(v, OBJ)
 
 
 def test_two_rounds_leave_every_interval_unbounded_the_default_too() -> None:
@@ -69,10 +70,10 @@ def test_two_rounds_leave_every_interval_unbounded_the_default_too() -> None:
 
 
 def test_a_round_pairs_each_configuration_with_its_own_default(tmp_path: Path) -> None:
-    """study.confirm_rounds._pair_round: the default 0, the others their weighted_gain
+    """confirm.rounds._pair_round: the default 0, the others their weighted_gain
     against it (weights 3:1); a configuration missing a model's figure gets no pair."""
+    from tracker.confirm.rounds import JOINT, _pair_round
     from tracker.spec import parse_spec
-    from tracker.study.confirm_rounds import JOINT, _pair_round
 
     spec = parse_spec({"model": {"name": ["a", "b"], "path": str(tmp_path),
                                  "weights": {"a": 3, "b": 1}}})

@@ -1,99 +1,16 @@
-"""A study's confirmation as the report sees it: the stored rounds -> the verdict -> words,
-MLflow metrics and tags.
-
-The confirmation (tracker/confirm.py) keeps its rounds in the Optuna study's user attribute
-``confirm`` (:data:`ATTR`), one measurement per configuration and round, so it can resume and
-so the verdict can be rebuilt from the study alone. The record::
-
-    {"status": "running" | "done", "rounds_target": 10, "min_rounds": 3, "top_k": 3,
-     "seed": 42, "tie_margin_pct": 5.0, "budget_s": null, "spent_s": 61.2,
-     "stop": "why it stopped",
-     "candidates": [{"trial": 4, "baseline": false, "concurrency": 2, "instances": 2}, ...],
-     "rounds": [{"order": [4, 0, 1], "results": {"4": {"perf_throughput": 30.9,
-                 "perf_latency_p99": 80.1, "feasible": true, "seconds": 4.9},
-                 "0": {"error": "..."}}}, ...]}
-
-A record written before the tie margin existed (no ``tie_margin_pct``) is read with the default
-margin; its verdict is recomputed by today's rules, so an old ``no_better`` reads as
-``equivalent`` or ``inconclusive``. The statistics are :mod:`tracker.confirm_stats`.
-"""
+"""The confirmation's verdict in words (the study's sentence, the plots' headline), and as
+MLflow metrics and tags (docs/tuning.md shows them)."""
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
 
-from tracker import confirm_stats, tags
+from tracker import tags
+from tracker.confirm import stats as confirm_stats
+from tracker.confirm.record import LATENCY, VERDICT_TAG, Record, candidates, trial_of
 from tracker.metrics import BETTER, WEIGHTED_GAIN
 from tracker.tracking.rows import fmt
-
-if TYPE_CHECKING:
-    import optuna
-
-ATTR = "confirm"
-VERDICT_TAG = tags.VERDICT
-RANK_TAG = tags.CONFIRM_RANK
-LATENCY = "perf_latency_p99"
-
-
-def load(study: optuna.Study) -> dict[str, Any] | None:
-    record = study.user_attrs.get(ATTR)
-    return record if isinstance(record, dict) else None
-
-
-def key(trial: int) -> str:
-    return f"trial-{trial}"
-
-
-def series(record: Mapping[str, Any], trial: int, metric: str) -> list[float | None]:
-    """One value per round (None: not measured, or failed, in that round)."""
-    out: list[float | None] = []
-    for rnd in record.get("rounds", []):
-        got = rnd.get("results", {}).get(str(trial), {})
-        value = got.get(metric)
-        number = float(value) if isinstance(value, int | float) else None
-        if number is not None and metric == WEIGHTED_GAIN:  # several entry models
-            number = confirm_stats.ratio_of_gain(number)
-        out.append(number)
-    return out
-
-
-def candidates(record: Mapping[str, Any], metric: str) -> list[confirm_stats.Candidate]:
-    out = []
-    for c in record.get("candidates", []):
-        n = int(c["trial"])
-        feasible = sum(1 for rnd in record.get("rounds", [])
-                       if rnd.get("results", {}).get(str(n), {}).get("feasible") is True)
-        out.append(confirm_stats.Candidate(
-            key(n), series(record, n, metric), series(record, n, LATENCY),
-            instances=int(c.get("instances") or 1), baseline=bool(c.get("baseline")),
-            feasible_rounds=feasible))
-    return out
-
-
-def margin(record: Mapping[str, Any]) -> float:
-    value = record.get("tie_margin_pct")
-    return float(value) if isinstance(value, int | float) else confirm_stats.TIE_MARGIN_PCT
-
-
-def verdict(record: Mapping[str, Any] | None,
-            objectives: Mapping[str, str]) -> confirm_stats.Verdict | None:
-    """The verdict of the stored rounds; None without a measured round of the default."""
-    if not record or not record.get("rounds"):
-        return None
-    metric, direction = next(iter(objectives.items()))
-    cands = candidates(record, metric)
-    base = next((c for c in cands if c.baseline), None)
-    if base is None or not any(v is not None for v in base.values):
-        return None
-    return confirm_stats.decide(cands, direction, margin(record))
-
-
-def trial_of(name: str) -> int:
-    return int(name.rsplit("-", 1)[1])
 
 
 def _num(x: float) -> str:
@@ -131,7 +48,7 @@ def study_summary(search_text: str, v: confirm_stats.Verdict, objectives: Mappin
     return f"{head}, {sentence(v, objectives, command)}"
 
 
-def more_command(record: Mapping[str, Any], v: confirm_stats.Verdict, objectives: Mapping[str, str],
+def more_command(record: Record, v: confirm_stats.Verdict, objectives: Mapping[str, str],
                  spec: str = "SPEC") -> str:
     """``tracker confirm SPEC --rounds N``: the command that measures more of the same rounds,
     N about what would decide if the figures went on as they are (at least 3 more)."""
@@ -277,19 +194,3 @@ def parent_tags(v: confirm_stats.Verdict) -> dict[str, object]:
     return {VERDICT_TAG: v.verdict, tags.CONFIRMED_TRIAL: trial_of(v.chosen),
             tags.CONFIRM_TIED: ", ".join(v.tied), tags.CONFIRM_SWINGS: swing[0] if swing else ""}
 
-
-def rounds_csv(record: Mapping[str, Any], metric: str) -> str:
-    """confirm.csv: one line per measurement (round, order in the round, trial, values)."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["round", "position", "trial", metric, LATENCY, "feasible", "seconds",
-                     "error"])
-    for i, rnd in enumerate(record.get("rounds", []), start=1):
-        for pos, n in enumerate(rnd.get("order", []), start=1):
-            got = rnd.get("results", {}).get(str(n))
-            if got is None:
-                continue
-            writer.writerow([i, pos, n, got.get(metric, ""), got.get(LATENCY, ""),
-                             "" if "feasible" not in got else str(got["feasible"]).lower(),
-                             got.get("seconds", ""), got.get("error", "")])
-    return out.getvalue()

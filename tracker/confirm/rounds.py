@@ -5,13 +5,13 @@ After the search (whatever stopped it, except an interruption) the ``confirm.top
 distinct feasible configurations and the default configuration are measured again, each at the
 concurrency its trial was judged by, on the study's own server. Each round measures them in a
 new random order, so drift of the machine hits all of them alike. After every round from
-``confirm.min_rounds`` on the verdict is computed (:mod:`tracker.confirm_stats`, intervals that
+``confirm.min_rounds`` on the verdict is computed (:mod:`tracker.confirm.stats`, intervals that
 stay valid however often they are looked at): the rounds stop as soon as it is decided
 (better, tied or equivalent), when ``confirm.rounds`` rounds are done or when another round
 would not fit in ``confirm.budget_s`` (default: as long as the search's trials took)
 (inconclusive). A configuration that can no longer change
 the outcome is not measured again. The record kept in the study:
-:mod:`tracker.tracking.confirmed`.
+:mod:`tracker.confirm.record`.
 
 Every measurement is saved in the study's user attribute ``confirm`` as soon as it is made:
 an interrupted confirmation continues where it stopped (``tracker tune`` again, or ``tracker
@@ -28,7 +28,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tracker import confirm_stats
+from tracker.confirm import record as confirmed
+from tracker.confirm import stats as confirm_stats
+from tracker.confirm.record import Reading, Record, RoundEntry
 from tracker.errors import MeasurementError, TrackerError
 from tracker.metrics import WEIGHTED_GAIN, model_metric
 from tracker.search.objective import weighted_gain
@@ -36,7 +38,6 @@ from tracker.study import joint
 from tracker.study.measured import ConfigFailed, measure_configuration
 from tracker.study.session import StudyContext
 from tracker.study.trial import configs, file_values
-from tracker.tracking import confirmed
 from tracker.tracking.rows import TrialRow, fmt, trial_rows
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ def _instances(ctx: StudyContext, row: TrialRow) -> int:
                for cfg in cfgs.values())
 
 
-def _new_record(ctx: StudyContext, chosen: list[TrialRow], s: Settings) -> dict[str, Any]:
+def _new_record(ctx: StudyContext, chosen: list[TrialRow], s: Settings) -> Record:
     return {"status": "running", "rounds_target": s.rounds, "min_rounds": s.min_rounds,
             "top_k": s.top_k, "seed": s.seed, "tie_margin_pct": s.margin_pct,
             "budget_s": s.budget_s, "stop": "", "started": time.time(),
@@ -145,16 +146,16 @@ def _new_record(ctx: StudyContext, chosen: list[TrialRow], s: Settings) -> dict[
             "rounds": []}
 
 
-def _same(record: dict[str, Any], chosen: list[TrialRow]) -> bool:
+def _same(record: Record, chosen: list[TrialRow]) -> bool:
     return [int(c["trial"]) for c in record.get("candidates", [])] == [r.number for r in chosen]
 
 
-def _complete(record: dict[str, Any], rnd: dict[str, Any]) -> bool:
+def _complete(rnd: RoundEntry) -> bool:
     return all(str(n) in rnd["results"] for n in rnd["order"])
 
 
 def run(ctx: StudyContext, s: Settings, *, again: bool = False, new: bool = False,
-        on_measured: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+        on_measured: Callable[[str], None] | None = None) -> Record | None:
     """Run (or continue) the study's confirmation; returns the record (None when there is
     nothing to confirm). An unfinished confirmation is always continued. A finished one of the
     same configurations is returned as it is, unless ``again`` (then it continues up to
@@ -173,9 +174,9 @@ def run(ctx: StudyContext, s: Settings, *, again: bool = False, new: bool = Fals
         return record
     if record is None or not same or new:
         record = _new_record(ctx, chosen, s)
-    record.update(status="running", stop="", rounds_target=s.rounds,
-                  min_rounds=min(s.min_rounds, s.rounds), tie_margin_pct=s.margin_pct,
-                  budget_s=s.budget_s)
+    record["status"], record["stop"] = "running", ""
+    record["rounds_target"], record["min_rounds"] = s.rounds, min(s.min_rounds, s.rounds)
+    record["tie_margin_pct"], record["budget_s"] = s.margin_pct, s.budget_s
     by_number = {r.number: r for r in chosen}
     budget = "" if s.budget_s is None else f", at most {s.budget_s:g} s of measuring"
     say(f"confirmation: {', '.join(confirmed.key(r.number) for r in chosen)} (trial "
@@ -185,7 +186,7 @@ def run(ctx: StudyContext, s: Settings, *, again: bool = False, new: bool = Fals
     several = joint.is_joint(ctx.spec)
     while True:
         rounds = record["rounds"]
-        if not rounds or _complete(record, rounds[-1]):
+        if not rounds or _complete(rounds[-1]):
             open_keys, stop = _next(record, objectives, [confirmed.key(n) for n in by_number],
                                     spent)
             if stop:
@@ -215,7 +216,7 @@ def run(ctx: StudyContext, s: Settings, *, again: bool = False, new: bool = Fals
     return record
 
 
-def _next(record: dict[str, Any], objectives: Mapping[str, str], every: list[str],
+def _next(record: Record, objectives: Mapping[str, str], every: list[str],
           spent: float) -> tuple[list[str], str]:
     """Before a new round: (the keys to measure in it, why to stop instead: "" to go on)."""
     n = len(record["rounds"])
@@ -236,13 +237,13 @@ def _next(record: dict[str, Any], objectives: Mapping[str, str], every: list[str
     return keys, ""
 
 
-def _mean_seconds(record: Mapping[str, Any]) -> float:
+def _mean_seconds(record: Record) -> float:
     took = [float(got["seconds"]) for rnd in record.get("rounds", [])
             for got in rnd.get("results", {}).values() if "seconds" in got]
     return sum(took) / len(took) if took else 0.0
 
 
-def _pair_round(ctx: StudyContext, rnd: dict[str, Any], base: int) -> None:
+def _pair_round(ctx: StudyContext, rnd: RoundEntry, base: int) -> None:
     """Several entry models: each measured configuration's weighted_gain against the default
     measured in the same round (the default's own: 0), once both are in."""
     results = rnd["results"]
@@ -261,7 +262,7 @@ def _pair_round(ctx: StudyContext, rnd: dict[str, Any], base: int) -> None:
 
 
 def _measure_one(ctx: StudyContext, row: TrialRow, round_no: int,
-                 say: Callable[[str], None]) -> dict[str, Any]:
+                 say: Callable[[str], None]) -> Reading:
     metric = next(iter(ctx.spec.objectives))
     level = float(row.concurrency or 1)
     levels = {m: float(row.metrics.get(model_metric(m, "concurrency")) or 1)

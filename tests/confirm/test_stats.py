@@ -1,5 +1,5 @@
-"""The confirmation's statistics and verdict rules on known data (tracker/confirm_stats.py); the
-stopping rule on simulated rounds is tests/test_confirm_sequence.py."""
+"""The confirmation's statistics and verdict rules on known data (tracker/confirm/stats.py); the
+stopping rule on simulated rounds is tests/confirm/test_sequence.py."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from tracker import confirm_sequence as seq
-from tracker import confirm_stats
+from tracker.confirm import sequence as seq
+from tracker.confirm import stats as confirm_stats
 
 
 def test_t_quantiles_match_scipy() -> None:

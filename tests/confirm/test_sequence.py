@@ -1,5 +1,5 @@
-"""The confirmation's anytime-valid intervals (tracker/confirm_sequence.py) and its stopping rule
-(tracker/confirm_stats.py), on simulated rounds: looked at after every round, a false `better`
+"""The confirmation's anytime-valid intervals (tracker/confirm/sequence.py) and its stopping rule
+(tracker/confirm/stats.py), on simulated rounds: looked at after every round, a false `better`
 stays under 5%, where the fixed-sample t-interval looked at the same way does not."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tracker import confirm_sequence as seq
-from tracker import confirm_stats
+from tracker.confirm import sequence as seq
+from tracker.confirm import stats as confirm_stats
 
 Noise = Callable[[random.Random], float]
 
@@ -107,7 +107,7 @@ def test_rounds_to_decide_projects_the_current_spread() -> None:
     assert seq.rounds_to_decide([1.0], 0.5) is None
 
 
-# ---- the whole stopping rule, as tracker/confirm.py runs it --------------------------------
+# ---- the whole stopping rule, as tracker/confirm/rounds.py runs it ---------------------------
 
 def _confirm(effects: list[float], noise: Noise, rng: random.Random, *, scale: float,
              min_rounds: int = 3, rounds: int = 10) -> confirm_stats.Verdict:

@@ -1,12 +1,12 @@
 """Anytime-valid 95% intervals for the mean of a series that grows one round at a time.
 
-The confirmation (tracker/confirm.py) looks at its figures after every round and stops as soon
-as they decide. A fixed-sample interval (Student's t) looked at after every round excludes the
-truth far more often than its 5%: with looks at rounds 2 to 10, about three times as often
-(tests/test_confirm_sequence.py measures it). The intervals here hold at every round at once:
-the chance that the true mean lies outside the interval at *any* round, however the stopping
-round was chosen (and however many rounds a later ``tracker confirm --rounds N`` adds), is at
-most ``alpha``.
+The confirmation (tracker/confirm/rounds.py) looks at its figures after every round and stops
+as soon as they decide. A fixed-sample interval (Student's t) looked at after every round
+excludes the truth far more often than its 5%: with looks at rounds 2 to 10, about three times
+as often (tests/confirm/test_sequence.py measures it). The intervals here hold at every round
+at once: the chance that the true mean lies outside the interval at *any* round, however the
+stopping round was chosen (and however many rounds a later ``tracker confirm --rounds N``
+adds), is at most ``alpha``.
 
 The construction is Lai's (1976) t-mixture confidence sequence for normal data of unknown
 variance. For a candidate mean ``mu0``, the rounds' values ``x`` give the Bayes factor of "mean

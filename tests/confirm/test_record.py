@@ -1,5 +1,5 @@
 """A stored confirmation record -> the verdict, the sentence, the MLflow figures
-(tracker/tracking/confirmed.py), and the spec's `confirm` section."""
+(tracker/confirm/record.py, words.py), and the spec's `confirm` section."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from tracker.confirm import record as confirmed
+from tracker.confirm import words
 from tracker.errors import SpecError
 from tracker.spec import parse_spec
-from tracker.tracking import confirmed
 
 OBJ = {"perf_throughput": "maximize"}
 
@@ -35,22 +36,22 @@ def test_better_sentence_names_the_intervals_and_the_default() -> None:
                    1: [29.0, 29.4, 29.2, 29.1, 29.3]})
     v = confirmed.verdict(rec, OBJ)
     assert v is not None and v.verdict == "better" and v.chosen == "trial-4"
-    text = confirmed.sentence(v, OBJ)
+    text = words.sentence(v, OBJ)
     assert text.startswith("confirmed in 5 interleaved rounds: trial-4 gives 30.90 infer/s "
                            "(95% CI ")
     assert "better than the default configuration (28.30 infer/s)." in text
-    metrics = confirmed.parent_metrics(v, OBJ)
+    metrics = words.parent_metrics(v, OBJ)
     assert metrics["confirm/perf_throughput"] == pytest.approx(30.9)
     assert metrics["improvement_pct_ci_low"] > 0
     assert metrics["improvement_pct_ci_low"] < metrics["improvement_pct"] \
         < metrics["improvement_pct_ci_high"]
-    tags = confirmed.parent_tags(v)
+    tags = words.parent_tags(v)
     assert tags[confirmed.VERDICT_TAG] == "better"
     assert tags["tracker.confirmed_trial"] == 4 and tags["tracker.confirm_swings"] == ""
-    run = confirmed.scored_metrics(v.scored["trial-4"], "perf_throughput")
+    run = words.scored_metrics(v.scored["trial-4"], "perf_throughput")
     assert run["confirm/perf_throughput_min"] == 30.6          # the worst round
     assert run["confirm/perf_throughput_cv_pct"] == pytest.approx(0.886, abs=0.01)
-    assert confirmed.headline(v).startswith("confirmed: better, trial-4 +")
+    assert words.headline(v).startswith("confirmed: better, trial-4 +")
 
 
 def test_tied_sentence_lists_the_tied_and_why_the_cheaper_was_chosen() -> None:
@@ -59,7 +60,7 @@ def test_tied_sentence_lists_the_tied_and_why_the_cheaper_was_chosen() -> None:
                   p99={4: 90.0, 1: 60.0}, instances={4: 3, 1: 2})
     v = confirmed.verdict(rec, OBJ)
     assert v is not None and v.verdict == "tied"
-    text = confirmed.sentence(v, OBJ)
+    text = words.sentence(v, OBJ)
     assert v.chosen == "trial-1"
     assert "trial-1 gives" in text and "trial-4 is statistically tied" in text
     assert "chosen as the cheaper" in text
@@ -72,7 +73,7 @@ def test_equivalent_says_keep_the_default_and_a_failed_round_is_left_out() -> No
     assert v is not None and v.verdict == "equivalent" and v.chosen == "trial-0"
     assert v.scored["trial-2"].improvement is not None
     assert v.scored["trial-2"].improvement.n == 6   # the round without the default is not paired
-    text = confirmed.sentence(v, OBJ)
+    text = words.sentence(v, OBJ)
     assert "equivalent: no configuration beats the default configuration" in text
     assert "by more than the 5% tie margin" in text
     assert "keep the default; nothing is promoted unless forced" in text
@@ -85,16 +86,16 @@ def test_inconclusive_says_the_rounds_the_interval_and_how_to_measure_more() -> 
     rec = _record({0: [24.9, 26.6, 16.0], 4: [26.9, 30.5, 31.6]})
     v = confirmed.verdict(rec, OBJ)
     assert v is not None and v.verdict == "inconclusive" and v.keeps_default
-    command = confirmed.more_command(rec, v, OBJ, "projects/densenet_onnx/study.yaml")
+    command = words.more_command(rec, v, OBJ, "projects/densenet_onnx/study.yaml")
     assert command.startswith("tracker confirm projects/densenet_onnx/study.yaml --rounds ")
     assert int(command.rsplit(" ", 1)[1]) >= 6
-    text = confirmed.sentence(v, OBJ, command)
+    text = words.sentence(v, OBJ, command)
     assert text.startswith("inconclusive after 3 interleaved rounds: the best, trial-4, is ")
     imp = v.scored["trial-4"].improvement
     assert imp is not None and f"{imp.low:.0f} to {imp.high:.0f}%" in text
     assert f"`{command}` measures more of the same rounds" in text
     assert "the default is kept and nothing is promoted unless forced" in text
-    assert "inconclusive after 3 rounds" in confirmed.headline(v)
+    assert "inconclusive after 3 rounds" in words.headline(v)
 
 
 def test_an_old_no_better_record_reads_by_todays_rules() -> None:
@@ -104,7 +105,7 @@ def test_an_old_no_better_record_reads_by_todays_rules() -> None:
     rec["rounds_target"] = 5
     v = confirmed.verdict(rec, OBJ)
     assert v is not None and v.verdict in ("equivalent", "inconclusive")
-    assert v.margin_pct == 5.0 and "no_better" not in confirmed.sentence(v, OBJ)
+    assert v.margin_pct == 5.0 and "no_better" not in words.sentence(v, OBJ)
 
 
 def test_a_configuration_whose_readings_swing_is_named() -> None:
@@ -113,8 +114,8 @@ def test_a_configuration_whose_readings_swing_is_named() -> None:
     v = confirmed.verdict(rec, OBJ)
     assert v is not None
     assert "The default configuration's readings swing far more than the others' " \
-        "(round-to-round CV" in confirmed.sentence(v, OBJ)
-    assert confirmed.parent_tags(v)["tracker.confirm_swings"] == "trial-0"
+        "(round-to-round CV" in words.sentence(v, OBJ)
+    assert words.parent_tags(v)["tracker.confirm_swings"] == "trial-0"
 
 
 def test_no_verdict_without_a_measured_default() -> None:
@@ -137,7 +138,7 @@ def test_confirm_section_is_validated_like_the_others(tmp_path: Path) -> None:
         parse_spec({"model": model, "confirm": {"rounds": 0}})
 
 
-# ---- when the rounds stop (tracker/confirm.py), on stored records --------------------------
+# ---- when the rounds stop (tracker/confirm/rounds.py), on stored records ----------------------
 
 def _timed(rec: dict[str, Any], seconds: float) -> dict[str, Any]:
     for rnd in rec["rounds"]:
@@ -148,7 +149,7 @@ def _timed(rec: dict[str, Any], seconds: float) -> dict[str, Any]:
 
 
 def test_rounds_stop_when_decided_at_the_most_rounds_or_at_the_budget() -> None:
-    from tracker.study.confirm_rounds import _next
+    from tracker.confirm.rounds import _next
 
     every = ["trial-0", "trial-4"]
     decided = _timed(_record({0: [28.0, 28.6, 28.3, 28.1, 28.4],
@@ -172,7 +173,7 @@ def test_the_default_budget_is_the_search_time() -> None:
 
     import optuna
 
-    from tracker.study.confirm_rounds import search_seconds
+    from tracker.confirm.rounds import search_seconds
 
     study = optuna.create_study()
     assert search_seconds(study) is None

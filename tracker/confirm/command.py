@@ -1,4 +1,4 @@
-"""``tracker confirm``: the confirmation round (study/confirm_rounds.py) on a finished study,
+"""``tracker confirm``: the confirmation (tracker/confirm/rounds.py) on a finished study,
 without re-running the search; the study's rounds are continued (an interrupted or
 inconclusive confirmation goes on where it stopped), ``new`` starts over. Then the study's
 report is written again with the verdict."""
@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracker import tags
+from tracker.confirm import record as confirmed
+from tracker.confirm.rounds import run, settings_of
 from tracker.errors import TrackerError
-from tracker.study.confirm_rounds import run, settings_of
 from tracker.study.session import Session, StudyContext, TuneOptions
-from tracker.tracking import confirmed
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
