@@ -14,7 +14,7 @@ from tracker.feasibility import (
     named_violations,
     stops_sweep,
 )
-from tracker.measure.types import JointMeasurement, Measurement
+from tracker.measure.types import Measurement, SweepLevel
 from tracker.search.objective import (
     objective_values,
     pick_best_joint_level,
@@ -124,8 +124,8 @@ def test_bare_constraints_bound_every_model_and_a_models_own_wins() -> None:
 
 def test_the_joint_level_is_the_feasible_one_with_the_best_weighted_gain() -> None:
     def joint(a: tuple[float, float], b: tuple[float, float], valid: bool = True,
-              ) -> JointMeasurement:
-        return JointMeasurement({"a": level(1, *a), "b": level(1, *b, valid=valid)})
+              ) -> SweepLevel:
+        return SweepLevel({"a": level(1, *a), "b": level(1, *b, valid=valid)})
 
     levels = [joint((100, 2), (10, 2)), joint((150, 4), (10, 9)), joint((120, 3), (12, 3)),
               joint((999, 1), (99, 1), valid=False)]

@@ -169,5 +169,5 @@ def test_profile_of_several_models_shows_and_logs_each_model(tmp_path: Path,
     refused = CliRunner().invoke(cli, ["profile", str(spec), "--perf-analyzer",
                                        "--csv", str(tmp_path / "pa.csv")])
     assert refused.exit_code == 1
-    assert "several entry models are measured together by the built-in load generator" \
+    assert "perf_analyzer drives one model alone" \
         in refused.output

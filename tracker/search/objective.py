@@ -7,7 +7,7 @@ least, and the trial is infeasible. Whether a level meets the constraints, and h
 unmeasured constrained metric counts, is tracker/feasibility.py's rule (the sweep's early stop
 uses the same module).
 
-Several independent models measured together (tracker/measure/multi.py) are judged by one
+Several independent models measured together (tracker/measure/sweep.py) are judged by one
 number, Model Analyzer's ``weighting``: :func:`weighted_gain` (what it computes, and why
 relative to the default configuration, is in its docstring), over the joint level chosen by
 :func:`pick_best_joint_level`.
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from tracker.errors import MeasurementError, StudyError
 from tracker.feasibility import for_models, is_feasible, named_violations, total_violation
-from tracker.measure.types import JointMeasurement, Measurement
+from tracker.measure.types import Measurement, SweepLevel
 from tracker.metrics import lookup, model_metric
 
 MAXIMIZE = "maximize"
@@ -143,7 +143,7 @@ def weighted_gain(metrics: Mapping[str, float], reference: Mapping[str, float],
     """One score for several models measured together: Model Analyzer's ``weighting``.
 
     ``metrics`` and ``reference`` are joint metrics (``<model>/<metric>``, as
-    ``JointMeasurement.metrics()`` names them): this configuration's and the reference's,
+    ``SweepLevel.metrics()`` names them): this configuration's and the reference's,
     normally the default configuration's. ``weights`` maps each model to its weight and
     ``objectives`` each metric to its weight (default ``{"perf_throughput": 1}``); both are
     normalized to sum 1, as Model Analyzer does. The score is
@@ -191,7 +191,7 @@ class JointChoice:
         return is_feasible(self.violations)
 
 
-def pick_best_joint_level(levels: Sequence[JointMeasurement],
+def pick_best_joint_level(levels: Sequence[SweepLevel],
                           constraints: Mapping[str, object] | None,
                           weights: Mapping[str, float] | None = None,
                           objectives: Mapping[str, float] | None = None,

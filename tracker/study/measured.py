@@ -24,7 +24,7 @@ from tracker.measure import csvio
 from tracker.measure.host import measured_tags, server_tags
 from tracker.measure.monitors import Monitor, close_monitors, default_monitors
 from tracker.measure.sweep import LevelPlanner, sweep
-from tracker.measure.types import Measurement, MultiSweepResult, SweepResult
+from tracker.measure.types import Measurement, SweepLevel, SweepResult
 from tracker.metrics import load_levels_from
 from tracker.search.objective import LevelChoice, pick_best_level
 from tracker.serving import Serving, serving_choices
@@ -73,7 +73,7 @@ class ConfigMeasurement:
     knob_texts: dict[str, str] = field(default_factory=dict)  # FILE:KEY files as loaded
     # a configuration of several models: each model's production config, load order
     model_texts: dict[str, str] = field(default_factory=dict)
-    joint: MultiSweepResult | None = None  # several entry models: their joint sweep
+    joint: SweepResult | None = None  # several entry models: the sweep, as for one
 
     @property
     def measurements(self) -> list[Measurement]:
@@ -99,8 +99,7 @@ class ConfigMeasurement:
         """Each entry model's levels (one model: its own, under its name)."""
         if self.joint is None:
             return {self.repository.model_name: self.measurements}
-        names = list(self.joint.levels[0].measurements) if self.joint.levels else []
-        return {name: self.joint.of(name) for name in names}
+        return {name: self.joint.of(name) for name in self.joint.names}
 
     def sweep_metrics(self) -> list[Metric]:
         """Every level's figures, ``sweep/<metric>`` (``sweep/<model>/<metric>`` for each of
@@ -254,6 +253,14 @@ def _monitors(server: TritonServer) -> Sequence[Monitor]:
     return default_monitors(server.gpu_set(), server.endpoints.metrics, pids=server.pids)
 
 
+def _each(on_level: Callable[[Measurement], None]) -> Callable[[SweepLevel], None]:
+    """``on_level`` called with each entry's Measurement of a level."""
+    def each(level: SweepLevel) -> None:
+        for m in level.measurements.values():
+            on_level(m)
+    return each
+
+
 def _loaded_config(server: TritonServer, repo: TrialRepository) -> ModelConfig:
     """The config the server loaded for the trial's model (its auto-complete applied)."""
     with server.client() as client:
@@ -322,20 +329,15 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
         monitors = (monitors_factory or _monitors)(server)
         together = None
         try:
+            served = {**dict(repo.models), conf.entry: loaded}
+            result = sweep(server.endpoints,
+                           joint.loads_of(spec, conf, served, levels, model_levels),
+                           spec.constraints, monitors, backend=backend, plan=plan,
+                           on_level=None if on_level is None else _each(on_level))
             if len(conf.entries) > 1:
-                if backend != "builtin":
-                    raise MeasurementError(
-                        f"several entry models are measured together by the built-in load "
-                        f"generator, which {backend} cannot do (it drives one model); "
-                        "measure without perf_analyzer")
-                result, choice, together = joint.measure(
-                    spec, conf, server.endpoints, dict(repo.models), monitors,
-                    reference=reference, levels=levels, model_levels=model_levels,
-                    on_level=on_level)
+                choice = joint.choose(spec, result.levels, reference)
+                together = result
             else:
-                result = sweep(server.endpoints, repo.model_name, loaded, spec.load,
-                               spec.constraints, monitors, levels=levels, on_level=on_level,
-                               backend=backend, plan=plan, models=conf.composing())
                 choice = pick_best_level(result.measurements, spec.constraints,
                                          spec.objectives)
         except TrackerError as err:
