@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.levels import pick
 from tracker.errors import MeasurementError
 from tracker.measure.monitors import default_monitors
 from tracker.measure.sweep import EntryLoad, sweep
-from tracker.search.objective import pick_best_level
 from tracker.spec import LoadSection
 from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
@@ -174,7 +174,7 @@ def test_closed_loop_counts_agree_with_the_server(server: LocalTritonServer) -> 
         assert m.client_overhead_pct is not None and 0 < m.client_overhead_pct <= 100
         assert m.monitors["cpu_used_ram"] > 10  # the server's resident memory
         assert not any(k.startswith("gpu") for k in m.monitors)  # no GPU: absent, not 0
-    assert pick_best_level(res.measurements, {}, {"perf_throughput": "maximize"}).feasible
+    assert pick(res.measurements, {}, {"perf_throughput": "maximize"}).feasible
 
 
 def test_every_input_dtype_reaches_the_model(server: LocalTritonServer) -> None:
@@ -193,8 +193,8 @@ def test_errors_are_counted_and_make_the_level_invalid(server: LocalTritonServer
     assert "flaky: request" in (m.first_error or "")
     assert "max_error_pct 1%" in (m.invalid_reason or "")
     assert res.stop_reason.startswith("flaky at concurrency 2 invalid")
-    with pytest.raises(MeasurementError, match="no concurrency level"):  # no level to judge by
-        pick_best_level(res.measurements, {}, {"perf_throughput": "maximize"})
+    with pytest.raises(MeasurementError, match="no load level"):  # no level to judge by
+        pick(res.measurements, {}, {"perf_throughput": "maximize"})
     tolerant = LoadSection(concurrency=[2], max_error_pct=30, **FAST)
     (ok,) = sweep(server.endpoints, {
                       "flaky": EntryLoad(cfg(server, "flaky"), tolerant)}).measurements

@@ -9,8 +9,10 @@ from collections.abc import Iterator
 import pytest
 
 from tracker.errors import MeasurementError
+from tracker.feasibility import for_models
 from tracker.measure.sweep import EntryLoad, sweep
-from tracker.search.objective import pick_best_joint_level, weighted_gain
+from tracker.metrics import WEIGHTED_GAIN
+from tracker.search.objective import Scoring, pick_best_level, weighted_gain
 from tracker.spec import LoadSection
 from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
@@ -101,13 +103,15 @@ def test_each_model_is_measured_in_the_same_windows(server: LocalTritonServer) -
         for n, w in weights.items())
     assert weighted_gain(cur, ref, weights, objectives) == pytest.approx(by_hand)
     assert weighted_gain(ref, ref, weights, objectives) == 0.0
-    choice = pick_best_joint_level(res.levels, {}, weights, reference=ref)
-    assert choice.feasible and choice.score == max(
+    how = Scoring(["fast", "slow"], weights=weights, reference=ref)
+    gain = {WEIGHTED_GAIN: "maximize"}
+    choice = pick_best_level(res.levels, {}, gain, how)
+    assert choice.feasible and choice.values[0] == max(
         weighted_gain(j.metrics(), ref, weights) for j in res.levels)
     # a per-model constraint through the one feasibility rule: the slow model's p99 bound
     p99 = min(j.measurements["slow"].latency_p99_ms or 0 for j in res.levels)
-    bounded = pick_best_joint_level(res.levels, {"slow/perf_latency_p99": {"max": p99 / 2}},
-                                    weights, reference=ref)
+    bounded = pick_best_level(res.levels, for_models(
+        {"slow/perf_latency_p99": {"max": p99 / 2}}, ["fast", "slow"]), gain, how)
     assert not bounded.feasible and bounded.violations["slow/perf_latency_p99.max"] > 0
 
 

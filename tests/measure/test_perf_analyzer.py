@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.levels import pick
 from tracker.errors import MeasurementError
 from tracker.measure.perf_analyzer import PerfAnalyzer
 from tracker.measure.sweep import EntryLoad, sweep
-from tracker.search.objective import pick_best_level
 from tracker.spec import LoadSection
 from tracker.triton import model_config
 from tracker.triton.client import Endpoints
@@ -77,7 +77,7 @@ def test_sweep_with_perf_analyzer_parses_its_csv(fake_pa: Path) -> None:
     assert not bad.valid and "exited with status 1" in (bad.invalid_reason or "")
     assert bad.first_error == "error: failed to get model metadata: connection refused"
     assert res.stop_reason.startswith("m at concurrency 16 invalid")
-    best = pick_best_level(res.measurements, {"perf_latency_p99": {"max": 50}},
+    best = pick(res.measurements, {"perf_latency_p99": {"max": 50}},
                            {"perf_throughput": "maximize"})
     assert best.feasible and best.concurrency == 8
     first = json.loads(fake_pa.read_text().splitlines()[0])

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.levels import pick
 from tracker.errors import MeasurementError
 from tracker.measure.kinds.streaming import inter_token_ns
 from tracker.measure.sweep import EntryLoad, sweep
 from tracker.measure.types import Measurement
-from tracker.search.objective import pick_best_level
 from tracker.spec import LoadSection
 from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
@@ -140,7 +140,7 @@ def test_streams_record_first_token_gaps_and_tokens(server: LocalTritonServer,
             assert key in names
     low, high = res.measurements
     assert high.ttft_p50_ms > low.ttft_p50_ms  # type: ignore[operator]  # 4 streams, 2 instances
-    choice = pick_best_level(res.measurements, {"perf_time_to_first_token_p99": {"max": 1e6}},
+    choice = pick(res.measurements, {"perf_time_to_first_token_p99": {"max": 1e6}},
                              {"perf_output_token_throughput": "maximize"})
     assert choice.feasible and choice.metrics["perf_output_token_throughput"] > 0
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.levels import pick
 from tracker.errors import MeasurementError
 from tracker.feasibility import broken, named_violations
 from tracker.measure import sweep
 from tracker.measure.sweep import load_levels
 from tracker.measure.types import Measurement, SweepLevel
-from tracker.search.objective import pick_best_level
 from tracker.spec import LoadSection
 
 
@@ -68,12 +68,12 @@ def test_best_meets_constraints_and_keeps_the_unstable_flag() -> None:
     cons = {"perf_latency_p99": {"max": 10}, "perf_throughput": {"min": 50}}
     done = [m(1, 40, p99=2), m(2, 150, p99=4), m(4, 400, p99=9, stable=False),
             m(8, 500, p99=20), m(16, 900, valid=False)]
-    best = pick_best_level(done, cons, THROUGHPUT)
+    best = pick(done, cons, THROUGHPUT)
     assert best.feasible and best.concurrency == 4 and not best.stable
     only_unstable = [m(1, 40), m(4, 400, p99=9, stable=False)]
-    best = pick_best_level(only_unstable, {"perf_throughput": {"min": 50}}, THROUGHPUT)
+    best = pick(only_unstable, {"perf_throughput": {"min": 50}}, THROUGHPUT)
     assert best.feasible and best.concurrency == 4 and not best.stable
-    assert not pick_best_level([m(8, 500, p99=20)], cons, THROUGHPUT).feasible
+    assert not pick([m(8, 500, p99=20)], cons, THROUGHPUT).feasible
 
 
 def test_unmeasured_metric_breaks_no_constraint_but_is_not_feasible() -> None:

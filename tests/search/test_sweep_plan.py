@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.support.levels import pick
 from tracker.measure.sweep import run_levels
 from tracker.measure.types import Measurement, SweepLevel
-from tracker.search.objective import pick_best_level
 from tracker.search.sweep_plan import (
     LevelPlan,
     applies,
@@ -91,7 +91,7 @@ def test_the_sweep_follows_a_plan() -> None:
                                     lambda lv: seen.append(LEVELS[lv.index]), plan))
     assert seen == [64, 32, 16, 8]
     # the level it is judged by: the one rule (search/objective.pick_best_level)
-    choice = pick_best_level(result.measurements, LIMIT, {"perf_throughput": "maximize"})
+    choice = pick(result.measurements, LIMIT, {"perf_throughput": "maximize"})
     assert choice.feasible and choice.concurrency == 8
     assert result.stop_reason == plan.reason
 

@@ -76,6 +76,6 @@ def test_a_decoupled_entry_among_two_is_streamed(tmp_path: Path, mlflow_uri: str
     assert metrics["echo/perf_throughput"] > 0
     assert client.get_metric_history(trial.info.run_id,
                                      "sweep/storyteller/perf_time_to_first_token_p99")
-    perf = Path(client.download_artifacts(trial.info.run_id, "perf/storyteller.csv",
+    perf = Path(client.download_artifacts(trial.info.run_id, "storyteller/perf.csv",
                                           str(tmp_path / "dl"))).read_text()
     assert "TTFT p99" in perf
