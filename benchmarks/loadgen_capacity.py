@@ -80,7 +80,7 @@ def main() -> None:
     if args.nice:
         os.nice(args.nice)
 
-    from tracker.measure.sweep import sweep
+    from tracker.measure.sweep import EntryLoad, sweep
     from tracker.spec import LoadSection, ensure_model, load_spec
     from tracker.triton.formats import model_info
     from tracker.triton.repository import write_repository
@@ -108,7 +108,8 @@ def main() -> None:
             refs.append(asyncio.run(reference(ep.grpc, repo.model_name, args.concurrency,
                                               args.seconds)))
             for r in range(args.rounds):
-                (m,) = sweep(ep, repo.model_name, repo.served_config, load).measurements
+                (m,) = sweep(ep, {
+                                 repo.model_name: EntryLoad(repo.served_config, load)}).measurements
                 if not m.valid or m.server_requests is None:
                     sys.exit(f"round {r + 1}: measurement invalid: {m.invalid_reason}")
                 # as long as the measurement ran (all its windows), timed over its last 3 s

@@ -59,6 +59,7 @@ async def _measure_config(server: Any, repo: Any, spec: Any, levels: list[int],
                           writer: Any, fh: TextIO, key: tuple[int, int],
                           multi_from: int) -> None:
     from tracker.measure.inputs import input_specs, make_samples
+    from tracker.measure.kinds import Concurrency
     from tracker.measure.level import measure_level
     from tracker.measure.loadgen import Level, LocalLoad
     from tracker.measure.monitors import Sampler
@@ -72,7 +73,7 @@ async def _measure_config(server: Any, repo: Any, spec: Any, levels: list[int],
     datatypes = {s.name: s.datatype for s in input_specs(repo.served_config)}
     transport = make_transport("grpc", url, repo.model_name, load.request_timeout_s)
     payloads = transport.payloads(samples, datatypes)
-    single = InProcessLoad(LocalLoad(transport, payloads))
+    single = InProcessLoad(LocalLoad(transport, payloads, (Concurrency(),)))
     multi: ProcessLoad | None = None
     sampler = Sampler(())
     try:
@@ -80,7 +81,7 @@ async def _measure_config(server: Any, repo: Any, spec: Any, levels: list[int],
             procs = load.processes if c >= multi_from else 1
             if procs > 1 and multi is None:
                 multi = ProcessLoad(procs, "grpc", url, repo.model_name,
-                                    load.request_timeout_s, payloads)
+                                    load.request_timeout_s, payloads, (Concurrency(),))
                 await multi.open()
             driver = multi if procs > 1 and multi is not None else single
             settings = settings_from(load)
@@ -88,7 +89,7 @@ async def _measure_config(server: Any, repo: Any, spec: Any, levels: list[int],
                                       warmup_requests=settings.warmup_requests,
                                       timeout_s=settings.timeout_s,
                                       batch_size=settings.batch_size,
-                                      processes=procs)
+                                      processes=procs, kinds=(Concurrency(),))
             m = await measure_level(driver, Level(concurrency=c), settings, transport.stats,
                                     sampler)
             overhead = m.client_overhead_pct

@@ -262,8 +262,8 @@ class Ours:
 
     def __call__(self, land: Landscape, budget: Budget, seed: int) -> None:
         from tracker.feasibility import constraint_keys
-        from tracker.measure.types import Measurement
-        from tracker.search.objective import pick_best_level
+        from tracker.measure.types import Measurement, SweepLevel
+        from tracker.search.objective import Scoring, pick_best_level
         from tracker.search.study import make_sampler
         from tracker.search.sweep_plan import LevelPlan, incumbent_level, start_index
         from tracker.study.trial import suggest
@@ -298,21 +298,23 @@ class Ours:
             incumbent = incumbent_level(study) if self.incumbent else None
             start = start_index(levels, params, default, incumbent) if self.guess else 0
             plan = LevelPlan(levels, start, constraints)
-            done: list[Measurement] = []
-            while (level := plan.next(done)) is not None:  # as tracker.measure.sweep runs it
+            done: list[SweepLevel] = []
+            while (index := plan.next(done)) is not None:  # as tracker.measure.sweep runs it
+                level = levels[index]
                 p = budget.measure((*cfg, level))
                 m = Measurement(concurrency=level, throughput=p.throughput,
                                 latency_p99_ms=p.p99_ms if math.isfinite(p.p99_ms) else None,
                                 stable=p.stable, valid=p.throughput > 0,
                                 duration_s=p.seconds)
-                done.append(m)
+                done.append(SweepLevel({"m": m}, index))
                 if self.prune is not None and p.throughput > 0 and land.feasible((*cfg, level)):
                     trial.report(m.throughput, step=level)
                     if trial.should_prune():
                         plan.stop(f"pruned at {m.level}")
                 if budget.done:
                     return
-            choice = pick_best_level(done, constraints, objectives)
+            choice = pick_best_level(done, constraints, objectives,
+                                     Scoring(["m"], lambda _entry, metric: metric))
             cons = {k: choice.violations[k] for k in constraint_keys(constraints)}
             write_measured(trial, cons, feasible=choice.feasible, concurrency=choice.concurrency,
                            metrics=choice.metrics, measurements=len(done))

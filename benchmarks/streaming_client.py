@@ -120,7 +120,7 @@ async def reference(url: str, concurrency: int, seconds: float, prompt: int, tok
 def builtin(server: object, config: object, concurrency: int, prompt: int, tokens: int,
             windows: int) -> tuple[Run, float]:
     """One built-in level (1 s windows, ``windows`` tries); (its figures, its wall time)."""
-    from tracker.measure.sweep import sweep
+    from tracker.measure.sweep import EntryLoad, sweep
     from tracker.spec import LoadSection
 
     load = LoadSection.model_validate({
@@ -129,7 +129,7 @@ def builtin(server: object, config: object, concurrency: int, prompt: int, token
         "stream": {"input_tokens": {"input": "INPUT_IDS", "length": prompt},
                    "output_tokens": {"input": "MAX_TOKENS", "length": tokens}, "samples": 1}})
     t0 = time.perf_counter()
-    (m,) = sweep(server.endpoints, MODEL, config, load).measurements  # type: ignore[attr-defined]
+    (m,) = sweep(server.endpoints, {MODEL: EntryLoad(config, load)}).measurements  # type: ignore[attr-defined]
     wall = time.perf_counter() - t0
     return Run(m.requests, m.errors, m.duration_s, m.ttft_p50_ms, m.itl_p50_ms,
                m.latency_avg_ms), wall

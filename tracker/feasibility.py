@@ -21,7 +21,7 @@ stops the sweep whichever model it names.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from tracker.errors import StudyError
@@ -114,22 +114,23 @@ def stops_sweep(metrics: Mapping[str, float],
             and c.metric.rsplit("/", 1)[-1].startswith(LATENCY_PREFIXES)]
 
 
-def for_models(constraints: Mapping[str, object] | None,
-               models: Sequence[str]) -> dict[str, object]:
-    """Constraints of several models measured together: a name with a model
-    (``a/perf_latency_p99``) stays; a bare name (``perf_latency_p99``) bounds every model
-    (``a/perf_latency_p99``, ``b/perf_latency_p99``, ...), unless that model has its own."""
+def for_models(constraints: Mapping[str, object] | None, models: Sequence[str],
+               name: Callable[[str, str], str] | None = None) -> dict[str, object]:
+    """Constraints of the models measured together: a name with a model
+    (``a/perf_latency_p99``) bounds that model; a bare name (``perf_latency_p99``) bounds
+    every model, unless that model has its own. Each is named ``name(model, metric)``
+    (default ``<model>/<metric>``: ``a/perf_latency_p99``, ``b/perf_latency_p99``)."""
+    named = name or (lambda model, metric: f"{model}/{metric}")
     out: dict[str, object] = {}
     given = dict(constraints or {})
     for metric, bound in given.items():
-        if "/" in metric and metric.split("/", 1)[0] in models:
-            out[metric] = bound
-        else:
+        if not ("/" in metric and metric.split("/", 1)[0] in models):
             for model in models:
-                out.setdefault(f"{model}/{metric}", bound)
+                out.setdefault(named(model, metric), bound)
     for metric, bound in given.items():  # a model's own bound wins over the shared one
         if "/" in metric and metric.split("/", 1)[0] in models:
-            out[metric] = bound
+            model, rest = metric.split("/", 1)
+            out[named(model, rest)] = bound
     return out
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.levels import pick
 from tracker.errors import MeasurementError
 from tracker.measure.monitors import default_monitors
-from tracker.measure.sweep import sweep
-from tracker.search.objective import pick_best_level
+from tracker.measure.sweep import EntryLoad, sweep
 from tracker.spec import LoadSection
 from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
@@ -160,7 +160,7 @@ FAST = {"window_ms": 300, "warmup_requests": 10, "max_tries": 6, "stability_pct"
 def test_closed_loop_counts_agree_with_the_server(server: LocalTritonServer) -> None:
     load = LoadSection(concurrency=[1, 4], **FAST)
     mons = default_monitors(server.gpu_set(), server.endpoints.metrics, pids=server.pids)
-    res = sweep(server.endpoints, "mm", cfg(server, "mm"), load, monitors=mons)
+    res = sweep(server.endpoints, {"mm": EntryLoad(cfg(server, "mm"), load)}, monitors=mons)
     assert [m.concurrency for m in res.measurements] == [1, 4]
     for m in res.measurements:
         assert m.valid and m.errors == 0, m.invalid_reason
@@ -174,28 +174,30 @@ def test_closed_loop_counts_agree_with_the_server(server: LocalTritonServer) -> 
         assert m.client_overhead_pct is not None and 0 < m.client_overhead_pct <= 100
         assert m.monitors["cpu_used_ram"] > 10  # the server's resident memory
         assert not any(k.startswith("gpu") for k in m.monitors)  # no GPU: absent, not 0
-    assert pick_best_level(res.measurements, {}, {"perf_throughput": "maximize"}).feasible
+    assert pick(res.measurements, {}, {"perf_throughput": "maximize"}).feasible
 
 
 def test_every_input_dtype_reaches_the_model(server: LocalTritonServer) -> None:
     load = LoadSection(concurrency=[2], batch_size=2, **FAST)
-    (m,) = sweep(server.endpoints, "alltypes", cfg(server, "alltypes"), load).measurements
+    (m,) = sweep(server.endpoints, {
+                     "alltypes": EntryLoad(cfg(server, "alltypes"), load)}).measurements
     assert m.errors == 0, m.first_error
     assert m.valid and m.throughput == pytest.approx(2 * m.requests / m.duration_s)
 
 
 def test_errors_are_counted_and_make_the_level_invalid(server: LocalTritonServer) -> None:
     load = LoadSection(concurrency=[2, 4], **FAST)
-    res = sweep(server.endpoints, "flaky", cfg(server, "flaky"), load)
+    res = sweep(server.endpoints, {"flaky": EntryLoad(cfg(server, "flaky"), load)})
     (m,) = res.measurements  # the sweep stops at the invalid level
     assert not m.valid and m.errors > 0
     assert "flaky: request" in (m.first_error or "")
     assert "max_error_pct 1%" in (m.invalid_reason or "")
-    assert res.stop_reason.startswith("concurrency 2 invalid")
-    with pytest.raises(MeasurementError, match="no concurrency level"):  # no level to judge by
-        pick_best_level(res.measurements, {}, {"perf_throughput": "maximize"})
+    assert res.stop_reason.startswith("flaky at concurrency 2 invalid")
+    with pytest.raises(MeasurementError, match="no load level"):  # no level to judge by
+        pick(res.measurements, {}, {"perf_throughput": "maximize"})
     tolerant = LoadSection(concurrency=[2], max_error_pct=30, **FAST)
-    (ok,) = sweep(server.endpoints, "flaky", cfg(server, "flaky"), tolerant).measurements
+    (ok,) = sweep(server.endpoints, {
+                      "flaky": EntryLoad(cfg(server, "flaky"), tolerant)}).measurements
     assert ok.valid and ok.errors > 0 and ok.errors == pytest.approx(ok.requests / 4, rel=0.3)
 
 
@@ -204,7 +206,7 @@ def test_open_loop_holds_the_request_rate(server: LocalTritonServer, arrival: st
                                           processes: int) -> None:
     load = LoadSection(request_rate=[200], arrival=arrival, processes=processes,
                        **FAST | {"window_ms": 500})
-    (m,) = sweep(server.endpoints, "mm", cfg(server, "mm"), load).measurements
+    (m,) = sweep(server.endpoints, {"mm": EntryLoad(cfg(server, "mm"), load)}).measurements
     assert m.valid and m.request_rate == 200 and m.concurrency is None
     assert m.throughput == pytest.approx(200, rel=0.15 if arrival == "constant" else 0.3)
 
@@ -212,7 +214,7 @@ def test_open_loop_holds_the_request_rate(server: LocalTritonServer, arrival: st
 def test_count_windows_and_http(server: LocalTritonServer) -> None:
     load = LoadSection(concurrency=[2], window_requests=150, protocol="http",
                        **{k: v for k, v in FAST.items() if k != "window_ms"})
-    (m,) = sweep(server.endpoints, "mm", cfg(server, "mm"), load).measurements
+    (m,) = sweep(server.endpoints, {"mm": EntryLoad(cfg(server, "mm"), load)}).measurements
     assert m.valid and m.errors == 0
     assert m.requests >= 3 * 150
     assert abs(m.requests - (m.server_requests or 0)) <= 8
@@ -220,7 +222,7 @@ def test_count_windows_and_http(server: LocalTritonServer) -> None:
 
 def test_several_processes_share_the_load(server: LocalTritonServer) -> None:
     load = LoadSection(concurrency=[4], processes=2, **FAST)
-    (m,) = sweep(server.endpoints, "mm", cfg(server, "mm"), load).measurements
+    (m,) = sweep(server.endpoints, {"mm": EntryLoad(cfg(server, "mm"), load)}).measurements
     assert m.valid and m.errors == 0
     assert abs(m.requests - (m.server_requests or 0)) <= max(8, 0.01 * m.requests)
 
@@ -231,10 +233,11 @@ def test_user_data_is_sent(server: LocalTritonServer, tmp_path: Path) -> None:
     path = tmp_path / "in.npz"
     np.savez(path, X=np.arange(8, dtype=np.float32).reshape(2, 4))
     load = LoadSection(concurrency=[1], input_data=path, **FAST)
-    (m,) = sweep(server.endpoints, "expect", cfg(server, "expect"), load).measurements
+    (m,) = sweep(server.endpoints, {"expect": EntryLoad(cfg(server, "expect"), load)}).measurements
     assert m.valid and m.requests > 0 and m.errors == 0, m.invalid_reason
     random = LoadSection(concurrency=[1], **FAST)
-    (r,) = sweep(server.endpoints, "expect", cfg(server, "expect"), random).measurements
+    (r,) = sweep(server.endpoints, {
+                     "expect": EntryLoad(cfg(server, "expect"), random)}).measurements
     assert not r.valid and "not the user's data" in (r.first_error or r.invalid_reason or "")
 
 
@@ -245,7 +248,7 @@ def test_a_server_that_stops_answering_ends_with_a_timeout(server: LocalTritonSe
     for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     try:
-        res = sweep(server.endpoints, "mm", cfg(server, "mm"), load)
+        res = sweep(server.endpoints, {"mm": EntryLoad(cfg(server, "mm"), load)})
     finally:
         for pid in pids:
             os.kill(pid, signal.SIGCONT)

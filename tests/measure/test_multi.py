@@ -1,5 +1,5 @@
 """Two independent models on one real tritonserver (the wheel's), each with its own load,
-measured in the same windows (tracker.measure.multi.sweep_many), and the weighted objective
+measured in the same windows (tracker.measure.sweep.sweep), and the weighted objective
 over them (tracker.search.objective)."""
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ from collections.abc import Iterator
 import pytest
 
 from tracker.errors import MeasurementError
-from tracker.measure.multi import ModelLoad, sweep_many
-from tracker.search.objective import pick_best_joint_level, weighted_gain
+from tracker.feasibility import for_models
+from tracker.measure.sweep import EntryLoad, sweep
+from tracker.metrics import WEIGHTED_GAIN
+from tracker.search.objective import Scoring, pick_best_level, weighted_gain
 from tracker.spec import LoadSection
 from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
@@ -52,14 +54,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServ
         yield srv
 
 
-def loads(**load: object) -> dict[str, ModelLoad]:
-    return {"fast": ModelLoad(config("fast"), LoadSection(concurrency=[1, 4], **FAST | load)),
-            "slow": ModelLoad(config("slow"), LoadSection(concurrency=[2], **FAST | load))}
+def loads(**load: object) -> dict[str, EntryLoad]:
+    return {"fast": EntryLoad(config("fast"), LoadSection(concurrency=[1, 4], **FAST | load)),
+            "slow": EntryLoad(config("slow"), LoadSection(concurrency=[2], **FAST | load))}
 
 
 def test_each_model_is_measured_in_the_same_windows(server: LocalTritonServer) -> None:
     seen: list[str] = []
-    res = sweep_many(server.endpoints, loads(), on_level=lambda j: seen.append(j.level))
+    res = sweep(server.endpoints, loads(), on_level=lambda j: seen.append(j.level))
     assert seen == ["fast: concurrency 1, slow: concurrency 2",  # the shorter list holds
                     "fast: concurrency 4, slow: concurrency 2"]
     assert res.stop_reason == "all levels measured"
@@ -101,19 +103,21 @@ def test_each_model_is_measured_in_the_same_windows(server: LocalTritonServer) -
         for n, w in weights.items())
     assert weighted_gain(cur, ref, weights, objectives) == pytest.approx(by_hand)
     assert weighted_gain(ref, ref, weights, objectives) == 0.0
-    choice = pick_best_joint_level(res.levels, {}, weights, reference=ref)
-    assert choice.feasible and choice.score == max(
+    how = Scoring(["fast", "slow"], weights=weights, reference=ref)
+    gain = {WEIGHTED_GAIN: "maximize"}
+    choice = pick_best_level(res.levels, {}, gain, how)
+    assert choice.feasible and choice.values[0] == max(
         weighted_gain(j.metrics(), ref, weights) for j in res.levels)
     # a per-model constraint through the one feasibility rule: the slow model's p99 bound
     p99 = min(j.measurements["slow"].latency_p99_ms or 0 for j in res.levels)
-    bounded = pick_best_joint_level(res.levels, {"slow/perf_latency_p99": {"max": p99 / 2}},
-                                    weights, reference=ref)
+    bounded = pick_best_level(res.levels, for_models(
+        {"slow/perf_latency_p99": {"max": p99 / 2}}, ["fast", "slow"]), gain, how)
     assert not bounded.feasible and bounded.violations["slow/perf_latency_p99.max"] > 0
 
 
 def test_a_broken_latency_bound_of_one_model_stops_the_joint_sweep(
         server: LocalTritonServer) -> None:
-    res = sweep_many(server.endpoints, loads(), {"slow/perf_latency_p99": {"max": 0.01}})
+    res = sweep(server.endpoints, loads(), {"slow/perf_latency_p99": {"max": 0.01}})
     assert len(res.levels) == 1
     assert res.stop_reason.startswith("latency constraint broken at fast: concurrency 1")
     assert "slow/perf_latency_p99" in res.stop_reason
@@ -122,10 +126,10 @@ def test_a_broken_latency_bound_of_one_model_stops_the_joint_sweep(
 def test_models_measured_together_share_their_window_settings(
         server: LocalTritonServer) -> None:
     mixed = loads()
-    mixed["slow"] = ModelLoad(config("slow"), LoadSection(concurrency=[2], **FAST | {
+    mixed["slow"] = EntryLoad(config("slow"), LoadSection(concurrency=[2], **FAST | {
         "window_ms": 900}))
     with pytest.raises(MeasurementError, match=r"load\.window_ms must be the same"):
-        sweep_many(server.endpoints, mixed)
+        sweep(server.endpoints, mixed)
     with pytest.raises(MeasurementError, match="no model 'absent'"):
-        sweep_many(server.endpoints, {**loads(), "absent": loads()["fast"]})
+        sweep(server.endpoints, {**loads(), "absent": loads()["fast"]})
 

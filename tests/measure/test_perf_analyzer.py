@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.levels import pick
 from tracker.errors import MeasurementError
 from tracker.measure.perf_analyzer import PerfAnalyzer
-from tracker.measure.sweep import sweep
-from tracker.search.objective import pick_best_level
+from tracker.measure.sweep import EntryLoad, sweep
 from tracker.spec import LoadSection
 from tracker.triton import model_config
 from tracker.triton.client import Endpoints
@@ -62,7 +62,7 @@ def fake_pa(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_sweep_with_perf_analyzer_parses_its_csv(fake_pa: Path) -> None:
     load = LoadSection(concurrency=[1, 2, 4, 8, 16, 32], window_ms=750, stability_pct=7)
-    res = sweep(ENDPOINTS, "m", CFG, load, {"perf_latency_p99": {"max": 50}},
+    res = sweep(ENDPOINTS, {"m": EntryLoad(CFG, load)}, {"perf_latency_p99": {"max": 50}},
                 backend="perf_analyzer")
     by_c = {m.concurrency: m for m in res.measurements}
     assert list(by_c) == [1, 2, 4, 8, 16]  # stopped at the failing level
@@ -76,8 +76,8 @@ def test_sweep_with_perf_analyzer_parses_its_csv(fake_pa: Path) -> None:
     bad = by_c[16]
     assert not bad.valid and "exited with status 1" in (bad.invalid_reason or "")
     assert bad.first_error == "error: failed to get model metadata: connection refused"
-    assert res.stop_reason.startswith("concurrency 16 invalid")
-    best = pick_best_level(res.measurements, {"perf_latency_p99": {"max": 50}},
+    assert res.stop_reason.startswith("m at concurrency 16 invalid")
+    best = pick(res.measurements, {"perf_latency_p99": {"max": 50}},
                            {"perf_throughput": "maximize"})
     assert best.feasible and best.concurrency == 8
     first = json.loads(fake_pa.read_text().splitlines()[0])
@@ -91,7 +91,8 @@ def test_sweep_with_perf_analyzer_parses_its_csv(fake_pa: Path) -> None:
 def test_a_hung_perf_analyzer_is_killed(fake_pa: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(PerfAnalyzer, "timeout_s", lambda self: 1.0)
     start = time.monotonic()
-    res = sweep(ENDPOINTS, "m", CFG, LoadSection(concurrency=[64]), backend="perf_analyzer")
+    res = sweep(ENDPOINTS, {"m": EntryLoad(CFG, LoadSection(concurrency=[64]))},
+              backend="perf_analyzer")
     assert time.monotonic() - start < 10
     (m,) = res.measurements
     assert not m.valid and "did not finish within 1 s and was killed" in (m.invalid_reason or "")
@@ -114,7 +115,8 @@ def test_missing_binary_and_npz_data_are_errors(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(MeasurementError, match="perf_analyzer binary on PATH"):
-        sweep(ENDPOINTS, "m", CFG, LoadSection(concurrency=[1]), backend="perf_analyzer")
+        sweep(ENDPOINTS, {"m": EntryLoad(CFG, LoadSection(concurrency=[1]))},
+              backend="perf_analyzer")
     data = tmp_path / "d.npz"
     data.write_bytes(b"")
     with pytest.raises(MeasurementError, match="only JSON input data"):

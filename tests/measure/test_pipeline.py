@@ -1,7 +1,7 @@
 """Where the time goes in a pipeline, on a real tritonserver (the wheel's): an ensemble of two
 Python-backend steps, ``step_a`` (slow: sleeps 4 ms per execution, dynamic batching) then
 ``step_b`` (fast). The load drives the ensemble; each step's split comes from the same
-all-models statistics request at every window boundary (sweep(models=...))."""
+all-models statistics request at every window boundary (EntryLoad.models)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from tracker import metrics as catalog
 from tracker.errors import MeasurementError
 from tracker.feasibility import named_violations
-from tracker.measure.sweep import sweep
+from tracker.measure.sweep import EntryLoad, sweep
 from tracker.spec import LoadSection
 from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
@@ -68,8 +68,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServ
 
 def test_each_step_is_measured_in_the_entry_models_windows(server: LocalTritonServer) -> None:
     load = LoadSection(concurrency=[1, 4], **FAST)
-    res = sweep(server.endpoints, "ensemble", model_config.parse(ENSEMBLE), load,
-                models=["step_a", "step_b"])
+    res = sweep(server.endpoints, {"ensemble": EntryLoad(model_config.parse(ENSEMBLE), load,
+                models=["step_a", "step_b"])})
     assert [m.concurrency for m in res.measurements] == [1, 4]
     for m in res.measurements:
         assert m.valid, m.invalid_reason
@@ -113,14 +113,14 @@ def test_each_step_is_measured_in_the_entry_models_windows(server: LocalTritonSe
 def test_an_unknown_step_is_named_before_any_load(server: LocalTritonServer) -> None:
     load = LoadSection(concurrency=[1], **FAST)
     with pytest.raises(MeasurementError, match=r"no model 'no_such_step'.*step_a"):
-        sweep(server.endpoints, "ensemble", model_config.parse(ENSEMBLE), load,
-              models=["step_a", "no_such_step"])
+        sweep(server.endpoints, {"ensemble": EntryLoad(model_config.parse(ENSEMBLE), load,
+              models=["step_a", "no_such_step"])})
 
 
 def test_the_split_over_http_reads_the_same_counters(server: LocalTritonServer) -> None:
     load = LoadSection(concurrency=[2], protocol="http", **FAST)
-    (m,) = sweep(server.endpoints, "ensemble", model_config.parse(ENSEMBLE), load,
-                 models=["step_b", "step_a"]).measurements
+    (m,) = sweep(server.endpoints, {"ensemble": EntryLoad(model_config.parse(ENSEMBLE), load,
+                 models=["step_b", "step_a"])}).measurements
     assert m.valid, m.invalid_reason
     assert list(m.steps) == ["step_b", "step_a"]  # in the order asked
     for s in m.steps.values():

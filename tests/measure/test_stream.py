@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.levels import pick
 from tracker.errors import MeasurementError
-from tracker.measure.sweep import sweep
+from tracker.measure.kinds.streaming import inter_token_ns
+from tracker.measure.sweep import EntryLoad, sweep
 from tracker.measure.types import Measurement
-from tracker.measure.windows import inter_token_ns
-from tracker.search.objective import pick_best_level
 from tracker.spec import LoadSection
 from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
@@ -116,7 +116,7 @@ def test_streams_record_first_token_gaps_and_tokens(server: LocalTritonServer,
                                                     tmp_path: Path) -> None:
     load = LoadSection(concurrency=[1, 4], input_data=data_file(tmp_path, [(32, 8), (64, 8)]),
                        **FAST)
-    res = sweep(server.endpoints, "gen", cfg("gen"), load)
+    res = sweep(server.endpoints, {"gen": EntryLoad(cfg("gen"), load)})
     assert [m.concurrency for m in res.measurements] == [1, 4]
     for m in res.measurements:
         assert m.valid and m.errors == 0, m.invalid_reason
@@ -140,7 +140,7 @@ def test_streams_record_first_token_gaps_and_tokens(server: LocalTritonServer,
             assert key in names
     low, high = res.measurements
     assert high.ttft_p50_ms > low.ttft_p50_ms  # type: ignore[operator]  # 4 streams, 2 instances
-    choice = pick_best_level(res.measurements, {"perf_time_to_first_token_p99": {"max": 1e6}},
+    choice = pick(res.measurements, {"perf_time_to_first_token_p99": {"max": 1e6}},
                              {"perf_output_token_throughput": "maximize"})
     assert choice.feasible and choice.metrics["perf_output_token_throughput"] > 0
 
@@ -154,7 +154,7 @@ def test_drawn_prompt_lengths_move_time_to_first_token(server: LocalTritonServer
                 "input_tokens": {"input": "PROMPT", "length": prompt},
                 "output_tokens": {"input": "MAX_TOKENS", "length": {"low": 4, "high": 12}},
                 "samples": 40}})
-        (m,) = sweep(server.endpoints, "gen", cfg("gen"), load).measurements
+        (m,) = sweep(server.endpoints, {"gen": EntryLoad(cfg("gen"), load)}).measurements
         assert m.valid, m.invalid_reason
         return m
 
@@ -170,23 +170,23 @@ def test_tokens_counted_by_a_named_output(server: LocalTritonServer, tmp_path: P
     path = data_file(tmp_path, [(8, 5)])
     by_output = LoadSection.model_validate({"concurrency": [2], "input_data": str(path), **FAST,
                                             "stream": {"tokens": "TOKENS"}})
-    (m,) = sweep(server.endpoints, "chunks", cfg("chunks"), by_output).measurements
+    (m,) = sweep(server.endpoints, {"chunks": EntryLoad(cfg("chunks"), by_output)}).measurements
     assert m.valid and m.output_tokens_avg == 5 * CHUNK, m.invalid_reason
     # 20 tokens in 5 responses: the gaps are per token, a quarter of the response gaps
     by_response = LoadSection(concurrency=[2], input_data=path, **FAST)
-    (r,) = sweep(server.endpoints, "chunks", cfg("chunks"), by_response).measurements
+    (r,) = sweep(server.endpoints, {"chunks": EntryLoad(cfg("chunks"), by_response)}).measurements
     assert r.output_tokens_avg == 5
     assert m.itl_p50_ms < r.itl_p50_ms / 2  # type: ignore[operator]
     with pytest.raises(MeasurementError, match=r"load\.stream\.tokens names output 'NOPE'"):
-        sweep(server.endpoints, "chunks", cfg("chunks"), LoadSection.model_validate(
-            {"concurrency": [1], "stream": {"tokens": "NOPE"}}))
+        sweep(server.endpoints, {"chunks": EntryLoad(cfg("chunks"), LoadSection.model_validate(
+            {"concurrency": [1], "stream": {"tokens": "NOPE"}}))})
 
 
 def test_streams_at_a_poisson_rate_over_two_processes(server: LocalTritonServer,
                                                       tmp_path: Path) -> None:
     load = LoadSection(request_rate=[40], arrival="poisson", processes=2,
                        input_data=data_file(tmp_path, [(8, 4)]), **FAST | {"window_ms": 800})
-    (m,) = sweep(server.endpoints, "gen", cfg("gen"), load).measurements
+    (m,) = sweep(server.endpoints, {"gen": EntryLoad(cfg("gen"), load)}).measurements
     assert m.valid and m.streaming and m.request_rate == 40, m.invalid_reason
     assert m.throughput == pytest.approx(40, rel=0.35)
     assert m.output_tokens_avg == 4 and m.ttft_p50_ms is not None
@@ -194,11 +194,11 @@ def test_streams_at_a_poisson_rate_over_two_processes(server: LocalTritonServer,
 
 def test_an_error_response_fails_the_request(server: LocalTritonServer, tmp_path: Path) -> None:
     load = LoadSection(concurrency=[2, 4], input_data=data_file(tmp_path, [(4, 1)]), **FAST)
-    res = sweep(server.endpoints, "broken", cfg("broken"), load)
+    res = sweep(server.endpoints, {"broken": EntryLoad(cfg("broken"), load)})
     (m,) = res.measurements
     assert not m.valid and m.errors > 0
     assert "broken: generation failed after one token" in (m.first_error or "")
-    assert res.stop_reason.startswith("concurrency 2 invalid")
+    assert res.stop_reason.startswith("broken at concurrency 2 invalid")
 
 
 def test_a_decoupled_model_cannot_be_sent_unary_requests(server: LocalTritonServer,
@@ -207,10 +207,10 @@ def test_a_decoupled_model_cannot_be_sent_unary_requests(server: LocalTritonServ
     off = LoadSection.model_validate({"concurrency": [1], "input_data": str(path),
                                       "stream": {"enabled": False}})
     with pytest.raises(MeasurementError, match=r"load\.stream\.enabled is false, but model 'gen'"):
-        sweep(server.endpoints, "gen", cfg("gen"), off)
+        sweep(server.endpoints, {"gen": EntryLoad(cfg("gen"), off)})
     http = LoadSection(concurrency=[1], input_data=path, protocol="http")
     with pytest.raises(MeasurementError, match=r"load\.protocol must be 'grpc'"):
-        sweep(server.endpoints, "gen", cfg("gen"), http)
+        sweep(server.endpoints, {"gen": EntryLoad(cfg("gen"), http)})
 
 
 def test_inter_token_latency_is_aipers_per_request_rule() -> None:

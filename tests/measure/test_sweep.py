@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.levels import pick
 from tracker.errors import MeasurementError
 from tracker.feasibility import broken, named_violations
-from tracker.measure.sweep import load_levels, stop_reason
-from tracker.measure.types import Measurement
-from tracker.search.objective import pick_best_level
+from tracker.measure import sweep
+from tracker.measure.sweep import load_levels
+from tracker.measure.types import Measurement, SweepLevel
 from tracker.spec import LoadSection
 
 
@@ -20,6 +21,12 @@ def m(c: int, tput: float, p99: float = 5.0, stable: bool = True,
 
 
 THROUGHPUT = {"perf_throughput": "maximize"}
+
+
+def stop_reason(done: list[Measurement], constraints: object) -> str | None:
+    """The sweep's stop rule for one entry model ``m`` (the one-entry case)."""
+    return sweep.stop_reason([SweepLevel({"m": x}, i) for i, x in enumerate(done)],
+                             constraints)  # type: ignore[arg-type]
 
 
 def test_levels_from_the_spec() -> None:
@@ -48,24 +55,25 @@ def test_latency_constraint_stops_the_sweep() -> None:
     cons = {"perf_latency_p99": {"max": 10}}
     assert stop_reason([m(1, 100, p99=4)], cons) is None
     why = stop_reason([m(1, 100, p99=4), m(2, 150, p99=12)], cons)
-    assert why == "latency constraint broken at concurrency 2: perf_latency_p99 12 > max 10"
+    assert why == ("latency constraint broken at m: concurrency 2: m/perf_latency_p99 12 > "
+                   "max 10")
 
 
 def test_invalid_level_stops_with_its_reason() -> None:
     why = stop_reason([m(1, 100), m(2, 0, valid=False)], None)
-    assert why == "concurrency 2 invalid: 12 of 100 requests failed"
+    assert why == "m at concurrency 2 invalid: 12 of 100 requests failed"
 
 
 def test_best_meets_constraints_and_keeps_the_unstable_flag() -> None:
     cons = {"perf_latency_p99": {"max": 10}, "perf_throughput": {"min": 50}}
     done = [m(1, 40, p99=2), m(2, 150, p99=4), m(4, 400, p99=9, stable=False),
             m(8, 500, p99=20), m(16, 900, valid=False)]
-    best = pick_best_level(done, cons, THROUGHPUT)
+    best = pick(done, cons, THROUGHPUT)
     assert best.feasible and best.concurrency == 4 and not best.stable
     only_unstable = [m(1, 40), m(4, 400, p99=9, stable=False)]
-    best = pick_best_level(only_unstable, {"perf_throughput": {"min": 50}}, THROUGHPUT)
+    best = pick(only_unstable, {"perf_throughput": {"min": 50}}, THROUGHPUT)
     assert best.feasible and best.concurrency == 4 and not best.stable
-    assert not pick_best_level([m(8, 500, p99=20)], cons, THROUGHPUT).feasible
+    assert not pick([m(8, 500, p99=20)], cons, THROUGHPUT).feasible
 
 
 def test_unmeasured_metric_breaks_no_constraint_but_is_not_feasible() -> None:

@@ -41,6 +41,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tracker.tags": ("tracker.",),
     "tracker.metrics": ("tracker.",),
     "tracker.launch_modes": ("tracker.",),
+    "tracker.samplers": ("tracker.",),
     "tracker.serving": ("tracker.",),
     "tracker.feasibility": ("tracker.",),
     # the spec package sits on the bottom
@@ -178,6 +179,42 @@ def test_checker_sees_a_violation(tmp_path: Path) -> None:
 def test_modules_stay_small(path: Path) -> None:
     lines = len(path.read_text().splitlines())
     assert lines <= MAX_LINES, f"{path.name} has {lines} lines; split it (DESIGN.md: 400 at most)"
+    rel = path.relative_to(PKG).as_posix()
+    if rel not in OVER_350:
+        assert lines <= 350, f"{rel} has {lines} lines; split it (the project's rule: 350)"
+
+
+#: modules and functions still over the project's bounds (350 lines, 60 per function); each
+#: may only leave these lists (issue 30 asks for none)
+OVER_350 = {"triton/gpus.py", "spec/sections.py", "measure/monitors.py"}
+LONG_FUNCTIONS = {"deploy/service.py:deploy", "deploy/promote.py:promote",
+                  "deploy/pipeline.py:publish_pipeline", "tracking/plots.py:tradeoff",
+                  "study/loop.py:tune"}
+
+
+def long_functions(root: Path = PKG, limit: int = 60) -> dict[str, int]:
+    """``module:function`` -> lines, for every function longer than ``limit`` lines."""
+    out: dict[str, int] = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > limit:
+                    out[f"{path.relative_to(root).as_posix()}:{node.name}"] = lines
+    return out
+
+
+def test_functions_stay_short(tmp_path: Path) -> None:
+    long = long_functions()
+    new = {k: v for k, v in long.items() if k not in LONG_FUNCTIONS}
+    assert not new, f"functions over 60 lines (split them): {new}"
+    fixed = sorted(LONG_FUNCTIONS - set(long))
+    assert not fixed, f"no longer over 60 lines: remove from LONG_FUNCTIONS: {fixed}"
+    over = {p.relative_to(PKG).as_posix() for p in MODULES
+            if len(p.read_text().splitlines()) > 350}
+    assert not (OVER_350 - over), f"no longer over 350: remove from OVER_350: {OVER_350 - over}"
+    (tmp_path / "m.py").write_text("def f():\n" + "    x = 1\n" * 60)
+    assert long_functions(tmp_path) == {"m.py:f": 61}
 
 
 def _imported(tree: ast.AST, skip: bool = False, types: bool = False) -> list[str]:

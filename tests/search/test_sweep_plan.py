@@ -8,10 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
-from tracker.measure.loadgen import Level
-from tracker.measure.sweep import _run
-from tracker.measure.types import Measurement
-from tracker.search.objective import pick_best_level
+from tests.support.levels import pick
+from tracker.measure.sweep import run_levels
+from tracker.measure.types import Measurement, SweepLevel
 from tracker.search.sweep_plan import (
     LevelPlan,
     applies,
@@ -34,10 +33,10 @@ def curve(throughput: Callable[[int], float], p99: Callable[[int], float]
 
 
 def walk(plan: LevelPlan, measure: Callable[[int], Measurement]) -> list[int]:
-    done: list[Measurement] = []
-    while (c := plan.next(done)) is not None:
-        done.append(measure(c))
-    return [int(m.concurrency or 0) for m in done]
+    done: list[SweepLevel] = []
+    while (i := plan.next(done)) is not None:
+        done.append(SweepLevel({"m": measure(LEVELS[i])}, i))
+    return [LEVELS[level.index] for level in done]
 
 
 def test_first_guess_is_model_analyzers_formula() -> None:
@@ -67,7 +66,7 @@ def test_walks_down_when_the_guess_breaks_the_limit() -> None:
     measure = curve(lambda c: 100.0 * c, lambda c: float(c))  # p99 > 10 from c=16
     plan = LevelPlan(LEVELS, nearest_index(LEVELS, 64), LIMIT)
     assert walk(plan, measure) == [64, 32, 16, 8]
-    assert "highest level meeting the constraints: concurrency 8" in plan.reason
+    assert "highest level meeting the constraints: m: concurrency 8" in plan.reason
     nothing = LevelPlan(LEVELS, 2, {"perf_latency_p99": {"max": 0.1}})
     assert walk(nothing, measure) == [4, 2, 1]
     assert nothing.reason == "no level meets the constraints"
@@ -84,15 +83,15 @@ def test_the_sweep_follows_a_plan() -> None:
     measure = curve(lambda c: 100.0 * c, lambda c: float(c))
     seen: list[int] = []
 
-    async def level(lvl: Level) -> Measurement:
-        return measure(int(lvl.concurrency or 0))
+    async def level(i: int) -> SweepLevel:
+        return SweepLevel({"m": measure(LEVELS[i])}, i)
 
     plan = LevelPlan(LEVELS, 6, LIMIT)
-    result = asyncio.run(_run([Level(concurrency=c) for c in LEVELS], level, LIMIT,
-                              lambda m: seen.append(int(m.concurrency or 0)), plan))
+    result = asyncio.run(run_levels(len(LEVELS), level, LIMIT,
+                                    lambda lv: seen.append(LEVELS[lv.index]), plan))
     assert seen == [64, 32, 16, 8]
     # the level it is judged by: the one rule (search/objective.pick_best_level)
-    choice = pick_best_level(result.measurements, LIMIT, {"perf_throughput": "maximize"})
+    choice = pick(result.measurements, LIMIT, {"perf_throughput": "maximize"})
     assert choice.feasible and choice.concurrency == 8
     assert result.stop_reason == plan.reason
 
@@ -100,10 +99,10 @@ def test_the_sweep_follows_a_plan() -> None:
         reason = ""
 
         def next(self, done: object) -> int:
-            return 3
+            return 30
 
     with pytest.raises(Exception, match="not one of the sweep's levels"):
-        asyncio.run(_run([Level(concurrency=c) for c in LEVELS], level, LIMIT, None, Wrong()))
+        asyncio.run(run_levels(len(LEVELS), level, LIMIT, None, Wrong()))
 
 
 def test_which_studies_use_the_guided_sweep() -> None:
@@ -120,7 +119,7 @@ def test_a_trial_plan_starts_at_the_guess_among_the_spec_levels() -> None:
                        "load": {"concurrency": {"start": 1, "stop": 64}},
                        "constraints": {"perf_latency_p99": {"max": 5}}})
     plan = for_trial(spec, {"instance_group.count": 3}, {"max_batch_size": 4})
-    assert plan is not None and plan.next([]) == 16  # 2 x 4 x 3 = 24 -> level 16
+    assert plan is not None and plan.levels[plan.next([]) or 0] == 16  # 2x4x3 = 24 -> 16
     full = parse_spec({"model": {"name": "m", "path": "m.onnx"}, "search": {"sweep": "full"}})
     assert for_trial(full, {}, {"max_batch_size": 4}) is None
 
@@ -148,7 +147,7 @@ def test_after_a_feasible_trial_the_sweep_starts_at_the_best_trials_level() -> N
     spec = parse_spec({"model": {"name": "m", "path": "m.onnx"},
                        "load": {"concurrency": LEVELS}, "constraints": LIMIT})
     plan = for_trial(spec, guess, {}, study)
-    assert plan is not None and plan.next([]) == 32
+    assert plan is not None and plan.levels[plan.next([]) or 0] == 32
     # the walk from there: up while the limit holds, down when that level breaks it
     assert walk(plan, curve(lambda c: 100.0 * c, lambda c: c / 4)) == [32, 64]
     again = for_trial(spec, guess, {}, study)

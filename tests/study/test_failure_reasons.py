@@ -65,7 +65,7 @@ def test_profile_exits_1_with_the_stubs_error(tmp_path: Path, mlflow_uri: str,
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
     message = result.output.split("error: ", 1)[1]
-    assert "no concurrency level measured the objective `perf_throughput`" in message
+    assert "no load level measured the objective `perf_throughput`" in message
     # the level's own reason and the stub's error in Triton's words. Which words depends on
     # the wheel: nvidia-pytriton 0.7.0 keeps serving and answers every request with "Stub
     # process 'quick_0' is not healthy"; 0.5.7's server goes away after the crash, so the
@@ -86,7 +86,7 @@ def test_a_trial_fails_with_the_cause_in_its_note(tmp_path: Path, mlflow_uri: st
     got = trials(f"sqlite:///{tmp_path / 'optuna.db'}")
     assert got and all(t.state == TrialState.FAIL for t in got)
     reason = got[0].user_attrs["fail_reason"]
-    assert reason.startswith("measurement failed: no concurrency level measured")
+    assert reason.startswith("measurement failed: no load level measured")
     assert "Stub process" in reason
     run = MlflowClient(mlflow_uri).get_run(got[0].user_attrs["mlflow_run_id"])
     assert run.info.status == "FAILED"

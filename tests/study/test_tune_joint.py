@@ -100,8 +100,8 @@ def test_two_models_are_measured_together_and_the_weighted_gain_is_optimised(
         sweep = client.get_metric_history(run.info.run_id, "sweep/other/perf_throughput")
         assert {h.step for h in sweep} <= {1, 4} and sweep  # each model's own levels
         assert not client.get_metric_history(run.info.run_id, "sweep/perf_throughput")
-        files = {f.path for f in client.list_artifacts(run.info.run_id, "perf")}
-        assert files == {"perf/pipe.csv", "perf/other.csv"}
+        files = {f.path for name in WEIGHTS for f in client.list_artifacts(run.info.run_id, name)}
+        assert files == {"pipe/perf.csv", "other/perf.csv"}  # named as the metrics are
         if not t.user_attrs.get("baseline"):
             other = model_config.parse(Path(client.download_artifacts(
                 run.info.run_id, "configs/other/config.pbtxt", str(tmp_path / run.info.run_id)
@@ -169,5 +169,5 @@ def test_profile_of_several_models_shows_and_logs_each_model(tmp_path: Path,
     refused = CliRunner().invoke(cli, ["profile", str(spec), "--perf-analyzer",
                                        "--csv", str(tmp_path / "pa.csv")])
     assert refused.exit_code == 1
-    assert "several entry models are measured together by the built-in load generator" \
+    assert "perf_analyzer drives one model alone" \
         in refused.output

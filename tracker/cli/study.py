@@ -13,6 +13,7 @@ from tracker.cli.params import OptionalNumber as _Optional
 from tracker.cli.params import blank as _blank
 from tracker.cli.params import gpu_list as _gpu_list
 from tracker.launch_modes import MODES
+from tracker.samplers import SAMPLERS
 
 
 # -- config.pbtxt (tracker/triton/model_config.py) --
@@ -79,7 +80,7 @@ def check_command(spec_path: Path) -> None:
 @click.option("--storage", help="Optuna storage URL, e.g. postgresql://user@host/db "
               "(default: search.storage, else optuna.db beside the MLflow sqlite database). "
               "${VAR} is read from the environment.")
-@click.option("--sampler", type=_Choice(["tpe", "random", "grid", "nsga2"]))
+@click.option("--sampler", type=_Choice(list(SAMPLERS)))
 @click.option("--seed", type=_Optional(int))
 @click.option("--patience", type=_Optional(int),
               help="Stop after this many trials without improvement.")

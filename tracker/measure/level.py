@@ -1,33 +1,44 @@
-"""Measure one load level: start the load, warm up, take windows until stable, stop.
+"""Measure one load level of every entry at once: start each entry's load, warm up, take
+shared windows until every entry is stable, stop.
 
-Each window boundary is one statistics request to the server; the boundary instant is the
-middle of that request, and the client's records are cut at the same instant, so the client's
-count and the server's count describe the same span. For a pipeline the request is one
-all-models statistics call whose :class:`~tracker.measure.stats.Snapshot` holds the entry
-model's counters and its composing models' (``sweep(models=...)``): every model's figures
-describe the same windows. A server that stops answering ends the
-level: the statistics request times out (``request_timeout_s``), or no request completes for
-that long, and the Measurement is invalid with a timeout reason, never a hang.
+The level of one entry model is the one-entry case of the same code. Each window boundary is
+one statistics request to the server (one model's, or one all-models request when more models
+are measured: several entries, a pipeline's composing models); the boundary instant is the
+middle of that request, and every entry's client records are cut at the same instant, so the
+client's counts and the server's counters describe the same span for every model (its
+``Measurement.start_ns``/``end_ns`` are equal across the entries of a level). A window is a
+fixed time (``window_ms``), or lasts until every entry completed ``window_requests``.
+
+The level ends when every entry's last windows are stable (windows.py's rule), after
+``max_tries`` windows, or at once when one entry's window has too many failed requests (that
+entry's Measurement is invalid; the others keep the windows measured so far). A server that
+stops answering ends the level: the statistics request times out (``request_timeout_s``), or
+no request completes for that long, and every Measurement is invalid with a timeout reason,
+never a hang.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tracker.measure.loadgen import Chunk, Level
 from tracker.measure.monitors import Sampler
 from tracker.measure.procs import Load
-from tracker.measure.stats import ServerStats, Snapshot
+from tracker.measure.stats import ServerStats, pick
 from tracker.measure.transport import describe_error
 from tracker.measure.types import Measurement
-from tracker.measure.windows import Window, WindowRun, WindowSettings, merge, run_windows
+from tracker.measure.windows import Window, WindowRun, WindowSettings, error_reason, is_stable
+from tracker.measure.windows import merge as merge_windows
 
-#: one boundary's statistics request: the entry model's counters, or a Snapshot of the entry
-#: and its composing models (one all-models request)
-StatsFn = Callable[[], Awaitable[ServerStats | Snapshot]]
+if TYPE_CHECKING:
+    from tracker.measure.kinds.base import LoadKind
+
+#: one boundary's statistics request: the counters of every model measured, by name
+StatsFn = Callable[[], Awaitable[Mapping[str, ServerStats]]]
 
 OVERHEAD_WARN_PCT = 80.0
 LATE_WARN_SHARE = 0.10
@@ -43,7 +54,7 @@ class LevelSettings:
     batch_size: int = 1
     overhead_warn_pct: float = OVERHEAD_WARN_PCT
     processes: int = 1
-    streaming: bool = False       # each request a gRPC stream (a decoupled model)
+    kinds: tuple[LoadKind, ...] = ()   # the load's kinds (tracker/measure/kinds): their figures
 
 
 class LevelAborted(Exception):
@@ -101,20 +112,11 @@ async def timed_stats(stats: Callable[[], Awaitable[object]] | None, timeout_s: 
     return (t0 + t1) // 2, result
 
 
-async def boundary(load: Load, stats: StatsFn | None, timeout_s: float) -> Boundary:
-    """One window edge: the statistics request, then the client's records cut at its middle."""
-    mid, result = await timed_stats(stats, timeout_s)
-    if isinstance(result, Snapshot):
-        return Boundary(mid, await load.take(mid), result.entry, dict(result.models))
-    server = result if isinstance(result, ServerStats) else None
-    return Boundary(mid, await load.take(mid), server)
-
-
 def window_between(prev: Boundary, cur: Boundary) -> Window:
     """The window between two edges (the counters' differences, the client's records)."""
     c = cur.chunk
     w = Window(start_ns=prev.t_ns, end_ns=cur.t_ns, latencies_ns=c.latencies_ns,
-               ttft_ns=c.ttft_ns, span_ns=c.span_ns, tokens=c.tokens, errors=c.errors,
+               fields=c.fields, errors=c.errors,
                first_error=c.first_error, sent=c.sent,
                busy_pct=max(c.busy) if c.busy else None,
                server=(cur.server - prev.server) if cur.server and prev.server else None)
@@ -141,43 +143,107 @@ async def first_request_error(load: Load, seen: list[Window]) -> str | None:
     return first
 
 
-async def measure_level(load: Load, level: Level, settings: LevelSettings,
-                        stats: StatsFn | None = None, sampler: Sampler | None = None,
-                        ) -> Measurement:
-    """One Measurement for ``level``; never raises for server trouble (the Measurement is
-    invalid and says why)."""
-    ws = settings.windows
-    seen: list[Window] = []
-    reason: str | None = None
-    run: WindowRun | None = None
-    await load.start(level)
+@dataclass
+class Part:
+    """One entry's part of a level: its name, its load, how it is measured, its level, and
+    its composing models (their split over the same windows lands in its ``steps``)."""
+
+    name: str
+    load: Load
+    settings: LevelSettings
+    level: Level
+    models: Sequence[str] = ()
+    seen: list[Window] = field(default_factory=list)
+
+
+async def _waiting(part: Part, count: int, what: str) -> None:
     try:
-        await wait_for(load, settings.warmup_requests, settings.timeout_s, "warm-up")
-        prev = await boundary(load, stats, settings.timeout_s)
-
-        async def next_window() -> Window:
-            nonlocal prev
-            if ws.window_requests is not None:
-                await wait_for(load, ws.window_requests, settings.timeout_s, "window")
-            else:
-                await asyncio.sleep(ws.window_ms / 1000.0)
-                if (await load.completed()) == 0:
-                    await wait_for(load, 1, settings.timeout_s, "window")
-            cur = await boundary(load, stats, settings.timeout_s)
-            window = window_between(prev, cur)
-            prev = cur
-            seen.append(window)
-            return window
-
-        run = await run_windows(next_window, ws)
+        await wait_for(part.load, count, part.settings.timeout_s, what)
     except LevelAborted as exc:
-        first = await first_request_error(load, seen)
-        reason = f"request error: {first}; then {exc.reason}" if first else exc.reason
+        raise LevelAborted(f"{part.name}: {exc.reason}" if part.name else exc.reason) from exc
+
+
+async def _boundary(parts: Sequence[Part], stats: StatsFn | None,
+                    timeout_s: float) -> list[Boundary]:
+    """One statistics request, then every entry's records cut at its middle."""
+    mid, result = await timed_stats(stats, timeout_s)
+    counters: Mapping[str, ServerStats] = result if isinstance(result, Mapping) else {}
+    chunks = await asyncio.gather(*(p.load.take(mid) for p in parts))
+    return [Boundary(mid, chunk, pick(counters, p.name) if counters else None,
+                     {m: pick(counters, m) for m in p.models} if p.models and counters
+                     else None)
+            for p, chunk in zip(parts, chunks, strict=True)]
+
+
+async def _next_window(parts: Sequence[Part], ws: WindowSettings) -> None:
+    """Until the next window boundary is due: ``window_ms``, or every entry's count."""
+    if ws.window_requests is not None:
+        await asyncio.gather(*(_waiting(p, ws.window_requests, "window") for p in parts))
+        return
+    await asyncio.sleep(ws.window_ms / 1000.0)
+    for p in parts:
+        if await p.load.completed() == 0:
+            await _waiting(p, 1, "window")
+
+
+async def _windows(parts: Sequence[Part], ws: WindowSettings, stats: StatsFn | None,
+                   timeout_s: float, reasons: dict[str, str]) -> None:
+    await asyncio.gather(*(_waiting(p, p.settings.warmup_requests, "warm-up") for p in parts))
+    prev = await _boundary(parts, stats, timeout_s)
+    for _ in range(ws.max_tries):
+        await _next_window(parts, ws)
+        cur = await _boundary(parts, stats, timeout_s)
+        for p, before, now in zip(parts, prev, cur, strict=True):
+            p.seen.append(window_between(before, now))
+        prev = cur
+        for p in parts:
+            why = error_reason(p.seen[-1], ws.max_error_pct)
+            if why is not None:
+                reasons[p.name] = why
+        if reasons or all(is_stable(p.seen, ws) for p in parts):
+            return
+
+
+async def measure_parts(parts: Sequence[Part], ws: WindowSettings, stats: StatsFn | None,
+                        sampler: Sampler | None = None) -> dict[str, Measurement]:
+    """Every entry's Measurement at its level, in shared windows (see the module doc);
+    never raises for server trouble (the Measurements are invalid and say why)."""
+    reasons: dict[str, str] = {}
+    timeout_s = max(p.settings.timeout_s for p in parts)
+    for p in parts:
+        p.seen = []
+    await asyncio.gather(*(p.load.start(p.level) for p in parts))
+    try:
+        await _windows(parts, ws, stats, timeout_s, reasons)
+    except LevelAborted as exc:
+        for p in parts:
+            first = await first_request_error(p.load, p.seen)
+            reasons[p.name] = f"request error: {first}; then {exc.reason}" if first \
+                else exc.reason
     finally:
-        await load.stop()
-    if run is None:
-        run = WindowRun(seen, stable=False, invalid_reason=reason)
-    return finish(run, level, settings, sampler)
+        await asyncio.gather(*(p.load.stop() for p in parts), return_exceptions=True)
+    return {p.name: finish(WindowRun(p.seen, stable=is_stable(p.seen, ws)
+                                     and p.name not in reasons,
+                                     invalid_reason=reasons.get(p.name)),
+                           p.level, p.settings, sampler)
+            for p in parts}
+
+
+async def measure_level(load: Load, level: Level, settings: LevelSettings,
+                        stats: Callable[[], Awaitable[ServerStats]] | None = None,
+                        sampler: Sampler | None = None) -> Measurement:
+    """One load's Measurement at ``level`` (``stats``: its model's counters): the one-entry
+    call of :func:`measure_parts`."""
+    counters: StatsFn | None = None
+    if stats is not None:
+        own = stats
+
+        async def one() -> Mapping[str, ServerStats]:
+            return {"": await own()}
+        counters = one
+    (m,) = (await measure_parts([Part("", load, settings, level)], settings.windows,
+                                counters, sampler)).values()
+    return m
 
 
 def finish(run: WindowRun, level: Level, settings: LevelSettings,
@@ -185,9 +251,9 @@ def finish(run: WindowRun, level: Level, settings: LevelSettings,
     """The Measurement of a level's windows: merged, the monitors averaged over the same span,
     the client-overhead warning."""
     ws = settings.windows
-    m = merge(run, settings=ws, batch_size=settings.batch_size,
-              concurrency=level.concurrency, request_rate=level.request_rate,
-              streaming=settings.streaming)
+    m = merge_windows(run, settings=ws, batch_size=settings.batch_size,
+                      concurrency=level.concurrency, request_rate=level.request_rate,
+                      kinds=settings.kinds)
     last = run.windows[-ws.stability_count:]
     if sampler is not None and last:
         m.monitors = sampler.aggregate(last[0].start_ns, last[-1].end_ns)

@@ -19,8 +19,8 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from tracker.errors import MeasurementError
+from tracker.measure.kinds.base import LoadKind
 from tracker.measure.loadgen import Chunk, Level, LocalLoad, split_level
-from tracker.measure.stream import TokenCount
 from tracker.measure.transport import Payload, make_transport
 
 SPAWN_TIMEOUT_S = 120.0
@@ -99,18 +99,20 @@ class _AsyncConn:
 
 
 def _child_main(conn: Connection, protocol: str, url: str, model_name: str, timeout_s: float,
-                payloads: list[Payload], stream: TokenCount | None = None) -> None:
+                payloads: list[Payload], kinds: tuple[LoadKind, ...]) -> None:
     """Entry point of a load process: serve the parent's commands until "close"."""
     try:
-        asyncio.run(_child(conn, protocol, url, model_name, timeout_s, payloads, stream))
+        asyncio.run(_child(conn, protocol, url, model_name, timeout_s, payloads, kinds))
     except Exception:
         with contextlib.suppress(OSError):
             conn.send(("error", traceback.format_exc(limit=3)))
 
 
 async def _child(conn: Connection, protocol: str, url: str, model_name: str, timeout_s: float,
-                 payloads: list[Payload], stream: TokenCount | None) -> None:
-    load = LocalLoad(make_transport(protocol, url, model_name, timeout_s, stream), payloads)
+                 payloads: list[Payload], kinds: tuple[LoadKind, ...]) -> None:
+    options = {k: v for kind in kinds for k, v in kind.caller_options().items()}
+    load = LocalLoad(make_transport(protocol, url, model_name, timeout_s, **options), payloads,
+                     kinds)
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -147,11 +149,12 @@ class ProcessLoad:
 
     def __init__(self, processes: int, protocol: str, url: str, model_name: str,
                  timeout_s: float, payloads: Sequence[Payload],
-                 stream: TokenCount | None = None) -> None:
+                 kinds: tuple[LoadKind, ...]) -> None:
         if processes < 2:
             raise MeasurementError(f"ProcessLoad needs >= 2 processes, but got {processes}")
         self.processes = processes
-        self._args = (protocol, url, model_name, timeout_s, list(payloads), stream)
+        self._args = (protocol, url, model_name, timeout_s, list(payloads), kinds)
+        self.kinds = kinds
         self.timeout_s = timeout_s
         self._procs: list[Any] = []
         self._conns: list[_AsyncConn] = []
@@ -179,7 +182,7 @@ class ProcessLoad:
     async def start(self, level: Level) -> None:
         if level.request_rate is not None and level.start_ns <= 0:  # one time zero for all
             level = dataclasses.replace(level, start_ns=time.perf_counter_ns() + 50_000_000)
-        parts = split_level(level, self.processes)
+        parts = split_level(level, self.processes, self.kinds)
         await asyncio.gather(*(c.request(("start", p), 30.0)
                                for c, p in zip(self._conns, parts, strict=True)))
 

@@ -110,6 +110,8 @@ class Measurement:
     windows: int = 0
     warnings: list[str] = field(default_factory=list)
     monitors: dict[str, float] = field(default_factory=dict)
+    # figures a load kind adds beyond the fields above (LoadKind.add_metrics), by metric name
+    figures: dict[str, float] = field(default_factory=dict)
     source: str = "builtin"
     # a pipeline's composing models, by name, over the same windows (sweep(models=...))
     steps: dict[str, StepSplit] = field(default_factory=dict)
@@ -152,49 +154,59 @@ class Measurement:
             if value is not None:
                 out[name] = float(value)
         out.update({k: float(v) for k, v in self.monitors.items()})
+        out.update(self.figures)
         for model, split in self.steps.items():
             out.update(split.metrics(model))
         return out
 
 
 @dataclass
-class SweepResult:
-    """All levels measured by one sweep, in the order measured; ``stop_reason`` says why the
-    sweep ended. (The level a configuration is judged by: search/objective.py.)"""
-
-    measurements: list[Measurement]
-    stop_reason: str
-
-
-@dataclass
-class JointMeasurement:
-    """One joint level of several independent models on one server, measured in the same
-    windows (tracker/measure/multi.py): each model's own Measurement at its own load."""
+class SweepLevel:
+    """One level of a sweep: each entry model's Measurement at its own load, measured in the
+    same windows (tracker/measure/level.py); ``index``: the level's place in the sweep's list
+    of levels (a planned sweep measures them out of order). One entry model is the one-entry
+    case."""
 
     measurements: dict[str, Measurement]
+    index: int = 0
 
     @property
     def valid(self) -> bool:
         return all(m.valid for m in self.measurements.values())
 
     @property
+    def stable(self) -> bool:
+        return all(m.stable for m in self.measurements.values())
+
+    @property
     def level(self) -> str:
-        """The joint level in words: ``a: concurrency 2, b: concurrency 8``."""
+        """The level in words: ``a: concurrency 2, b: concurrency 8``."""
         return ", ".join(f"{name}: {m.level}" for name, m in self.measurements.items())
 
     def metrics(self) -> dict[str, float]:
-        """``<model>/<metric>`` -> value for every model's metrics (``a/perf_latency_p99``)."""
+        """``<model>/<metric>`` -> value for every entry's metrics (``a/perf_latency_p99``)."""
         return {model_metric(name, key): value for name, m in self.measurements.items()
                 for key, value in m.metrics().items()}
 
 
 @dataclass
-class MultiSweepResult:
-    """Every joint level measured, in order, and why the sweep ended."""
+class SweepResult:
+    """Every level measured by one sweep, in the order measured, and why the sweep ended.
+    (The level a configuration is judged by: search/objective.py.)"""
 
-    levels: list[JointMeasurement]
+    levels: list[SweepLevel]
     stop_reason: str
 
+    @property
+    def names(self) -> list[str]:
+        """The entry models measured, in the sweep's order."""
+        return list(self.levels[0].measurements) if self.levels else []
+
+    @property
+    def measurements(self) -> list[Measurement]:
+        """Every entry's Measurements, level after level."""
+        return [m for level in self.levels for m in level.measurements.values()]
+
     def of(self, model: str) -> list[Measurement]:
-        """One model's Measurements, a level each."""
-        return [joint.measurements[model] for joint in self.levels]
+        """One entry model's Measurements, a level each."""
+        return [level.measurements[model] for level in self.levels]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +24,11 @@ import numpy.typing as npt
 from tracker.errors import MeasurementError
 from tracker.measure.stats import ServerStats, summarize_latencies
 from tracker.measure.types import Measurement, StepSplit
+
+if TYPE_CHECKING:
+    from tracker.measure.kinds.base import LoadKind
+
+_NONE = np.empty(0, np.int64)
 
 
 @dataclass
@@ -36,11 +42,8 @@ class Window:
     end_ns: int
     latencies_ns: npt.NDArray[np.int64]
     errors: int = 0
-    # streamed requests (aligned with latencies_ns; empty for unary ones): time to the first
-    # token (-1: none came), first-to-last-token span, tokens
-    ttft_ns: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
-    span_ns: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
-    tokens: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
+    # each load kind's per-request values (LoadKind.fields), aligned with latencies_ns
+    fields: dict[str, npt.NDArray[np.int64]] = field(default_factory=dict)
     first_error: str | None = None
     sent: int = 0
     busy_pct: float | None = None
@@ -151,43 +154,15 @@ async def run_windows(next_window: Callable[[], Awaitable[Window]],
     return WindowRun(windows, stable=False)
 
 
-def inter_token_ns(span_ns: npt.NDArray[np.int64],
-                   tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Each streamed request's inter-token latency, AIPerf's ``inter_token_latency``: its
-    first-to-last-token span over (tokens - 1); requests with fewer than 2 tokens have none."""
-    keep = tokens >= 2
-    return np.asarray(span_ns[keep] // (tokens[keep] - 1), dtype=np.int64)
-
-
-def _streaming(m: Measurement, last: Sequence[Window]) -> None:
-    """The streaming figures of ``m`` from the pooled windows: time to first token and
-    inter-token latency (per request, then averaged / percentiles over requests), output
-    tokens per second over the windows' time, tokens per request."""
-    tokens = np.concatenate([w.tokens for w in last])
-    ttft = np.concatenate([w.ttft_ns for w in last])
-    span = np.concatenate([w.span_ns for w in last])
-    m.streaming = True
-    m.output_token_throughput = float(tokens.sum()) / m.duration_s
-    m.output_tokens_avg = float(tokens.mean()) if tokens.size else None
-    first = summarize_latencies(ttft[ttft >= 0])
-    if first is not None:
-        m.ttft_avg_ms, m.ttft_p50_ms, m.ttft_p90_ms = first.avg_ms, first.p50_ms, first.p90_ms
-        m.ttft_p95_ms, m.ttft_p99_ms = first.p95_ms, first.p99_ms
-    itl = summarize_latencies(inter_token_ns(span, tokens))
-    if itl is not None:
-        m.itl_avg_ms, m.itl_p50_ms, m.itl_p90_ms = itl.avg_ms, itl.p50_ms, itl.p90_ms
-        m.itl_p95_ms, m.itl_p99_ms = itl.p95_ms, itl.p99_ms
-
-
 def merge(run: WindowRun, *, settings: WindowSettings, batch_size: int = 1,
           concurrency: int | None = None, request_rate: float | None = None,
-          streaming: bool = False) -> Measurement:
+          kinds: Sequence[LoadKind] = ()) -> Measurement:
     """One Measurement from the last ``stability_count`` windows of a level (their latencies
-    pooled, throughput = requests / total time, server split from the summed counters;
-    ``streaming``: plus the token figures)."""
+    pooled, throughput = requests / total time, server split from the summed counters; each
+    of ``kinds`` adds its figures from the pooled per-request fields)."""
     last = run.windows[-settings.stability_count:]
     m = Measurement(concurrency=concurrency, request_rate=request_rate, batch_size=batch_size,
-                    stable=run.stable, windows=len(run.windows), streaming=streaming)
+                    stable=run.stable, windows=len(run.windows))
     if not last:
         m.valid = False
         m.invalid_reason = run.invalid_reason or "no measurement window was completed"
@@ -201,8 +176,9 @@ def merge(run: WindowRun, *, settings: WindowSettings, batch_size: int = 1,
         m.latency_avg_ms, m.latency_p50_ms = summary.avg_ms, summary.p50_ms
         m.latency_p90_ms, m.latency_p95_ms = summary.p90_ms, summary.p95_ms
         m.latency_p99_ms = summary.p99_ms
-    if streaming:
-        _streaming(m, last)
+    for kind in kinds:
+        kind.add_metrics(m, {name: np.concatenate([w.fields.get(name, _NONE) for w in last])
+                             for name in kind.fields})
     m.errors = sum(w.errors for w in last)  # the same span as the requests
     m.first_error = next((w.first_error for w in [*last, *run.windows] if w.first_error), None)
     servers = [w.server for w in last if w.server is not None]

@@ -1,28 +1,29 @@
 """What a trial is worth: objective values, and the level of its sweep it is judged by.
 
-A trial measures one model configuration at several concurrency levels (a sweep). Its result
-is the level that meets every constraint and is best on the first objective
-(:func:`pick_best_level`); when no level meets the constraints, the level that violates them
-least, and the trial is infeasible. Whether a level meets the constraints, and how an
-unmeasured constrained metric counts, is tracker/feasibility.py's rule (the sweep's early stop
-uses the same module).
+A trial measures one configuration (one entry model or several, each at its own load) at
+several load levels (a sweep). Its result is the level that meets every constraint and is
+best on the first objective (:func:`pick_best_level`, one rule and one result type,
+:class:`LevelChoice`, for any number of entries); when no level meets the constraints, the
+level that violates them least, and the trial is infeasible. Whether a level meets the
+constraints, and how an unmeasured constrained metric counts, is tracker/feasibility.py's
+rule (the sweep's early stop uses the same module).
 
-Several independent models measured together (tracker/measure/multi.py) are judged by one
-number, Model Analyzer's ``weighting``: :func:`weighted_gain` (what it computes, and why
-relative to the default configuration, is in its docstring), over the joint level chosen by
-:func:`pick_best_joint_level`.
+An objective the measurements do not hold is derived (:data:`DERIVED`): ``weighted_gain``,
+Model Analyzer's ``weighting`` of each entry's throughput against the default configuration's
+(:func:`weighted_gain`: what it computes, and why relative to the default, is in its
+docstring). For one entry it is that entry's relative throughput gain.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from tracker.errors import MeasurementError, StudyError
-from tracker.feasibility import for_models, is_feasible, named_violations, total_violation
-from tracker.measure.types import JointMeasurement, Measurement
-from tracker.metrics import lookup, model_metric
+from tracker.feasibility import is_feasible, named_violations, total_violation
+from tracker.measure.types import Measurement, SweepLevel
+from tracker.metrics import WEIGHTED_GAIN, lookup, model_metric
 
 MAXIMIZE = "maximize"
 
@@ -60,60 +61,141 @@ def _why_invalid(measurements: Sequence[Measurement]) -> str:
     return "".join(f"; {', '.join(names)}: {reason}" for reason, names in reasons.items())
 
 
+Naming = Callable[[str, str], str]
+
+
 @dataclass(frozen=True)
 class LevelChoice:
-    """The concurrency level a trial is judged by."""
+    """The level of a sweep a configuration is judged by (any number of entries): its
+    metrics as the study names them (``name(entry, metric)``; each entry's ``concurrency``
+    or ``request_rate`` included), its objective values, its constraint violations."""
 
-    index: int                      # position in the sweep
-    concurrency: int
+    index: int                      # position in the sweep's levels, as measured
+    concurrency: int                # the entries' concurrencies summed (one entry: its own)
     metrics: dict[str, float]
     values: list[float]             # objective values, spec order
     violations: dict[str, float] = field(default_factory=dict)
-    stable: bool = True             # the level's windows agreed (perf_analyzer's rule)
+    stable: bool = True             # every entry's windows agreed (perf_analyzer's rule)
 
     @property
     def feasible(self) -> bool:
         return is_feasible(self.violations)
 
 
-def pick_best_level(measurements: Sequence[Measurement], constraints: Mapping[str, object],
-                    objectives: Mapping[str, str]) -> LevelChoice:
-    """The level that meets every constraint and is best on the first objective.
+def level_metrics(level: SweepLevel, name: Naming = model_metric) -> dict[str, float]:
+    """Every entry's metrics of ``level``, each named ``name(entry, metric)``, with its load
+    level (``concurrency`` or ``request_rate``)."""
+    out: dict[str, float] = {}
+    for entry, m in level.measurements.items():
+        out.update({name(entry, key): value for key, value in m.metrics().items()})
+        if m.concurrency is not None:
+            out[name(entry, "concurrency")] = float(m.concurrency)
+        if m.request_rate is not None:
+            out[name(entry, "request_rate")] = float(m.request_rate)
+    return out
 
-    Ties go to the lower concurrency (the same result with less load). Whether the chosen
-    level's windows agreed is in ``stable`` (reported, not used to choose). When no level is
+
+@dataclass(frozen=True)
+class Scoring:
+    """What a derived objective needs: the entries, how their metrics are named, each
+    entry's weight, and the reference (the default configuration's chosen metrics; None while
+    measuring the default itself: then its first usable level, and its score is 0)."""
+
+    entries: Sequence[str]
+    name: Naming = model_metric
+    weights: Mapping[str, float] | None = None
+    reference: Mapping[str, float] | None = None
+
+
+def _weighted(metrics: Mapping[str, float], ref: Mapping[str, float], how: Scoring) -> float:
+    weights = how.weights if how.weights is not None else dict.fromkeys(how.entries, 1.0)
+    return weighted_gain(metrics, ref, weights, name=how.name)
+
+
+#: objectives computed from a level's metrics rather than measured, by name
+DERIVED: dict[str, Callable[[Mapping[str, float], Mapping[str, float], Scoring], float]] = {
+    WEIGHTED_GAIN: _weighted}
+
+
+def _check_reference(objectives: Mapping[str, str], how: Scoring) -> None:
+    """MeasurementError when a derived objective's reference lacks an entry's throughput."""
+    if how.reference is None or not any(o in DERIVED for o in objectives):
+        return
+    missing = [how.name(n, "perf_throughput") for n in how.entries
+               if how.name(n, "perf_throughput") not in how.reference]
+    if missing:
+        raise MeasurementError(
+            "weighted_gain compares each model with the default configuration, but the "
+            f"default configuration's trial has no {', '.join(missing)}: measure it first "
+            "(it is trial 0 of a new study)")
+
+
+def _usable(levels: Sequence[SweepLevel], objectives: Mapping[str, str], how: Scoring,
+            ) -> list[tuple[int, dict[str, float], list[float]]]:
+    """(position, metrics with the derived objectives, objective values) of each level that
+    is valid and measured every objective."""
+    out: list[tuple[int, dict[str, float], list[float]]] = []
+    ref = how.reference
+    for i, level in enumerate(levels):
+        if not level.valid:
+            continue  # errors above the threshold, server gone: not a result
+        metrics = level_metrics(level, how.name)
+        try:
+            for objective in objectives:
+                if objective in DERIVED:
+                    ref = ref if ref is not None else metrics
+                    metrics[objective] = DERIVED[objective](metrics, ref, how)
+            out.append((i, metrics, objective_values(metrics, objectives)))
+        except MeasurementError:
+            continue
+    return out
+
+
+def pick_best_level(levels: Sequence[SweepLevel], constraints: Mapping[str, object] | None,
+                    objectives: Mapping[str, str], how: Scoring | None = None) -> LevelChoice:
+    """The level that meets every constraint (named as ``how.name`` names the metrics) and
+    is best on the first objective.
+
+    Ties go to the lower load (the same result with less load). Whether the chosen level's
+    windows agreed is in ``stable`` (reported, not used to choose). When no level is
     feasible, the level with the smallest total violation (ties: best first objective).
-    Invalid levels (``valid`` False) and levels whose objective metrics are missing are
-    skipped; MeasurementError when none is left.
+    Invalid levels and levels whose objective metrics are missing are skipped;
+    MeasurementError when none is left. A derived objective (:data:`DERIVED`) is computed
+    against ``how.reference``; measuring the default itself (no reference), against its first
+    usable level, and the chosen level scores 0.
     """
     if not objectives:
         raise StudyError("at least one objective is needed, but got none")
+    how = how or Scoring(list(levels[0].measurements) if levels else [])
+    _check_reference(objectives, how)
     first, direction = next(iter(objectives.items()))
-    choices: list[LevelChoice] = []
-    for i, level in enumerate(measurements):
-        if not level.valid:
-            continue  # errors above the threshold, server gone: not a result
-        metrics = level.metrics()
-        try:
-            values = objective_values(metrics, objectives)
-        except MeasurementError:
-            continue
-        choices.append(LevelChoice(i, int(level.concurrency or 0), metrics, values,
-                                   named_violations(metrics, constraints),
-                                   stable=level.stable))
-    if not choices:
+    usable = _usable(levels, objectives, how)
+    if not usable:
+        measured = [m for level in levels for m in level.measurements.values()]
         raise MeasurementError(
-            f"no concurrency level measured the objective `{first}` "
-            f"({len(measurements)} level(s) measured)" + _why_invalid(measurements))
+            f"no load level measured the objective `{first}` ({len(levels)} level(s) measured)"
+            + _why_invalid(measured))
+    choices = [LevelChoice(i, sum(int(m.concurrency or 0) for m in
+                                                levels[i].measurements.values()),
+                           metrics, values, named_violations(metrics, constraints or {}),
+                           stable=levels[i].stable)
+               for i, metrics, values in usable]
     sign = -1.0 if direction == MAXIMIZE else 1.0
     feasible = [c for c in choices if c.feasible]
     # Stability does not choose the level: preferring a stable low level over an unstable high
     # one judged a config by 1,160 infer/s at concurrency 1 when it gave 6,650 at 16. The
     # choice carries ``stable`` instead, and the trial reports it.
     if feasible:
-        return min(feasible, key=lambda c: (sign * c.values[0], c.concurrency))
-    return min(choices, key=lambda c: (total_violation(c.violations), sign * c.values[0],
-                                       c.concurrency))
+        got = min(feasible, key=lambda c: (sign * c.values[0], c.concurrency))
+    else:
+        got = min(choices, key=lambda c: (total_violation(c.violations), sign * c.values[0],
+                                          c.concurrency))
+    if how.reference is None and any(o in DERIVED for o in objectives):
+        zero = {o: 0.0 for o in objectives if o in DERIVED}  # the reference against itself
+        got = replace(got, metrics={**got.metrics, **zero},
+                      values=[zero.get(o, v) for o, v in zip(objectives, got.values,
+                                                             strict=True)])
+    return got
 
 
 def relative_gain(value: float, reference: float, better: str) -> float:
@@ -139,12 +221,14 @@ def _normalized(weights: Mapping[str, float], what: str) -> dict[str, float]:
 
 def weighted_gain(metrics: Mapping[str, float], reference: Mapping[str, float],
                   weights: Mapping[str, float],
-                  objectives: Mapping[str, float] | None = None) -> float:
+                  objectives: Mapping[str, float] | None = None,
+                  name: Naming = model_metric) -> float:
     """One score for several models measured together: Model Analyzer's ``weighting``.
 
-    ``metrics`` and ``reference`` are joint metrics (``<model>/<metric>``, as
-    ``JointMeasurement.metrics()`` names them): this configuration's and the reference's,
-    normally the default configuration's. ``weights`` maps each model to its weight and
+    ``metrics`` and ``reference`` are every entry's metrics (``name(model, metric)``,
+    default ``<model>/<metric>`` as ``SweepLevel.metrics()`` names them): this
+    configuration's and the reference's, normally the default configuration's. ``weights``
+    maps each model to its weight and
     ``objectives`` each metric to its weight (default ``{"perf_throughput": 1}``); both are
     normalized to sum 1, as Model Analyzer does. The score is
 
@@ -165,7 +249,7 @@ def weighted_gain(metrics: Mapping[str, float], reference: Mapping[str, float],
             found = lookup(metric)
             if found is None:
                 raise StudyError(f"unknown metric `{metric}` in the objective weights")
-            key = model_metric(model, metric)
+            key = name(model, metric)
             value, ref = metrics.get(key), reference.get(key)
             if value is None or ref is None or not (math.isfinite(value)
                                                     and math.isfinite(ref)):
@@ -176,60 +260,3 @@ def weighted_gain(metrics: Mapping[str, float], reference: Mapping[str, float],
     return score
 
 
-@dataclass(frozen=True)
-class JointChoice:
-    """The joint level a configuration of several models is judged by."""
-
-    index: int                      # position in the joint sweep
-    metrics: dict[str, float]       # joint metrics, ``<model>/<metric>``
-    score: float                    # weighted_gain against the reference
-    violations: dict[str, float] = field(default_factory=dict)
-    stable: bool = True             # every model's windows agreed
-
-    @property
-    def feasible(self) -> bool:
-        return is_feasible(self.violations)
-
-
-def pick_best_joint_level(levels: Sequence[JointMeasurement],
-                          constraints: Mapping[str, object] | None,
-                          weights: Mapping[str, float] | None = None,
-                          objectives: Mapping[str, float] | None = None,
-                          reference: Mapping[str, float] | None = None) -> JointChoice:
-    """The joint level that meets every constraint (``<model>/<metric>``; a bare name bounds
-    every model, tracker.feasibility.for_models) and has the best :func:`weighted_gain`
-    against ``reference`` (the default configuration's chosen level's joint metrics);
-    ``weights`` default to 1 for every model measured (Model Analyzer's default). With no
-    reference (measuring the default itself) the first usable level is the reference. No
-    feasible level: the least violating one, as :func:`pick_best_level`. Levels where a model
-    is invalid or an objective metric is missing are skipped; MeasurementError when none is
-    left."""
-    names = list(levels[0].measurements) if levels else []
-    weights = weights if weights is not None else dict.fromkeys(names, 1.0)
-    usable: list[tuple[int, dict[str, float]]] = []
-    for i, joint in enumerate(levels):
-        if not joint.valid:
-            continue
-        metrics = joint.metrics()
-        try:
-            weighted_gain(metrics, metrics, weights, objectives)
-        except MeasurementError:
-            continue
-        usable.append((i, metrics))
-    if not usable:
-        raise MeasurementError(f"no joint level measured every model's objective "
-                               f"({len(levels)} level(s) measured)"
-                               + "".join(f"; {j.level}: " + "; ".join(
-                                   f"{n}: {m.invalid_reason}" for n, m in
-                                   j.measurements.items() if m.invalid_reason)
-                                   for j in levels if not j.valid))
-    ref = reference if reference is not None else usable[0][1]
-    bounds = for_models(constraints, names)
-    choices = [JointChoice(i, metrics, weighted_gain(metrics, ref, weights, objectives),
-                           named_violations(metrics, bounds),
-                           all(m.stable for m in levels[i].measurements.values()))
-               for i, metrics in usable]
-    feasible = [c for c in choices if c.feasible]
-    if feasible:
-        return max(feasible, key=lambda c: (c.score, -c.index))
-    return min(choices, key=lambda c: (total_violation(c.violations), -c.score, c.index))

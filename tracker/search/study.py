@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from optuna.samplers import BaseSampler, GridSampler, NSGAIISampler, RandomSampl
 from optuna.trial import FrozenTrial, TrialState
 
 from tracker.errors import StudyError
+from tracker.samplers import SAMPLERS
 from tracker.search.objective import better
 from tracker.search.space import doublings
 from tracker.trial_attrs import Attr
@@ -91,23 +92,32 @@ def grid_of(distributions: Mapping[str, BaseDistribution]) -> dict[str, list[Any
     return grid
 
 
+def _tpe(seed: int | None, n_objectives: int, _d: Mapping[str, BaseDistribution],
+         startup: int) -> BaseSampler:
+    return TPESampler(seed=seed, n_startup_trials=startup, n_ei_candidates=TPE_EI_CANDIDATES,
+                      multivariate=n_objectives == 1, constant_liar=True)
+
+
+#: how each sampler of tracker/samplers.py is built
+_BUILD: dict[str, Callable[[int | None, int, Mapping[str, BaseDistribution], int],
+                           BaseSampler]] = {
+    "tpe": _tpe,
+    "random": lambda seed, _n, _d, _s: RandomSampler(seed=seed),
+    "grid": lambda seed, _n, d, _s: _AskTellGridSampler(grid_of(d), seed=seed),
+    "nsga2": lambda seed, _n, _d, _s: NSGAIISampler(seed=seed,
+                                                    population_size=NSGA2_POPULATION),
+}
+
+
 def make_sampler(kind: str, *, seed: int | None, n_objectives: int,
                  distributions: Mapping[str, BaseDistribution] | None = None,
                  n_startup_trials: int = TPE_STARTUP_TRIALS) -> BaseSampler:
-    """The sampler named in the spec. Constraints reach every sampler through
-    ``trial.set_constraint`` (the runner sets them before ``tell``): TPE ranks infeasible
-    trials by their total violation, NSGA-II uses constrained domination."""
-    if kind == "tpe":
-        return TPESampler(seed=seed, n_startup_trials=n_startup_trials,
-                          n_ei_candidates=TPE_EI_CANDIDATES,
-                          multivariate=n_objectives == 1, constant_liar=True)
-    if kind == "random":
-        return RandomSampler(seed=seed)
-    if kind == "grid":
-        return _AskTellGridSampler(grid_of(distributions or {}), seed=seed)
-    if kind == "nsga2":
-        return NSGAIISampler(seed=seed, population_size=NSGA2_POPULATION)
-    raise StudyError(f"sampler must be one of tpe, random, grid, nsga2, but got {kind!r}")
+    """The sampler named in the spec (tracker/samplers.py). Constraints reach every sampler
+    through ``trial.set_constraint`` (the runner sets them before ``tell``): TPE ranks
+    infeasible trials by their total violation, NSGA-II uses constrained domination."""
+    if kind not in SAMPLERS or kind not in _BUILD:
+        raise StudyError(f"sampler must be one of {', '.join(SAMPLERS)}, but got {kind!r}")
+    return _BUILD[kind](seed, n_objectives, distributions or {}, n_startup_trials)
 
 
 # ---- the study -----------------------------------------------------------------------------

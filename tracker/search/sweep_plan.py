@@ -36,9 +36,9 @@ from typing import Any
 
 import optuna
 
-from tracker.feasibility import broken
+from tracker.feasibility import broken, for_models
 from tracker.measure.sweep import stop_reason
-from tracker.measure.types import Measurement
+from tracker.measure.types import SweepLevel
 from tracker.search.study import best_trials
 from tracker.trial_attrs import TrialRecord
 
@@ -90,7 +90,8 @@ class LevelPlan:
     """The levels of one trial's sweep, chosen one at a time (see the module docstring).
 
     ``levels`` ascending; ``start`` the first level's index. Call :meth:`next` with the
-    measurements so far; None ends the sweep (:attr:`reason` says why)."""
+    sweep's levels so far; it answers the index of the next one to measure, or None to end
+    the sweep (:attr:`reason` says why)."""
 
     def __init__(self, levels: Sequence[int], start: int,
                  constraints: Mapping[str, Any] | None) -> None:
@@ -108,16 +109,18 @@ class LevelPlan:
         self._stopped = True
         self.reason = reason
 
-    def _ok(self, m: Measurement) -> bool:
-        return m.valid and not broken(m.metrics(), self.constraints)
+    def _ok(self, level: SweepLevel) -> bool:
+        names = list(level.measurements)
+        return level.valid and not broken(level.metrics(),
+                                          for_models(self.constraints, names))
 
-    def next(self, done: Sequence[Measurement]) -> int | None:
+    def next(self, done: Sequence[SweepLevel]) -> int | None:
         if self._stopped:
             return None
         if not done:
-            return self.levels[self.start]
+            return self.start
         last = done[-1]
-        index = self.levels.index(int(last.concurrency or 0))
+        index = last.index
         if self._down:
             if self._ok(last):
                 self.reason = f"highest level meeting the constraints: {last.level}"
@@ -125,19 +128,19 @@ class LevelPlan:
             if index == 0:
                 self.reason = "no level meets the constraints"
                 return None
-            return self.levels[index - 1]
-        climb = [m for m in done if self.levels.index(int(m.concurrency or 0)) >= self.start]
+            return index - 1
+        climb = [level for level in done if level.index >= self.start]
         why = stop_reason(climb, self.constraints)
         if why is not None:
-            if not any(self._ok(m) for m in done) and self.start > 0:
+            if not any(self._ok(level) for level in done) and self.start > 0:
                 self._down = True  # the first guess was too much load: walk down
-                return self.levels[self.start - 1]
+                return self.start - 1
             self.reason = why
             return None
         if index + 1 >= len(self.levels):
             self.reason = "all levels up to the highest measured"
             return None
-        return self.levels[index + 1]
+        return index + 1
 
 
 def applies(spec: Any) -> bool:

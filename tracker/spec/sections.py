@@ -27,6 +27,8 @@ from pydantic import (
 )
 
 from tracker.launch_modes import MODES, NAMES
+from tracker.samplers import NAMES as SAMPLER_NAMES
+from tracker.samplers import SAMPLERS
 from tracker.serving import ServingChoice
 from tracker.spec.checks import (
     check_knob,
@@ -63,8 +65,10 @@ def _gpus(value: object) -> object:
 
 if TYPE_CHECKING:
     LaunchModeName: TypeAlias = str
-else:  # the registered launch modes (tracker/launch_modes.py) as the choices
+    SamplerName: TypeAlias = str
+else:  # the registered launch modes and samplers (tracker/launch_modes.py, samplers.py)
     LaunchModeName = Literal[NAMES]
+    SamplerName = Literal[SAMPLER_NAMES]
 
 
 class ServerSection(SpecModel):
@@ -301,7 +305,7 @@ Space: TypeAlias = dict[str, list[Scalar] | Range]
 class SearchSection(SpecModel):
     """How configurations are chosen: the Optuna sampler, the budget and the search space."""
 
-    sampler: Literal["tpe", "random", "grid", "nsga2"] = "tpe"
+    sampler: SamplerName = "tpe"
     n_trials: PosInt = 20
     timeout_s: PosFloat | None = None
     seed: Annotated[int, Field(ge=0)] | None = None
@@ -330,10 +334,11 @@ class SearchSection(SpecModel):
             path = knob_path(key)
             found = knob_value_problems(path, config_field(path), value)
             items.extend((join_path(f"space.{key}", sub), msg) for sub, msg in found)
-        if self.sampler == "grid":
+        if SAMPLERS[self.sampler].finite_space:
             for key, value in self.space.items():
                 if isinstance(value, Range) and not value.is_int and value.step is None:
-                    items.append(("sampler", f"'grid' needs a finite space, but search.space."
+                    items.append(("sampler", f"{self.sampler!r} needs a finite space, but "
+                                             f"search.space."
                                              f"{key} is a continuous range; give it a `step` "
                                              "or list its values"))
         if items:

@@ -1,49 +1,53 @@
-"""Several independent entry models on one server: one configuration measured as a whole.
+"""A configuration's entry models as a study measures and judges them (one entry, or several
+independent entry models on one server: the same code).
 
 ``model.name`` lists the entries (docs/pipelines.md, "Several models on one server"). Each is
 driven by its own load (``load`` with its ``load.models.<name>`` changes) and all of them at
-once, in the same windows (:func:`tracker.measure.multi.sweep_many`). The configuration is
+once, in the same windows (:func:`tracker.measure.sweep.sweep`). The configuration is
 judged by one score, ``weighted_gain``: Model Analyzer's ``weighting`` of each model's
 throughput against the default configuration's (:func:`tracker.search.objective.weighted_gain`),
 at the joint level that meets every constraint (a bare constraint bounds every model,
 ``<model>/<metric>`` one) and scores best.
 
-The chosen level is logged as ``<model>/<metric>`` for every model (``a/perf_throughput``,
-``a/perf_latency_p99``, ``a/concurrency``) plus ``weighted_gain``; the default configuration's
-own score is 0 by construction.
+The chosen level is logged as the configuration names its metrics (bare for one entry;
+``<model>/<metric>`` for each of several: ``a/perf_throughput``, ``a/perf_latency_p99``,
+``a/concurrency``) plus any derived objective (``weighted_gain``; the default configuration's
+own score is 0 by construction).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from tracker.errors import MeasurementError
 from tracker.feasibility import for_models
-from tracker.measure.multi import ModelLoad, sweep_many
-from tracker.measure.types import JointMeasurement, Measurement, MultiSweepResult, SweepResult
-from tracker.metrics import WEIGHTED_GAIN, model_metric
-from tracker.search.objective import LevelChoice, pick_best_joint_level, weighted_gain
+from tracker.measure.sweep import EntryLoad
+from tracker.search.objective import Scoring
 
 if TYPE_CHECKING:
-    from tracker.measure.monitors import Monitor
     from tracker.spec import StudySpec
-    from tracker.triton.client import Endpoints
     from tracker.triton.configuration import Configuration
     from tracker.triton.model_config import ModelConfig
 
 
 def is_joint(spec: StudySpec) -> bool:
-    """Whether the study serves several independent entry models."""
+    """Whether the study serves several independent entry models (for the confirmation,
+    which still asks; tracker/triton/configuration.py answers it for everything else)."""
     return len(spec.model.names) > 1
 
 
-def constraints_of(spec: StudySpec) -> dict[str, object]:
-    """The study's constraints as its trials are judged by: for several entry models each
-    bare bound applied to every model (``a/perf_latency_p99``, ``b/...``)."""
-    if not is_joint(spec):
-        return dict(spec.constraints)
-    return for_models(spec.constraints, spec.model.names)
+def constraints_of(spec: StudySpec, conf: Configuration) -> dict[str, object]:
+    """The study's constraints as its trials are judged by: each bare bound applied to every
+    entry, each named as the configuration names its metrics (bare for one entry,
+    ``a/perf_latency_p99``, ``b/...`` for several)."""
+    return for_models(spec.constraints, conf.entries, conf.metric_name)
+
+
+def scoring(spec: StudySpec, conf: Configuration,
+            reference: Mapping[str, float] | None) -> Scoring:
+    """What a derived objective (``weighted_gain``) is computed with: the entries, their
+    metric names, ``model.weights`` and the default configuration's metrics."""
+    return Scoring(conf.entries, conf.metric_name, weights_of(spec), reference)
 
 
 def weights_of(spec: StudySpec) -> dict[str, float]:
@@ -55,69 +59,10 @@ def weights_of(spec: StudySpec) -> dict[str, float]:
 def loads_of(spec: StudySpec, conf: Configuration, served: Mapping[str, ModelConfig],
              levels: Sequence[float] | None = None,
              model_levels: Mapping[str, Sequence[float]] | None = None,
-             ) -> dict[str, ModelLoad]:
-    """Each entry's part of the joint sweep: its served config, its own load (its levels:
+             ) -> dict[str, EntryLoad]:
+    """Each entry's part of the sweep: its served config, its own load (its levels:
     ``model_levels``, else ``levels``, else its load's), its composing models (their split
     lands in its Measurement's ``steps``)."""
-    return {name: ModelLoad(served[name], spec.load.for_model(name),
+    return {name: EntryLoad(served[name], spec.load.for_model(name),
                             (model_levels or {}).get(name, levels), conf.composing(name))
             for name in conf.entries}
-
-
-def measure(spec: StudySpec, conf: Configuration, endpoints: Endpoints,
-            served: Mapping[str, ModelConfig], monitors: Sequence[Monitor], *,
-            reference: Mapping[str, float] | None,
-            levels: Sequence[float] | None = None,
-            model_levels: Mapping[str, Sequence[float]] | None = None,
-            on_level: Callable[[Measurement], None] | None = None,
-            ) -> tuple[SweepResult, LevelChoice, MultiSweepResult]:
-    """Sweep every entry at once and choose the joint level. ``reference``: the default
-    configuration's logged metrics (None while measuring the default itself, whose score is
-    then 0). Returns (every model's measurements, level after level, as one sweep result;
-    the choice; the joint sweep). MeasurementError when no joint level measured every
-    model."""
-    def each(joint: JointMeasurement) -> None:
-        if on_level is not None:
-            for m in joint.measurements.values():
-                on_level(m)
-
-    joint = sweep_many(endpoints, loads_of(spec, conf, served, levels, model_levels),
-                       spec.constraints,
-                       monitors, on_level=each)
-    choice = choose(spec, joint.levels, reference)
-    flat = [m for level in joint.levels for m in level.measurements.values()]
-    return SweepResult(flat, joint.stop_reason), choice, joint
-
-
-def choose(spec: StudySpec, levels: Sequence[JointMeasurement],
-           reference: Mapping[str, float] | None) -> LevelChoice:
-    """The joint level the configuration is judged by, as a :class:`LevelChoice` whose
-    metrics are ``<model>/<metric>`` (``<model>/concurrency`` included) and
-    ``weighted_gain``, and whose one objective value is that score."""
-    weights = weights_of(spec)
-    if reference is not None:
-        missing = [model_metric(n, "perf_throughput") for n in weights
-                   if model_metric(n, "perf_throughput") not in reference]
-        if missing:
-            raise MeasurementError(
-                "weighted_gain compares each model with the default configuration, but the "
-                f"default configuration's trial has no {', '.join(missing)}: measure it "
-                "first (it is trial 0 of a new study)")
-    got = pick_best_joint_level(levels, constraints_of(spec), weights, reference=reference)
-    score = got.score if reference is not None else weighted_gain(got.metrics, got.metrics,
-                                                                   weights)
-    level = levels[got.index]
-    metrics = {**got.metrics, WEIGHTED_GAIN: score,
-               **{model_metric(n, "concurrency"): float(m.concurrency or 0)
-                  for n, m in level.measurements.items()}}
-    first = next(iter(level.measurements.values()))
-    return LevelChoice(got.index, int(first.concurrency or 0), metrics, [score],
-                       dict(got.violations), stable=got.stable)
-
-
-def perf_files(joint: MultiSweepResult) -> dict[str, str]:
-    """``perf/<model>.csv``: each model's levels in perf_analyzer's CSV."""
-    from tracker.measure import csvio
-
-    names = list(joint.levels[0].measurements) if joint.levels else []
-    return {f"perf/{name}.csv": csvio.dumps(joint.of(name)) for name in names}

@@ -11,6 +11,7 @@ The server log in the result is the part written since this measurement began.
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +25,7 @@ from tracker.measure import csvio
 from tracker.measure.host import measured_tags, server_tags
 from tracker.measure.monitors import Monitor, close_monitors, default_monitors
 from tracker.measure.sweep import LevelPlanner, sweep
-from tracker.measure.types import Measurement, MultiSweepResult, SweepResult
+from tracker.measure.types import Measurement, SweepLevel, SweepResult
 from tracker.metrics import load_levels_from
 from tracker.search.objective import LevelChoice, pick_best_level
 from tracker.serving import Serving, serving_choices
@@ -73,22 +74,21 @@ class ConfigMeasurement:
     knob_texts: dict[str, str] = field(default_factory=dict)  # FILE:KEY files as loaded
     # a configuration of several models: each model's production config, load order
     model_texts: dict[str, str] = field(default_factory=dict)
-    joint: MultiSweepResult | None = None  # several entry models: their joint sweep
+    # how the study names an entry's metric (Configuration.metric_name)
+    name: Callable[[str, str], str] = lambda entry, metric: metric
 
     @property
     def measurements(self) -> list[Measurement]:
         return self.result.measurements
 
-    @property
-    def perf_csv(self) -> str:
-        return csvio.dumps(self.result.measurements)
-
     def files(self) -> dict[str, str | bytes | Path]:
-        """The artifacts of a measured configuration (``tracking.runs.log_files``)."""
+        """The artifacts of a measured configuration (``tracking.runs.log_files``): each
+        entry's levels in perf_analyzer's CSV, ``perf.csv`` named as its metrics are
+        (``<model>/perf.csv`` for each of several)."""
         files: dict[str, str | bytes | Path] = {
             "config.pbtxt": self.served_text, "server.log": clip_log(self.log),
-            **(joint.perf_files(self.joint) if self.joint is not None
-               else {"perf.csv": self.perf_csv})}
+            **{self.name(entry, "perf.csv"): csvio.dumps(levels)
+               for entry, levels in self.by_model().items()}}
         if self.repository.shimmed:
             files["production_config.pbtxt"] = self.production_text
         files.update(self.knob_texts)
@@ -96,25 +96,19 @@ class ConfigMeasurement:
         return files
 
     def by_model(self) -> dict[str, list[Measurement]]:
-        """Each entry model's levels (one model: its own, under its name)."""
-        if self.joint is None:
-            return {self.repository.model_name: self.measurements}
-        names = list(self.joint.levels[0].measurements) if self.joint.levels else []
-        return {name: self.joint.of(name) for name in names}
+        """Each entry model's levels, by name."""
+        return {name: self.result.of(name) for name in self.result.names}
 
     def sweep_metrics(self) -> list[Metric]:
-        """Every level's figures, ``sweep/<metric>`` (``sweep/<model>/<metric>`` for each of
-        several entry models), step = concurrency."""
-        if self.joint is None:
-            return runs.sweep_metrics(self.measurements)
-        return [m for name, levels in self.by_model().items()
-                for m in runs.sweep_metrics(levels, name)]
+        """Every level's figures, ``sweep/<metric>`` as the study names them
+        (``sweep/<model>/<metric>`` for each of several entry models), step = concurrency."""
+        return [m for entry, levels in self.by_model().items()
+                for m in runs.sweep_metrics(levels, functools.partial(self.name, entry))]
 
     def headline(self) -> dict[str, float]:
-        """The metrics logged at the chosen level (with its concurrency and feasibility;
-        several entry models: each one's ``<model>/concurrency`` instead)."""
-        level = {} if self.joint is not None else {"concurrency": self.choice.concurrency}
-        return {**self.choice.metrics, **level, "feasible": float(self.choice.feasible)}
+        """The metrics logged at the chosen level: every entry's, with its load level, and
+        the feasibility."""
+        return {**self.choice.metrics, "feasible": float(self.choice.feasible)}
 
 
 def model_files(texts: Mapping[str, str]) -> dict[str, str | bytes | Path]:
@@ -254,10 +248,41 @@ def _monitors(server: TritonServer) -> Sequence[Monitor]:
     return default_monitors(server.gpu_set(), server.endpoints.metrics, pids=server.pids)
 
 
-def _loaded_config(server: TritonServer, repo: TrialRepository) -> ModelConfig:
-    """The config the server loaded for the trial's model (its auto-complete applied)."""
-    with server.client() as client:
-        return client.model_config(repo.model_name)
+def _each(on_level: Callable[[Measurement], None]) -> Callable[[SweepLevel], None]:
+    """``on_level`` called with each entry's Measurement of a level."""
+    def each(level: SweepLevel) -> None:
+        for m in level.measurements.values():
+            on_level(m)
+    return each
+
+
+def _write(spec: StudySpec, conf: Configuration, cfg: ModelConfig | Mapping[str, ModelConfig],
+           workdir: Path, serving: Serving | None,
+           files: Mapping[str, object] | None) -> TrialRepository:
+    """The trial's model repository: every model of the configuration, served by
+    ``serving``, with its ``FILE:KEY`` values."""
+    cfgs = {conf.entry: cfg} if isinstance(cfg, model_config.ModelConfig) else dict(cfg)
+    try:
+        return write_configuration(workdir, {n: conf.info(n) for n in cfgs}, cfgs, conf.entry,
+                                   serving=serving, options=serve_options(spec), files=files,
+                                   logged=json_knobs.files_of(spec.search.space))
+    except TrackerError as err:
+        raise ConfigFailed(f"cannot write the trial's model repository: {err}", err) from err
+
+
+def _serve(server: TritonServer, repo: TrialRepository, conf: Configuration,
+           mark: int) -> ModelConfig:
+    """Serve ``repo``; the config the server loaded for its entry model (a model that
+    completes its own I/O: as the server completed it). ConfigFailed when it is refused."""
+    try:
+        server.apply_trial(repo)
+        if not conf.entry_info.auto_complete:
+            return repo.served_config
+        with server.client() as client:
+            return client.model_config(repo.model_name)
+    except TrackerError as err:
+        raise ConfigFailed(str(getattr(err, "reason", err)), err,
+                           server.log_text()[mark:]) from err
 
 
 def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
@@ -274,83 +299,49 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
                           reference: Mapping[str, float] | None = None,
                           model_levels: Mapping[str, Sequence[float]] | None = None,
                           ) -> ConfigMeasurement:
-    """Measure ``cfg`` (a ModelConfig of ``info``'s model, or for a configuration of several
-    models every model's config by name) on ``server``.
-
-    Writes the repository into ``workdir`` (every model of the configuration; removed again
-    when the measurement fails), serves it with the server's strategy, sweeps ``levels``
-    (None: the spec's load levels; ``[c]`` measures one concurrency; ``plan``: a planner that
-    picks the levels one at a time, search/sweep_plan.py) with the spec's load settings and
-    constraints against the entry model (its composing models' split measured in the same
-    windows), and chooses the level by the spec's objectives and constraints
-    (search/objective.py). ``serving``: None resolves it (:func:`resolve_serving`);
-    ``monitors_factory(server)``: the monitors sampled during the sweep (default: process
-    tree + metrics endpoint + NVML); ``on_phase("starting Triton")`` before the server is
-    served the config; ``files``: the configuration's ``FILE:KEY`` values, written into its
-    copy of the model directory (each file the spec's space addresses is logged as the server
-    loaded it). Several entry models (study/joint.py) are swept together and judged by
-    ``weighted_gain`` against ``reference``, the default configuration's logged metrics
-    (None: this is the default), each at its ``model_levels`` when given (else ``levels``);
-    ``plan`` is then not used. Raises :class:`ConfigFailed`; the
-    server is left as it is (running, or stopped when it failed).
+    """Measure ``cfg`` (a ModelConfig of ``info``'s model, or every model's config by name)
+    on ``server``: write the repository into ``workdir`` (removed again when the measurement
+    fails), serve it, sweep every entry model at once (one entry: the same code; composing
+    models' split in the same windows) at ``levels`` (None: the spec's; ``model_levels``: an
+    entry's own; ``plan``: search/sweep_plan.py picks them), and choose the level by the
+    spec's objectives and constraints (search/objective.py; a derived objective,
+    ``weighted_gain``, against ``reference``: the default's logged metrics, None while
+    measuring the default). ``serving``: None resolves it; ``monitors_factory(server)``: the
+    monitors sampled (default: process tree, metrics endpoint, NVML); ``on_phase``: called
+    before the server is served; ``files``: the ``FILE:KEY`` values written into the copy of
+    the model directory. Raises :class:`ConfigFailed`; the server is left as it is.
     """
     conf = as_configuration(info)
-    cfgs = {conf.entry: cfg} if isinstance(cfg, model_config.ModelConfig) else dict(cfg)
-    if serving is None:
-        serving = resolve_serving(spec, server, conf)
-    try:
-        repo = write_configuration(workdir, {n: conf.info(n) for n in cfgs}, cfgs, conf.entry,
-                                   serving=serving, options=serve_options(spec), files=files,
-                                   logged=json_knobs.files_of(spec.search.space))
-    except TrackerError as err:
-        raise ConfigFailed(f"cannot write the trial's model repository: {err}", err) from err
+    repo = _write(spec, conf, cfg, workdir, serving or resolve_serving(spec, server, conf),
+                  files)
     try:
         text = repo.served_config_path.read_text()
         knob_texts = {name: path.read_text() for name, path in repo.knob_files.items()}
         mark = len(server.log_text()) if server.strategy == "reload" else 0
         if on_phase is not None:
             on_phase("starting Triton")
-        loaded = repo.served_config
-        try:
-            server.apply_trial(repo)
-            if conf.entry_info.auto_complete:  # the model completes its own I/O
-                loaded = _loaded_config(server, repo)
-                text = model_config.dumps(loaded)
-        except TrackerError as err:
-            raise ConfigFailed(str(getattr(err, "reason", err)), err,
-                               server.log_text()[mark:]) from err
+        loaded = _serve(server, repo, conf, mark)
+        text = model_config.dumps(loaded) if conf.entry_info.auto_complete else text
         monitors = (monitors_factory or _monitors)(server)
-        together = None
         try:
-            if len(conf.entries) > 1:
-                if backend != "builtin":
-                    raise MeasurementError(
-                        f"several entry models are measured together by the built-in load "
-                        f"generator, which {backend} cannot do (it drives one model); "
-                        "measure without perf_analyzer")
-                result, choice, together = joint.measure(
-                    spec, conf, server.endpoints, dict(repo.models), monitors,
-                    reference=reference, levels=levels, model_levels=model_levels,
-                    on_level=on_level)
-            else:
-                result = sweep(server.endpoints, repo.model_name, loaded, spec.load,
-                               spec.constraints, monitors, levels=levels, on_level=on_level,
-                               backend=backend, plan=plan, models=conf.composing())
-                choice = pick_best_level(result.measurements, spec.constraints,
-                                         spec.objectives)
+            served = {**dict(repo.models), conf.entry: loaded}
+            result = sweep(server.endpoints,
+                           joint.loads_of(spec, conf, served, levels, model_levels),
+                           spec.constraints, monitors, backend=backend, plan=plan,
+                           on_level=None if on_level is None else _each(on_level))
+            choice = pick_best_level(result.levels, joint.constraints_of(spec, conf),
+                                     spec.objectives, joint.scoring(spec, conf, reference))
         except TrackerError as err:
             log = server.log_text()[mark:]
             cause = with_log_errors(err, log)
             raise ConfigFailed(f"measurement failed: {cause}", cause, log) from err
         finally:
             close_monitors(monitors)
-        return ConfigMeasurement(repo, text, model_config.dumps(repo.production_config),
-                                 result, choice,
-                                 server.log_text()[mark:],
-                                 {**measured_tags(monitors), **server_tags(server.endpoints)},
-                                 knob_texts,
-                                 {n: model_config.dumps(c) for n, c in repo.productions.items()},
-                                 together)
+        return ConfigMeasurement(
+            repo, text, model_config.dumps(repo.production_config), result, choice,
+            server.log_text()[mark:],
+            {**measured_tags(monitors), **server_tags(server.endpoints)}, knob_texts,
+            {n: model_config.dumps(c) for n, c in repo.productions.items()}, conf.metric_name)
     except ConfigFailed:
         shutil.rmtree(workdir, ignore_errors=True)
         raise

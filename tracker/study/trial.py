@@ -216,20 +216,20 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
         levels = levels_for(load)
         # the guided sweep (search.sweep): from the best trial's level (Model Analyzer's
         # first guess before any is feasible), then a walk
-        several = joint.is_joint(spec)
-        plan = None if levels is not None or several else sweep_plan.for_trial(
+        plan = None if levels is not None else sweep_plan.for_trial(
             spec, params, sweep_plan.defaults_of(ctx.info.config), ctx.study)
         done = measure_configuration(
             spec, ctx.configuration, ctx.server, cfg, repo_root, serving=ctx.serving,
             levels=levels, plan=plan, on_level=on_level, files=file_values(params, baseline),
             on_phase=lambda phase: ctx.progress.measuring(trial.number, phase),
-            reference=default_metrics(ctx.study) if several and not baseline else None)
+            reference=None if baseline else default_metrics(ctx.study))
     except ConfigFailed as failed:
         raise TrialFailed(failed.reason, failed.log) from failed.cause
     choice, result = done.choice, done.result
     record_machine(ctx.parent.client, ctx.parent.run_id,  # the Triton version, on the parent
                    {k: v for k, v in done.tags.items() if k == tags.TRITON_VERSION})
-    violations = {k: choice.violations[k] for k in constraint_keys(joint.constraints_of(spec))}
+    bounds = joint.constraints_of(spec, ctx.configuration)
+    violations = {k: choice.violations[k] for k in constraint_keys(bounds)}
     return TrialResult(
         Outcome(trial.number, "COMPLETE", params, choice.metrics, choice.feasible),
         attrs=lambda t: trial_attrs.write_measured(

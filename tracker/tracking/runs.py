@@ -166,15 +166,18 @@ def _finite(metrics: Mapping[str, float]) -> dict[str, float]:
             if isinstance(v, int | float) and math.isfinite(v)}
 
 
-def sweep_metrics(measurements: Sequence[Measurement], model: str | None = None) -> list[Metric]:
-    """``sweep/<metric>`` at ``step`` = concurrency, one point per measured level
-    (``sweep/<model>/<metric>`` for one of several models measured together)."""
+def sweep_metrics(measurements: Sequence[Measurement],
+                  name: Callable[[str], str] | None = None) -> list[Metric]:
+    """``sweep/<metric>`` at ``step`` = concurrency, one point per measured level; ``name``
+    names each metric as the study does (``sweep/<model>/<metric>`` for one of several
+    models measured together)."""
     now = int(time.time() * 1000)
-    prefix = SWEEP_PREFIX + (f"{model}/" if model else "")
+    named = name or (lambda key: key)
     out: list[Metric] = []
     for m in measurements:
         step = int(m.concurrency if m.concurrency is not None else round(m.request_rate or 0))
-        out.extend(Metric(prefix + k, v, now, step) for k, v in _finite(m.metrics()).items())
+        out.extend(Metric(SWEEP_PREFIX + named(k), v, now, step)
+                   for k, v in _finite(m.metrics()).items())
     return out
 
 

@@ -58,6 +58,11 @@ class Configuration:
     def single(self) -> bool:
         return len(self.models) == 1
 
+    def metric_name(self, entry: str, metric: str) -> str:
+        """How a study names an entry model's metric: bare for one entry (a model, a
+        pipeline), ``<entry>/<metric>`` among several (``a/perf_throughput``)."""
+        return metric if len(self.entries) == 1 else f"{entry}{SEP}{metric}"
+
     @property
     def entry(self) -> str:
         """The (first) entry model: the one the load drives."""

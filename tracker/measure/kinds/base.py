@@ -1,0 +1,151 @@
+"""The interface of a load kind: how one entry model's load is shaped.
+
+A load kind answers four questions, and the sweep, the level runner, the windows, the CSV, the
+report and the level plan ask only these:
+
+1. **What a level is** (``level_key``, :meth:`LoadKind.levels`, :meth:`LoadKind.split`): the
+   :class:`~tracker.measure.loadgen.Level` field the kind's levels set (``concurrency``,
+   ``request_rate``), the levels of a ``load`` section (or an override list), and one level
+   spread over ``load.processes`` processes. ``level_key`` is also the CSV's first column,
+   the MLflow step and the axis the level plan walks (it walks ``concurrency`` levels only).
+2. **How a slot issues requests** (:meth:`LoadKind.slots`): the coroutines that send one
+   level's requests through the generator's :class:`Slots` (``send`` one request and wait for
+   it, or ``spawn`` it and go on). A slot is a coroutine, so it may keep state across its
+   requests in its own locals (a sequence's correlation ID and its position in it), and build
+   a request per call (``gen.payloads`` are pre-built; a kind may transform one before
+   sending it).
+3. **What it records** (``fields``, :meth:`LoadKind.record`): per-request integers beside the
+   latency (``ttft_ns``, ``tokens``, ...), kept aligned with the latencies from the
+   generator's records through the windows; ``record`` turns a call's answer into the
+   latency and those values. The call itself is the transport's; ``caller_options`` are the
+   keywords the kind needs of it (a gRPC stream per request).
+4. **Which metrics it adds** (``metrics``, :meth:`LoadKind.add_metrics`): the catalog names
+   (tracker/metrics.py) it fills on a :class:`~tracker.measure.types.Measurement` from the
+   pooled ``fields`` of the level's last windows: its named fields (``ttft_p99_ms``), or,
+   for a figure the Measurement has no field for, ``Measurement.figures[name]`` (logged and
+   judged like any metric).
+
+An entry's load is one **level kind** (a kind whose ``level_key`` is set) plus any number of
+**request kinds** (``level_key`` None: they change what one request is and records, not the
+schedule). :func:`tracker.measure.kinds.kinds_for` asks each kind of the table, in order,
+whether the entry's config and load use it (:meth:`LoadKind.of`); of the level kinds that do,
+the last one in the table wins (a more specific schedule, listed later, replaces closed-loop
+concurrency). Adding a kind is one module with a subclass and one entry in ``KINDS``.
+
+Kinds are frozen dataclasses: they are sent to the load processes (``load.processes > 1``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from tracker.errors import MeasurementError
+
+if TYPE_CHECKING:
+    from tracker.measure.types import Measurement
+    from tracker.spec.sections import LoadSection
+    from tracker.triton.model_config import ModelConfig
+
+Payload = Any
+Ints = npt.NDArray[np.int64]
+
+
+class Slots(Protocol):
+    """What the load generator (tracker/measure/loadgen.py ``LocalLoad``) offers a slot."""
+
+    payloads: list[Payload]
+    late: int            # open loop: requests sent more than 1 ms after their time
+
+    @property
+    def stopping(self) -> bool: ...           # the level is ending: leave the loop
+    @property
+    def inflight(self) -> int: ...            # spawned requests not yet answered
+
+    async def send(self, payload: Payload) -> None:
+        """Send one request and wait for its answer; its latency, ``fields`` and any error
+        are recorded by the generator (never raises for a failed request)."""
+
+    def spawn(self, payload: Payload) -> None:
+        """Send one request without waiting for it (open loop)."""
+
+
+@dataclass(frozen=True)
+class Level:
+    """One load level for one process. ``start_ns`` (open loop) is the common time zero and
+    ``phase`` this process's offset as a fraction of its own mean gap."""
+
+    concurrency: int | None = None
+    request_rate: float | None = None
+    arrival: str = "constant"
+    start_ns: int = 0
+    phase: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if (self.concurrency is None) == (self.request_rate is None):
+            raise MeasurementError("a load level is a concurrency or a request rate, not both "
+                                   f"(got concurrency={self.concurrency}, "
+                                   f"request_rate={self.request_rate})")
+        if self.concurrency is not None and self.concurrency < 0:
+            raise MeasurementError(f"concurrency must be >= 0, but got {self.concurrency}")
+        if self.request_rate is not None and self.request_rate < 0:
+            raise MeasurementError(f"request rate must be >= 0, but got {self.request_rate}")
+        if self.arrival not in ("constant", "poisson"):
+            raise MeasurementError(f"load.arrival must be 'constant' or 'poisson', but got "
+                                   f"{self.arrival!r}")
+
+
+@dataclass(frozen=True)
+class LoadKind:
+    """A load kind; every hook has a do-nothing default (see the module docstring)."""
+
+    name: ClassVar[str] = ""
+    level_key: ClassVar[str | None] = None      # what a level is; None: a request kind
+    fields: ClassVar[tuple[str, ...]] = ()      # per-request values recorded
+    metrics: ClassVar[tuple[str, ...]] = ()     # catalog metrics it adds
+    perf_analyzer: ClassVar[bool] = True        # perf_analyzer's CSV can carry it
+
+    @classmethod
+    def of(cls, config: ModelConfig, load: LoadSection) -> LoadKind | None:
+        """This kind for an entry with ``config`` and ``load``, or None when it does not
+        apply (MeasurementError when the load asks for it and the model cannot take it)."""
+        return None
+
+    def levels(self, load: LoadSection, override: Sequence[float] | None) -> list[Level]:
+        raise MeasurementError(f"load kind {self.name!r} has no levels")
+
+    def split(self, level: Level, parts: int) -> list[Level]:
+        """``level`` spread over ``parts`` load processes."""
+        raise MeasurementError(f"load kind {self.name!r} has no levels")
+
+    def slots(self, gen: Slots, level: Level) -> list[Coroutine[Any, Any, None]]:
+        """The coroutines that issue ``level``'s requests until ``gen.stopping``."""
+        raise MeasurementError(f"load kind {self.name!r} has no levels")
+
+    def caller_options(self) -> dict[str, Any]:
+        """Keywords for the transport (tracker.measure.transport.make_transport)."""
+        return {}
+
+    def record(self, t0: int, t1: int, got: object) -> tuple[int, tuple[int, ...]] | None:
+        """(latency ns, a value per ``fields``) of one answered request sent at ``t0`` and
+        returned at ``t1``; None: not this kind's answer (latency ``t1 - t0``)."""
+        return None
+
+    def add_metrics(self, m: Measurement, fields: Mapping[str, Ints]) -> None:
+        """Fill this kind's figures of ``m`` (its ``duration_s`` and latencies already set)
+        from the level's pooled per-request ``fields``."""
+
+
+def closed_slot(gen: Slots, offset: int) -> Coroutine[Any, Any, None]:
+    """A closed-loop slot: the next request when the last one returned."""
+    async def run() -> None:
+        payloads, n, i = gen.payloads, len(gen.payloads), offset
+        while not gen.stopping:
+            await gen.send(payloads[i % n])
+            i += 1
+    return run()

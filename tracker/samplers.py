@@ -1,0 +1,28 @@
+"""The Optuna samplers a study may use (``search.sampler``): one entry per sampler.
+
+The spec's ``search.sampler`` choices, the CLI's ``--sampler`` choices, the docs' table
+(docs/tuning.md; tests/project checks it names each) and the sampler the search builds
+(tracker.search.study.make_sampler, one builder per name) all read this table. Adding a
+sampler: one line here and its builder in tracker/search/study.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sampler:
+    name: str
+    text: str                       # what it does, in words (docs, `tracker check`)
+    finite_space: bool = False      # it needs every knob to have a finite list of values
+
+
+SAMPLERS: dict[str, Sampler] = {s.name: s for s in (
+    Sampler("tpe", "multivariate TPE after one random start-up trial (the default)"),
+    Sampler("random", "independent uniform draws"),
+    Sampler("grid", "every configuration of the space, the default's first",
+            finite_space=True),
+    Sampler("nsga2", "NSGA-II, for two objectives (constrained domination)"),
+)}
+NAMES: tuple[str, ...] = tuple(SAMPLERS)
