@@ -5,9 +5,12 @@ resume it. What a trial leaves on the study, besides params and values, is kept 
 attributes (names in :class:`Attr`) so that the study alone can rebuild the report.
 
 Budget rule (docs/tuning.md; search/workers.py enforces it across workers): ``n_trials`` is
-the number of COMPLETE trials the study should hold, duplicates included (they cost no
-measurement but use a suggestion). FAIL trials (Triton refused the config, the measurement
-failed, Ctrl-C) do not count; the runner stops a study whose failures reach ``n_trials``.
+the number of distinct configurations the study should measure: a COMPLETE trial that
+repeats an earlier configuration reuses its result and does not count (the sampler is asked
+again; the runner stops once as many repeats as ``n_trials``, at least 10, were proposed,
+and when every configuration of a finite space was tried). FAIL trials (Triton refused the
+config, the measurement failed, Ctrl-C) do not count; the runner stops a study whose failures
+reach ``n_trials``.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tracker.errors import StudyError
 from tracker.search.storage import storage_lock
 from tracker.search.study import same_params
+from tracker.trial_attrs import Attr
 
 _log = optuna.logging.get_logger("tracker")
 SUGGEST_WAIT_S = 30.0  # longest wait for an earlier trial that is still being suggested
@@ -37,12 +38,15 @@ SUGGEST_WAIT_S = 30.0  # longest wait for an earlier trial that is still being s
 
 @dataclass(frozen=True)
 class Budget:
-    """The study's trial counts across all workers."""
+    """The study's trial counts across all workers. ``complete`` counts distinct
+    configurations: a COMPLETE trial that repeats an earlier one (``duplicate_of``: its result
+    reused) is in ``repeats`` instead, and does not use up ``n_trials``."""
 
     complete: int
     running: int
     waiting: int
     failed: int
+    repeats: int = 0
 
     def done(self, n_trials: int) -> bool:
         return self.complete >= n_trials
@@ -51,10 +55,14 @@ class Budget:
 def budget(study: optuna.Study) -> Budget:
     trials = study.get_trials(deepcopy=False)
     count = {state: 0 for state in TrialState}
+    repeats = 0
     for trial in trials:
         count[trial.state] += 1
-    return Budget(complete=count[TrialState.COMPLETE], running=count[TrialState.RUNNING],
-                  waiting=count[TrialState.WAITING], failed=count[TrialState.FAIL])
+        if trial.state == TrialState.COMPLETE and Attr.DUPLICATE_OF in trial.user_attrs:
+            repeats += 1
+    return Budget(complete=count[TrialState.COMPLETE] - repeats,
+                  running=count[TrialState.RUNNING], waiting=count[TrialState.WAITING],
+                  failed=count[TrialState.FAIL], repeats=repeats)
 
 
 def fail_stale_trials(study: optuna.Study) -> None:

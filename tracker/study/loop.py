@@ -102,6 +102,10 @@ def _open_parent(study: optuna.Study, storage: optuna.storages.RDBStorage, spec:
         return parent, True
 
 
+#: repeated configurations a study asks past before it stops (at least; else n_trials)
+MIN_REPEATS = 10
+
+
 def _last_worker(study: optuna.Study) -> bool:
     """No other worker has a trial running: this one ends the shared parent run. (With
     several workers the parent is ended by whichever finishes last, not by its creator.)"""
@@ -123,6 +127,11 @@ def _stop_reason(study: optuna.Study, spec: StudySpec, started: float,
     failed = len(optuna_study.failed(study))
     if failed >= search.n_trials:
         return f"{failed} trials failed (as many as n_trials): see the failed runs' notes"
+    repeats = budget(study).repeats
+    if repeats >= max(MIN_REPEATS, search.n_trials):
+        return (f"the sampler proposed {repeats} configurations already measured (as many "
+                f"as n_trials, at least {MIN_REPEATS}): the space is exhausted or the "
+                "sampler keeps returning to the same configurations")
     if space_size is not None:
         tried = {tuple(sorted(t.params.items())) for t in optuna_study.finished(study)
                  if not TrialRecord.of(t).exact}  # an approximated baseline
@@ -251,7 +260,7 @@ def _loop(ctx: StudyContext, storage: optuna.storages.RDBStorage, worker_id: str
     while True:
         trial = ask_within_budget(study, storage, spec.search.n_trials, should_stop=should_stop)
         if trial is None:
-            return reason or f"{spec.search.n_trials} complete trials"
+            return reason or f"{spec.search.n_trials} distinct configurations measured"
         try:
             write_worker(trial, worker_id)
             with heartbeat(storage, trial):
