@@ -14,7 +14,7 @@ Metric names with a model in them (:func:`lookup` resolves both):
   windows (:data:`STEP_METRICS`: ``queue_ms``, ``compute_input_ms``, ``compute_infer_ms``,
   ``compute_output_ms``, ``requests_per_s``, ``batch_size``), e.g. ``model/preprocess/queue_ms``;
 - ``<model>/<metric>``: one of several independent models measured together on one server
-  (tracker/measure/multi.py), any name above, e.g. ``resnet/perf_latency_p99``.
+  (tracker/measure/sweep.py), any name above, e.g. ``resnet/perf_latency_p99``.
 
 Load knobs (:data:`LOAD_KNOBS`) are search-space keys that set the load rather than a
 config.pbtxt field: a trial with ``concurrency: 4`` is measured at that one level.
