@@ -147,17 +147,17 @@ def test_the_layouts_nvidia_logs_read_as_triton_model_directories(
     onnx_file = two_in_two_out(tmp_path / "model.onnx")
     log_nvidia_triton(tmp_path, onnx_file, "nv")
     got = foreign.load_deployable("models:/nv/1", tmp_path / "a", name="nv")
-    assert (got.flavor, got.layout, got.source.versions) == ("triton", "nvidia", (1,))
-    assert model_config.parse(got.source.config_text).max_batch_size == 8
+    assert (got.flavor, got.layout, got.source.entry.versions) == ("triton", "nvidia", (1,))
+    assert model_config.parse(got.source.entry.config_text).max_batch_size == 8
 
     with mlflow.start_run():
         mlflow.onnx.log_model(onnx.load(str(onnx_file)), name="triton",
                               registered_model_name="plain")
     got = foreign.load_deployable("models:/plain/1", tmp_path / "b", name="plain")
-    cfg = model_config.parse(got.source.config_text)
+    cfg = model_config.parse(got.source.entry.config_text)
     assert (got.flavor, got.layout) == ("onnx", "onnx")
     assert (cfg.max_batch_size, [i.name for i in cfg.input]) == (4, ["INPUT0", "INPUT1"])
-    assert (got.source.latest_version_dir / "model.onnx").is_file()
+    assert (got.source.entry.latest_version_dir / "model.onnx").is_file()
 
     with pytest.raises(DeployError, match=r"has no 'onnx' flavor; it has \['triton'\]"):
         foreign.load_deployable("models:/nv/1", tmp_path / "c", name="nv", flavor="onnx")
@@ -178,7 +178,7 @@ def test_an_onnx_model_keeps_its_external_weights(tmp_path: Path, mlflow_uri: st
     with mlflow.start_run():
         mlflow.onnx.log_model(model, name="m", registered_model_name="big")
     got = foreign.load_deployable("models:/big/1", tmp_path / "x", name="big")
-    files = sorted(p.name for p in got.source.latest_version_dir.iterdir())
+    files = sorted(p.name for p in got.source.entry.latest_version_dir.iterdir())
     assert len(files) == 2 and "model.onnx" in files, files
-    loaded = onnx.load(str(got.source.latest_version_dir / "model.onnx"))
+    loaded = onnx.load(str(got.source.entry.latest_version_dir / "model.onnx"))
     assert numpy_helper.to_array(loaded.graph.initializer[0]).sum() == 64 * 16

@@ -136,7 +136,7 @@ def test_promote_deploys_every_model_and_rolls_every_model_back(
     third = runner.invoke(cli, promote)
     assert third.exit_code == 1, third.output
     assert f"failed while loading {names.scale!r}" in third.output, third.output
-    assert "every model is rolled back, version 2 of every model still serves" in third.output
+    assert "every model is rolled back: version 2 still serves" in third.output
     assert "could not convert string to float" in third.output, third.output
     assert ready(server, names.order) == {n: ["2"] for n in names.order}
     assert folders(repo, names.order) == {n: ["2"] for n in names.order}
@@ -200,7 +200,7 @@ def test_target_deploys_a_pipeline_predicts_strings_and_rolls_back_a_refused_ent
     # one deployment listed; a composing model is neither listed nor deleted alone
     listed = [d for d in target.list_deployments() if d["name"].startswith("b")]
     assert [(d["name"], d["models"]) for d in listed] == [(names.entry, names.order)]
-    with pytest.raises(MlflowException, match="composing model of deployment"):
+    with pytest.raises(MlflowException, match="is a model of deployment"):
         target.delete_deployment(names.scale)
     # another pipeline may not take over this one's composing models
     with pytest.raises(MlflowException, match="not taken over"):
@@ -224,7 +224,7 @@ def test_a_first_deploy_that_fails_leaves_nothing_behind(
     result = CliRunner().invoke(cli, ["promote", "--study", "cp", "--storage", study.storage,
                                       "--registered-model", "cp", "--name", names.entry])
     assert result.exit_code == 1
-    assert "nothing serves under these names" in result.output, result.output
+    assert "nothing served before, nothing serves now" in result.output, result.output
     assert "preferred size must be <= max batch size" in result.output, result.output
     assert folders(repo, names.order) == {}
     assert ready(server, names.order) == {n: [] for n in names.order}

@@ -11,6 +11,7 @@ from pathlib import Path
 import mlflow
 import optuna
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from tests.support.pipeline import ensemble_repository
@@ -133,10 +134,16 @@ def test_two_models_are_measured_together_and_the_weighted_gain_is_optimised(
     files = {f.path for f in client.list_artifacts(parent.info.run_id, "best")}
     assert {"best/pipe", "best/other", "best/prep"} <= files
 
-    refused = CliRunner().invoke(cli, ["promote", str(spec), "--no-deploy"])
-    assert refused.exit_code == 1
-    assert "tunes several entry models together" in refused.output
-    assert "best/<model>/config.pbtxt" in refused.output
+    # promoted as one registry version that holds both entry models and the ensemble's steps
+    # (--force: the verdict may keep the default; deploying it: tests/deploy/test_entries_*)
+    promoted = CliRunner().invoke(cli, ["promote", str(spec), "--no-deploy", "--force"])
+    assert promoted.exit_code == 0, promoted.output
+    assert "pipe+other version 1 " in promoted.output, promoted.output
+    local = Path(mlflow.artifacts.download_artifacts("models:/pipe+other/1",
+                                                     dst_path=str(tmp_path / "registered")))
+    triton = yaml.safe_load((local / "MLmodel").read_text())["flavors"]["triton"]
+    assert triton["entries"] == ["pipe", "other"] and triton["models"][-2:] == ["pipe", "other"]
+    assert {"prep", "pipe", "other"} <= {p.name for p in local.iterdir() if p.is_dir()}
 
 
 def test_several_models_refuse_a_shared_load_knob(tmp_path: Path, mlflow_uri: str) -> None:

@@ -63,14 +63,16 @@ parameters {{ key: "SCALE" value: {{ string_value: "{scale}" }} }}
 '''
 
 
-def label_config(name: str, tag: str) -> str:
+def label_config(name: str, tag: str, *, broken: bool = False) -> str:
+    # broken: no TAG parameter, so initialize raises KeyError (Triton accepts the config)
+    params = "" if broken else f'parameters {{ key: "TAG" value: {{ string_value: "{tag}" }} }}'
     return f'''name: "{name}"
 backend: "python"
 max_batch_size: 8
 input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] }} ]
 output [ {{ name: "LABEL" data_type: TYPE_STRING dims: [ 1 ] }} ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-parameters {{ key: "TAG" value: {{ string_value: "{tag}" }} }}
+{params}
 '''
 
 
@@ -149,13 +151,15 @@ def onnx_config(onnx: Path, name: str) -> str:
 
 def configs(names: Names, version: dict[str, Any], onnx: Path | None = None) -> dict[str, str]:
     """Each model's production config for a trial's knobs: SCALE, TAG, and the ways to break
-    it (``broken``: initialize raises; ``refused``: Triton rejects the scale config;
-    ``wrong_tensor``: Triton rejects the ensemble); with ``onnx`` the scale step is ONNX."""
+    it (``broken``: scale's initialize raises; ``label_broken``: label's does; ``refused``:
+    Triton rejects the scale config; ``wrong_tensor``: Triton rejects the ensemble); with
+    ``onnx`` the scale step is ONNX."""
     scale = "boom" if version.get("broken") else str(version["scale"])
     return {
         names.scale: (onnx_config(onnx, names.scale) if onnx is not None else
                       scale_config(names.scale, scale, refused=bool(version.get("refused")))),
-        names.label: label_config(names.label, version["tag"]),
+        names.label: label_config(names.label, version["tag"],
+                                  broken=bool(version.get("label_broken"))),
         names.entry: ensemble_config(names.entry, names.scale, names.label,
                                      wrong_tensor=bool(version.get("wrong_tensor"))),
     }
@@ -165,11 +169,15 @@ class PipelineStudy:
     """A real Optuna study whose trials carry what the study side logs for a pipeline: the
     parent run holds the stored model folder (study_model/pipeline/) and best/; each trial
     run has the tags tracker.models, tracker.entry_model, tracker.model_files,
-    tracker.model_sha256 and the artifacts configs/<model>/config.pbtxt."""
+    tracker.model_sha256 and the artifacts configs/<model>/config.pbtxt. ``entries``: a study
+    of several independent entry models instead (e.g. scale and label, no ensemble): the
+    study side lists them last in tracker.models and names the first as tracker.entry_model."""
 
     def __init__(self, tmp: Path, tracking_uri: str, names: Names, study_name: str, *,
-                 onnx: Path | None = None) -> None:
+                 onnx: Path | None = None, entries: list[str] | None = None) -> None:
         self.tmp, self.names, self.onnx = tmp, names, onnx
+        self.order = entries or names.order
+        self.entry = entries[0] if entries else names.entry
         self.storage = f"sqlite:///{tmp / 'optuna.db'}"
         self.study = optuna.create_study(study_name=study_name, storage=self.storage,
                                          direction="maximize")
@@ -185,12 +193,13 @@ class PipelineStudy:
     def add(self, version: dict[str, Any], throughput: float) -> int:
         run = self.client.create_run(self.exp, tags={tags.PARENT: self.parent}).info.run_id
         n = len(self.study.trials)
-        texts = configs(self.names, version, self.onnx)
+        texts = {m: t for m, t in configs(self.names, version, self.onnx).items()
+                 if m in self.order}
         self.trial_configs[n] = texts
         for model, text in texts.items():
             self.client.log_text(run, text, f"configs/{model}/config.pbtxt")
-        for key, value in {tags.MODELS: json.dumps(self.names.order),
-                           tags.ENTRY_MODEL: self.names.entry,
+        for key, value in {tags.MODELS: json.dumps(self.order),
+                           tags.ENTRY_MODEL: self.entry,
                            tags.MODEL_FILES: f"runs:/{self.parent}/study_model",
                            tags.MODEL_SHA256: self.sha}.items():
             self.client.set_tag(run, key, value)
@@ -204,6 +213,6 @@ class PipelineStudy:
         best = max(self.trial_configs, key=lambda k: self.study.trials[k].value or 0)
         for model, text in self.trial_configs[best].items():
             self.client.log_text(self.parent, text, f"best/{model}/config.pbtxt")
-        self.client.log_text(self.parent, self.trial_configs[best][self.names.entry],
+        self.client.log_text(self.parent, self.trial_configs[best][self.entry],
                              "best/config.pbtxt")
         return n

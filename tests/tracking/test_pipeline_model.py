@@ -18,7 +18,7 @@ from tracker import tags
 from tracker.deploy.promote import model_source
 from tracker.errors import DeployError
 from tracker.tracking import foreign, model_files
-from tracker.tracking.pipeline_flavor import TritonRepositoryDir, models_from_tags
+from tracker.tracking.pipeline_flavor import ModelOrder, TritonRepositoryDir, models_from_tags
 from tracker.tracking.pipeline_winner import log_pipeline_winner
 
 V1 = {"scale": 1, "tag": "v1"}
@@ -51,7 +51,8 @@ def test_a_pipeline_trial_becomes_one_mlflow_model_of_every_model(
 
     deployable = foreign.load_deployable(uri, tmp_path / "deploy", name=names.entry)
     assert isinstance(deployable.source, TritonRepositoryDir)
-    assert deployable.layout == "pipeline"
+    assert deployable.layout == "repository"
+    assert deployable.source.entries == (names.entry,)
     assert deployable.source.names == tuple(names.order)
     assert deployable.source.entry.platform == "ensemble"
     assert all(m.versions == (1,) for m in deployable.source.models)
@@ -78,7 +79,7 @@ def test_an_onnx_step_is_placed_under_its_config_file_name_and_an_ensemble_gets_
     for model, text in texts.items():
         client.log_text(run, text, f"configs/{model}/config.pbtxt")
     found = model_files.upload(client, parent, stored)
-    made = log_pipeline_winner(client, run, found, ["net", "post", "ens"])
+    made = log_pipeline_winner(client, run, found, ModelOrder(("net", "post", "ens"), ("ens",)))
     local = Path(mlflow.artifacts.download_artifacts(made.model_uri,
                                                      dst_path=str(tmp_path / "dl")))
     assert (local / "net" / "1" / "net.onnx").read_bytes() == (
@@ -97,7 +98,8 @@ def test_what_is_missing_is_named(tmp_path: Path, mlflow_uri: str) -> None:
     stored = model_files.stored_for_run(study.client, run_id)
     assert stored is not None
     with pytest.raises(DeployError, match=r"no production config for \['extra'\]"):
-        log_pipeline_winner(study.client, run_id, stored, ["extra", *names.order])
+        log_pipeline_winner(study.client, run_id, stored,
+                            ModelOrder(("extra", *names.order), (names.entry,)))
     # a Python step the stored folder does not hold
     other = study.client.create_run(study.exp).info.run_id
     study.client.log_text(other, 'name: "ghost"\nbackend: "python"\n',
@@ -105,12 +107,13 @@ def test_what_is_missing_is_named(tmp_path: Path, mlflow_uri: str) -> None:
     for model in names.order:
         study.client.log_text(other, configs(names, V1)[model], f"configs/{model}/config.pbtxt")
     with pytest.raises(DeployError, match="have no folder for model 'ghost'"):
-        log_pipeline_winner(study.client, other, stored, ["ghost", *names.order])
+        log_pipeline_winner(study.client, other, stored,
+                            ModelOrder(("ghost", *names.order), (names.entry,)))
 
 
 @pytest.mark.parametrize(("value", "entry", "message"), [
-    ('["a", "b"]', "a", "the entry model 'a' comes last"),
-    ('["a"]', "a", "at least two models"),
+    ('["a", "b"]', "c", "the entry model 'c' is not in"),
+    ("[]", "", "the entry model .. is not in"),
     ('["a", "a", "b"]', "b", "each model is listed once"),
     ("a,b", "b", "must be a JSON list"),
     ('["a", "../b"]', "../b", "Path traversal"),
@@ -120,7 +123,12 @@ def test_the_models_tag_is_checked(value: str, entry: str, message: str) -> None
         models_from_tags({tags.MODELS: value, tags.ENTRY_MODEL: entry})
 
 
-def test_a_single_models_run_has_no_pipeline() -> None:
+def test_the_entries_are_the_first_entry_and_every_model_after_it() -> None:
     assert models_from_tags({tags.MODEL_FILES: "runs:/x/study_model"}) is None
     assert models_from_tags({tags.MODELS: '["pre", "net", "pipe"]',
-                             tags.ENTRY_MODEL: "pipe"}) == ("pre", "net", "pipe")
+                             tags.ENTRY_MODEL: "pipe"}) == ModelOrder(("pre", "net", "pipe"),
+                                                                       ("pipe",))
+    # several entry models: the study orders them last, the first one in tracker.entry_model
+    assert models_from_tags({tags.MODELS: '["prep", "pipe", "other"]',
+                             tags.ENTRY_MODEL: "pipe"}) == ModelOrder(("prep", "pipe", "other"),
+                                                                       ("pipe", "other"))

@@ -43,8 +43,9 @@ def _deploy_settings(url: str | None, repository: str | None, serving: str | Non
               "the MLflow sqlite database).")
 @click.option("--registered-model", help="Registered model name (default: the spec's "
               "mlflow.registered_model or model name; the study name without SPEC).")
-@click.option("--name", "deployment_name", help="Triton model name to serve it as (default: "
-              "the spec's model name; the study name without SPEC).")
+@click.option("--name", "deployment_name", help="Triton model name to serve the (first) entry "
+              "model as (default: the spec's (first) model name; the study name without "
+              "SPEC).")
 @click.option("--stage", default="Production", show_default=True)
 @click.option("--alias", default="production", show_default=True)
 @click.option("--no-deploy", is_flag=True, help="Register, stage and alias only.")
@@ -79,7 +80,7 @@ def promote_command(spec_path: Path | None, study_name: str | None, storage: str
         study_name = study_name or spec.study_name
         storage = storage or spec.search.storage
         registered_model = registered_model or spec.registered_model_name
-        deployment_name = deployment_name or spec.model.label
+        deployment_name = deployment_name or spec.model.names[0]
         objectives, constraints = dict(spec.objectives), dict(spec.constraints)
     if not study_name:
         raise DeployError("tracker promote needs a SPEC or --study NAME")

@@ -7,9 +7,11 @@
    estimate is promoted), and the message says which; the version's tags then carry the
    verdict and the confirmed figures with their 95% intervals;
 2. its model (logged on the trial's MLflow run as ``model``, see
-   :func:`tracker.tracking.flavor.log_triton_model`) is registered as a new version of the
-   spec's registered model, with tags (study, trial, run id, perf_throughput,
-   perf_latency_p99, the constraint it met) and the summary sentence as description;
+   :func:`tracker.tracking.flavor.log_triton_model`; for several models, every model of the
+   configuration as one MLflow model) is registered as a new version of the spec's
+   registered model, with tags (study, trial, run id, perf_throughput, perf_latency_p99, each
+   entry model's as ``<model>/perf_throughput``, the constraint it met) and the summary
+   sentence as description;
 3. the version moves to the stage (the previous Production version is archived) and gets the
    alias;
 4. it is deployed to Triton (:func:`tracker.deploy.service.deploy`); a failure leaves the
@@ -34,7 +36,6 @@ from tracker.deploy import service, watch
 from tracker.deploy.pointers import Pointers, record_seen
 from tracker.deploy.settings import TargetSettings
 from tracker.errors import DeployError, TrackingError
-from tracker.metrics import WEIGHTED_GAIN
 from tracker.tracking import flavor, model_files, registry
 from tracker.tracking.mlflow_model import log_winner_model
 from tracker.tracking.pipeline_flavor import models_from_tags
@@ -68,8 +69,9 @@ def model_source(client: mlflow.MlflowClient, run_id: str) -> tuple[str, str | N
     already has (an earlier promotion, or a study of a version that logged a model per trial),
     else one built now from the study's stored model file and the trial's production config
     (:func:`tracker.tracking.mlflow_model.log_winner_model`), or, for a trial of several
-    models (tag ``tracker.models``), from the stored folder of every model and each model's
-    production config (:func:`tracker.tracking.pipeline_winner.log_pipeline_winner`)."""
+    models (tag ``tracker.models``: a pipeline, several entry models), from the stored folder
+    of every model and each model's production config
+    (:func:`tracker.tracking.pipeline_winner.log_pipeline_winner`)."""
     try:
         run = client.get_run(run_id)
         for output in (run.outputs.model_outputs if run.outputs else []):
@@ -77,9 +79,9 @@ def model_source(client: mlflow.MlflowClient, run_id: str) -> tuple[str, str | N
             if logged.name == flavor.MODEL_ARTIFACT_PATH:
                 return f"models:/{logged.model_id}", logged.model_id
         stored = model_files.stored_for_run(client, run_id)
-        pipeline = models_from_tags(run.data.tags)
-        if stored is not None and pipeline is not None:
-            made = log_pipeline_winner(client, run_id, stored, pipeline)
+        order = models_from_tags(run.data.tags)
+        if stored is not None and order is not None:
+            made = log_pipeline_winner(client, run_id, stored, order)
             return made.model_uri, made.model_id
         if stored is not None:
             made = log_winner_model(client, run_id, stored)
@@ -117,13 +119,6 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
     """Register, stage, alias and (with ``settings``) deploy the study's best feasible trial.
     ``constraints``: the spec's (None when unknown: the tag then says only that it met the
     study's constraints)."""
-    if WEIGHTED_GAIN in objectives:
-        raise DeployError(
-            f"study {study.study_name!r} tunes several entry models together (judged by "
-            "weighted_gain); promote registers and deploys one entry model and the models it "
-            "calls, so it does not promote this study yet. The best configuration of every "
-            "model is on the study's parent run as best/<model>/config.pbtxt "
-            "(docs/pipelines.md, Limits)")
     stage = registry.validate_stage(stage)
     registry.validate_alias(alias)
     registry.validate_registered_name(registered_model)
@@ -147,7 +142,7 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
             registry.TAG_CONSTRAINT: ("the study's constraints (give the spec to name them)"
                                       if constraints is None
                                       else constraint_text(best.metrics, constraints)),
-            **{m: repr(best.metrics[m]) for m in HEADLINE_TAGS if m in best.metrics}}
+            **{m: repr(v) for m, v in best.metrics.items() if _headline_metric(m)}}
     description = summary(rows, objectives)
     if verdict is not None:
         tags.update(_verdict_tags(verdict, best.name, objectives))
@@ -202,10 +197,21 @@ def _tag_model(client: mlflow.MlflowClient, registered: str, deployment_name: st
         raise DeployError(f"cannot tag registered model {registered!r}: {exc.message}") from exc
 
 
-def _headline(metrics: Mapping[str, float]) -> str:
-    return ", ".join(fmt(m, metrics[m]) + (" p99" if m == "perf_latency_p99" else "")
-                     for m in HEADLINE_TAGS if m in metrics) or "no metrics"
+def _headline_metric(metric: str) -> bool:
+    """A headline figure: ``perf_throughput``, ``perf_latency_p99``, or one entry model's
+    (``<model>/perf_throughput``)."""
+    return metric.rpartition("/")[2] in HEADLINE_TAGS
 
+
+def _headline(metrics: Mapping[str, float]) -> str:
+    found = sorted((m for m in metrics if _headline_metric(m)), key=lambda m: (
+        m.rpartition("/")[0], HEADLINE_TAGS.index(m.rpartition("/")[2])))
+    parts = []
+    for key in found:
+        model, _, metric = key.rpartition("/")
+        parts.append((f"{model} " if model else "") + fmt(metric, metrics[key])
+                     + (" p99" if metric == "perf_latency_p99" else ""))
+    return ", ".join(parts) or "no metrics"
 
 
 def _confirmed_row(study_name: str, rows: list[TrialRow], verdict: confirm_stats.Verdict,

@@ -21,16 +21,14 @@ from typing import Any
 
 import mlflow
 
-from tracker.deploy import nvidia
+from tracker.deploy import nvidia, switch
 from tracker.deploy.inference import infer_version, to_arrays, to_lists
-from tracker.deploy.pipeline import MODELS, PART_OF, publish_pipeline, remove_pipeline
 from tracker.deploy.pointers import Pointers, align, record_seen
 from tracker.deploy.publish import META_FILE, DeploymentState, Publisher, PublishResult
 from tracker.deploy.settings import TargetSettings
 from tracker.deploy.transport import ControlClient, make_client
 from tracker.errors import DeployError, ServerError
 from tracker.tracking import flavor, foreign, registry
-from tracker.tracking.pipeline_flavor import TritonRepositoryDir
 
 FLAVOR = flavor.FLAVOR_NAME
 _REGISTRY_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[^/]+))/?$")
@@ -89,7 +87,8 @@ def describe(state: DeploymentState, settings: TargetSettings) -> dict[str, Any]
         "url": settings.endpoint,
         "repository": str(settings.repository),
         **({"reason": state.reason} if state.reason and not state.ready_versions else {}),
-        **({"models": list(meta[MODELS])} if meta.get(MODELS) else {}),
+        **({"models": list(meta[switch.MODELS])} if meta.get(switch.MODELS) else {}),
+        **({"entries": list(meta[switch.ENTRIES])} if meta.get(switch.ENTRIES) else {}),
     }
 
 
@@ -131,11 +130,7 @@ def deploy(settings: TargetSettings, name: str, model_uri: str, *,
                                              flavor=model_flavor)
             meta["flavor"] = loaded.flavor
             try:
-                if isinstance(loaded.source, TritonRepositoryDir):
-                    result = publish_pipeline(publisher, name, version, loaded.source,
-                                              meta=meta)
-                else:
-                    result = publisher.publish(name, version, loaded.source, meta=meta)
+                result = switch.publish(publisher, name, version, loaded.source, meta=meta)
             except DeployError as exc:
                 if ref is not None:
                     registry.mark_deployment(mlflow.MlflowClient(), ref.name, ref.version,
@@ -169,7 +164,7 @@ def list_deployments(settings: TargetSettings) -> list[dict[str, Any]]:
         states = make_publisher(settings, client).states()
     return [describe(s, settings) for s in states
             if nvidia.has_record(settings.repository / s.name, META_FILE)
-            and not s.meta.get(PART_OF)]  # a pipeline's composing model: listed with it
+            and not s.meta.get(switch.PART_OF)]  # a model of a deployment: listed with it
 
 
 def get_deployment(settings: TargetSettings, name: str) -> dict[str, Any]:
@@ -188,10 +183,7 @@ def delete_deployment(settings: TargetSettings, name: str,
     with make_client(settings) as client:
         publisher = make_publisher(settings, client, log)
         state = publisher.state(name)
-        if state is not None and (state.meta.get(MODELS) or state.meta.get(PART_OF)):
-            remove_pipeline(publisher, name)
-        else:
-            publisher.remove(name)
+        switch.remove(publisher, name)
     meta = state.meta if state else {}
     reg, ver = meta.get("registered_model"), meta.get("registry_version")
     if reg and ver:

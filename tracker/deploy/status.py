@@ -1,6 +1,7 @@
 """``tracker status``: what Triton serves and what the registry says, side by side.
 
-For each registered model: the Triton version that is READY under its deployment name, the
+For each registered model: the Triton version that is READY under its deployment name (and
+for every other model its deployment serves: composing models, other entries), the
 versions the stage and the alias name, the version tagged ``tracker.deploy.status=serving``,
 and whether they all agree; then one row per registered version (stage, aliases, deploy
 status, when). ``tracker watch`` prints the same first line at start and after each action.
@@ -18,6 +19,7 @@ from tracker import tags
 from tracker.deploy.pointers import Pointers, current, number
 from tracker.deploy.publish import Publisher
 from tracker.deploy.settings import TargetSettings, resolve_settings
+from tracker.deploy.switch import MODELS
 from tracker.deploy.transport import make_client
 from tracker.errors import DeployError, TrackerError
 from tracker.tracking import flavor, registry
@@ -77,13 +79,20 @@ def _triton(settings: TargetSettings | None, name: str, why_not: str) -> tuple[i
         return None, f"not asked ({why_not})" if why_not else "not asked"
     try:
         with make_client(settings) as client:
-            state = Publisher(settings.repository, client).state(name)
+            publisher = Publisher(settings.repository, client)
+            state = publisher.state(name)
+            listed = [str(m) for m in state.meta.get(MODELS) or []] if state else []
+            others = {m: publisher.state(m) for m in listed if m != name}
     except (TrackerError, OSError) as exc:
         return None, f"not reachable at {settings.endpoint} ({exc})"
     if state is None:
         return None, "not deployed"
     if state.version is None:
         return None, f"UNAVAILABLE ({state.reason or 'no version is READY'})"
+    behind = [m for m, s in others.items() if s is None or s.version != state.version]
+    if behind:
+        return None, (f"UNAVAILABLE (serves v{state.version}, but its model(s) "
+                      f"{', '.join(behind)} do not)")
     return state.version, f"serves v{state.version}"
 
 

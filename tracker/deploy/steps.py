@@ -1,5 +1,5 @@
-"""The steps a switch of served versions is made of, for one model or for every model of a
-pipeline (:mod:`tracker.deploy.publish`, :mod:`tracker.deploy.pipeline`): a version's files
+"""The steps a switch of served versions is made of, for every model of a configuration
+(:mod:`tracker.deploy.switch`): a version's files
 staged aside and renamed into place, config.pbtxt written atomically with the versions to
 serve, a load through the model control API (with the server log's reason when Triton says
 only "failed to poll"), the wait for READY and the check inference. A step that fails raises

@@ -1,5 +1,6 @@
-"""MLflow models that were not logged by this project but deploy to Triton all the same, read
-into a Triton model directory (:class:`TritonModelDir`):
+"""Any MLflow model that deploys to Triton, read into the configuration it serves
+(:class:`~tracker.tracking.pipeline_flavor.TritonRepositoryDir`: every model in load order,
+its entries last; one model directory is the one-model, one-entry case):
 
 - our ``triton`` flavor (:mod:`tracker.tracking.flavor`): the MLflow model IS the directory;
   for a pipeline (:mod:`tracker.tracking.pipeline_flavor`) it is the repository subset;
@@ -28,7 +29,12 @@ from mlflow.models import Model
 
 from tracker.errors import ConfigError, DeployError, ModelError
 from tracker.tracking.flavor import CONFIG_FILE, FLAVOR_NAME, TritonModelDir, inspect_model_dir
-from tracker.tracking.pipeline_flavor import TritonRepositoryDir, is_pipeline, read_pipeline
+from tracker.tracking.pipeline_flavor import (
+    TritonRepositoryDir,
+    is_pipeline,
+    of_model_dir,
+    read_pipeline,
+)
 
 ONNX = "onnx"
 FLAVORS = (FLAVOR_NAME, ONNX)
@@ -39,10 +45,11 @@ _RUNS = re.compile(r"^runs:/(?P<run>[^/]+)/(?P<path>.+?)/?$")
 
 @dataclass(frozen=True)
 class Deployable:
-    """A downloaded model as a Triton model directory; ``flavor`` is what it was read as
-    (``triton`` or ``onnx``), ``layout`` which ``triton`` layout (``tracker`` or ``nvidia``)."""
+    """A downloaded model as the models it serves; ``flavor`` is what it was read as
+    (``triton`` or ``onnx``), ``layout`` which layout (``tracker``, ``nvidia``,
+    ``repository`` or ``onnx``)."""
 
-    source: TritonModelDir | TritonRepositoryDir  #: a pipeline: every model, entry last
+    source: TritonRepositoryDir  #: every model in load order, the entries last
     flavor: str
     layout: str
 
@@ -69,16 +76,17 @@ def load_deployable(model_uri: str, dst_path: Path, *, name: str,
                           f"{sorted(flavors)}{hint}")
     try:
         if chosen == ONNX:
-            return Deployable(_from_onnx(model_uri, local, flavors[ONNX], name,
-                                         dst_path / name), ONNX, ONNX)
-        if is_pipeline(flavors[FLAVOR_NAME]):  # several models (tracking/pipeline_flavor.py)
+            return Deployable(of_model_dir(_from_onnx(model_uri, local, flavors[ONNX], name,
+                                                      dst_path / name)), ONNX, ONNX)
+        if is_pipeline(flavors[FLAVOR_NAME]):  # a folder of models (tracking/pipeline_flavor.py)
             return Deployable(read_pipeline(local, flavors[FLAVOR_NAME]), FLAVOR_NAME,
-                              "pipeline")
+                              "repository")
         data = (flavors[FLAVOR_NAME] or {}).get("data")
         if data:  # NVIDIA's layout: the model directory nested in the MLflow model
-            return Deployable(inspect_model_dir(_inside(local, str(data), model_uri)),
+            return Deployable(of_model_dir(inspect_model_dir(_inside(local, str(data),
+                                                                     model_uri))),
                               FLAVOR_NAME, "nvidia")
-        return Deployable(inspect_model_dir(local), FLAVOR_NAME, "tracker")
+        return Deployable(of_model_dir(inspect_model_dir(local)), FLAVOR_NAME, "tracker")
     except (ModelError, ConfigError) as exc:
         raise DeployError(f"{model_uri!r} cannot be read as a Triton model: {exc}") from exc
 

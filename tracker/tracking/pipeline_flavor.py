@@ -1,19 +1,24 @@
-"""A pipeline as one MLflow model: the ``triton`` flavor over a subset of a model repository.
+"""A configuration of models as one MLflow model: the ``triton`` flavor over a subset of a
+model repository, and :class:`TritonRepositoryDir`, what every deployment publishes.
 
-A configuration of several models (an ensemble or BLS entry model and its composing models)
-is registered as one version. The MLflow model IS the repository subset, with the MLmodel file
-beside the model directories::
+A configuration of several models (an ensemble or BLS entry model and its composing models,
+or several independent entry models with theirs) is registered as one version. The MLflow
+model IS the repository subset, with the MLmodel file beside the model directories::
 
     MLmodel               flavors: {triton: {model_name: <entry>, entry_model: <entry>,
-                                             models: [<composing>..., <entry>],
+                                             entries: [<entry>, ...],
+                                             models: [<composing>..., <entries>...],
                                              layout: repository, config_file:
                                              <entry>/config.pbtxt, backend, platform}}
     <model>/config.pbtxt  each model's production configuration
     <model>/<version>/    each model's files (an ensemble's version folder may be empty)
 
 ``models`` is the load order: every composing model before the models that call it, the
-entry last. A single model keeps the layout of :mod:`tracker.tracking.flavor` (the model
-directory at the root, no ``models`` key).
+entries last, in their order (``entries``; a model logged before several entry models were
+published has ``entry_model`` alone, the last model). ``entry_model`` is the first entry.
+A single model is logged in the layout of :mod:`tracker.tracking.flavor` (the model
+directory at the root, no ``models`` key) and read as the one-model, one-entry case
+(:func:`of_model_dir`).
 
 An empty version folder (an ensemble's ``1/``) does not survive every artifact store, so
 reading a pipeline gives an ensemble without one its ``1/`` again.
@@ -49,46 +54,65 @@ ENSEMBLE = "ensemble"
 
 @dataclass(frozen=True)
 class TritonRepositoryDir:
-    """A pipeline on disk: ``path/<model>/`` for every model, ``models`` in load order (the
-    entry last)."""
+    """Models on disk, ``models`` in load order; ``entries`` (the last models, in that
+    order) are the ones clients call. One model is one model and one entry."""
 
     path: Path
     models: tuple[TritonModelDir, ...]
+    entries: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.entries:  # the last model: a pipeline logged before ``entries`` existed
+            object.__setattr__(self, "entries", (self.models[-1].name,))
 
     @property
     def entry(self) -> TritonModelDir:
-        return self.models[-1]
-
-    @property
-    def composing(self) -> tuple[TritonModelDir, ...]:
-        return self.models[:-1]
+        """The first entry: the model a deployment's name serves."""
+        return next(m for m in self.models if m.name == self.entries[0])
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(m.name for m in self.models)
 
 
-def check_order(models: Sequence[str], entry: str, *, where: str) -> tuple[str, ...]:
-    """``models`` (load order) as a tuple, checked: valid, distinct names, at least two, the
-    entry last. ``where`` names what they came from in the error."""
+def of_model_dir(model: TritonModelDir) -> TritonRepositoryDir:
+    """One model directory as the configuration of one model, its only entry."""
+    return TritonRepositoryDir(path=model.path.parent, models=(model,), entries=(model.name,))
+
+
+@dataclass(frozen=True)
+class ModelOrder:
+    """Every model of a configuration in load order, and its entries (the last ones)."""
+
+    models: tuple[str, ...]
+    entries: tuple[str, ...]
+
+
+def check_order(models: Sequence[str], entries: Sequence[str], *, where: str) -> ModelOrder:
+    """``models`` (load order) and ``entries``, checked: valid, distinct names, at least one,
+    the entries last and in that order. ``where`` names what they came from in the error."""
     names = tuple(str(m) for m in models)
+    ends = tuple(str(e) for e in entries)
     problems = []
-    if len(names) < 2:
-        problems.append(f"a pipeline has at least two models, but got {list(names)}")
+    if not names:
+        problems.append("a configuration has at least one model, but got none")
     if len(set(names)) != len(names):
         problems.append(f"each model is listed once, but got {list(names)}")
-    if not names or names[-1] != entry:
-        problems.append(f"the entry model {entry!r} comes last, but the list is {list(names)}")
+    if not ends or names[len(names) - len(ends):] != ends:
+        problems.append(f"the entry models {list(ends)} come last, in that order, but the list "
+                        f"is {list(names)}")
     if problems:
         raise DeployError(f"{where}: " + "; ".join(problems))
     for name in names:
         validate_model_name(name)
-    return names
+    return ModelOrder(names, ends)
 
 
-def models_from_tags(run_tags: Mapping[str, str]) -> tuple[str, ...] | None:
-    """The load order a trial run's tags ``tracker.models`` / ``tracker.entry_model`` give, or
-    None for a single model's run (no ``tracker.models`` tag)."""
+def models_from_tags(run_tags: Mapping[str, str]) -> ModelOrder | None:
+    """The load order and the entries a trial run's tags ``tracker.models`` /
+    ``tracker.entry_model`` give (the entries: the first entry and every model after it, as
+    the study orders them), or None for a run without ``tracker.models`` (one model, stored
+    as a model file or directory rather than a folder of models)."""
     raw = run_tags.get(tag_names.MODELS)
     if not raw:
         return None
@@ -101,8 +125,10 @@ def models_from_tags(run_tags: Mapping[str, str]) -> tuple[str, ...] | None:
         raise DeployError(f"tag {tag_names.MODELS} must be a JSON list of model names, but got "
                           f"{raw[:200]!r}")
     entry = run_tags.get(tag_names.ENTRY_MODEL) or (models[-1] if models else "")
-    return check_order(models, entry,
-                       where=f"the run's tags {tag_names.MODELS}/{tag_names.ENTRY_MODEL}")
+    where = f"the run's tags {tag_names.MODELS}/{tag_names.ENTRY_MODEL}"
+    if entry not in models:
+        raise DeployError(f"{where}: the entry model {entry!r} is not in {models}")
+    return check_order(models, models[models.index(entry):], where=where)
 
 
 def _model_dir(root: Path, name: str) -> TritonModelDir:
@@ -120,32 +146,38 @@ def _model_dir(root: Path, name: str) -> TritonModelDir:
     return inspect_model_dir(path)
 
 
-def inspect_repository_dir(root: str | Path, models: Sequence[str]) -> TritonRepositoryDir:
-    """Check that ``root`` holds a model directory for each of ``models`` (load order, entry
-    last) and describe it; :class:`ModelError` names the model that is missing or broken."""
+def inspect_repository_dir(root: str | Path, models: Sequence[str],
+                           entries: Sequence[str] = ()) -> TritonRepositoryDir:
+    """Check that ``root`` holds a model directory for each of ``models`` (load order, the
+    ``entries`` last; default: the last model) and describe it; :class:`ModelError` names the
+    model that is missing or broken."""
     path = Path(root)
-    names = check_order(models, str(models[-1]) if models else "", where=str(path))
-    return TritonRepositoryDir(path=path, models=tuple(_model_dir(path, n) for n in names))
+    order = check_order(models, entries or [str(m) for m in models][-1:], where=str(path))
+    return TritonRepositoryDir(path=path, models=tuple(_model_dir(path, n)
+                                                       for n in order.models),
+                               entries=order.entries)
 
 
 def is_pipeline(conf: Mapping[str, Any] | None) -> bool:
-    """Whether an MLmodel's ``triton`` flavor configuration describes a pipeline."""
+    """Whether an MLmodel's ``triton`` flavor configuration has the repository layout."""
     return bool(conf) and conf is not None and conf.get("layout") == LAYOUT
 
 
 def read_pipeline(local: Path, conf: Mapping[str, Any]) -> TritonRepositoryDir:
-    """The pipeline a downloaded MLflow model of this layout holds."""
+    """The configuration a downloaded MLflow model of this layout holds."""
     models = conf.get("models")
     if not isinstance(models, list) or not models:
         raise ModelError(f"the MLmodel of {local} names no models (flavors.triton.models)")
-    entry = str(conf.get("entry_model") or models[-1])
-    check_order([str(m) for m in models], entry, where=f"{local}/MLmodel flavors.triton")
-    return inspect_repository_dir(local, [str(m) for m in models])
+    entries = conf.get("entries") or [conf.get("entry_model") or models[-1]]
+    if not isinstance(entries, list):
+        raise ModelError(f"the MLmodel of {local}: flavors.triton.entries must be a list of "
+                         f"model names, but got {entries!r}")
+    return inspect_repository_dir(local, [str(m) for m in models], [str(e) for e in entries])
 
 
 def save_pipeline(repo: TritonRepositoryDir, path: str | Path,
                   mlflow_model: Model | None = None) -> Model:
-    """Write the pipeline ``repo`` as an MLflow model at ``path`` (which must not exist):
+    """Write the configuration ``repo`` as an MLflow model at ``path`` (which must not exist):
     each model's config.pbtxt and numeric version folders, and MLmodel (module docstring)."""
     dst = Path(path)
     if dst.exists():
@@ -161,7 +193,7 @@ def save_pipeline(repo: TritonRepositoryDir, path: str | Path,
     entry = repo.entry
     out = mlflow_model if mlflow_model is not None else Model()
     out.add_flavor(FLAVOR_NAME, model_name=entry.name, entry_model=entry.name,
-                   models=list(repo.names), layout=LAYOUT,
+                   entries=list(repo.entries), models=list(repo.names), layout=LAYOUT,
                    config_file=f"{entry.name}/{CONFIG_FILE}", versions=list(entry.versions),
                    backend=entry.backend, platform=entry.platform)
     out.save(str(dst / "MLmodel"))
@@ -171,8 +203,8 @@ def save_pipeline(repo: TritonRepositoryDir, path: str | Path,
 def log_pipeline_model(repo: TritonRepositoryDir, run_id: str, *, tracking_uri: str | None,
                        tags: dict[str, str] | None = None,
                        signature: Any = None) -> LoggedTritonModel:
-    """Log the pipeline as the MLflow model ``model`` of run ``run_id`` (thread-safe, as
-    :func:`tracker.tracking.flavor.log_triton_model`); ``signature``: the entry's."""
+    """Log the configuration as the MLflow model ``model`` of run ``run_id`` (thread-safe, as
+    :func:`tracker.tracking.flavor.log_triton_model`); ``signature``: the first entry's."""
     def save(local: Path, model: Model) -> Model:
         if signature is not None:
             model.signature = signature

@@ -1,9 +1,11 @@
-"""The registered model of a pipeline study's winner, built from what the study logged.
+"""The registered model of the winner of a study of several models (a pipeline, several entry
+models), built from what the study logged.
 
 What a trial of a configuration of several models leaves (the study side's contract):
 
 - tags ``tracker.models`` (a JSON list of every model name in load order, composing first,
-  entry last) and ``tracker.entry_model`` on the trial's run;
+  the entries last) and ``tracker.entry_model`` (the first entry: it and every model after
+  it are the entries) on the trial's run;
 - artifacts ``configs/<model>/config.pbtxt`` on the trial's run: each model's production
   config;
 - the study's model files stored once (:mod:`tracker.tracking.model_files`) as ONE folder
@@ -13,8 +15,8 @@ What a trial of a configuration of several models leaves (the study side's contr
 
 :func:`log_pipeline_winner` puts each model's production config into its directory and logs
 the whole as the MLflow model ``model`` of the trial's run
-(:mod:`tracker.tracking.pipeline_flavor`), with the entry's signature where MLflow can
-express it.
+(:mod:`tracker.tracking.pipeline_flavor`), with the first entry's signature where MLflow
+can express it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from tracker.tracking.mlflow_model import signature_for
 from tracker.tracking.model_files import StoredModel, download
 from tracker.tracking.pipeline_flavor import (
     ENSEMBLE,
+    ModelOrder,
     inspect_repository_dir,
     log_pipeline_model,
 )
@@ -105,10 +108,12 @@ def _signature(entry: str) -> ModelSignature | None:
 
 
 def log_pipeline_winner(client: MlflowClient, run_id: str, stored: StoredModel,
-                        models: Sequence[str]) -> flavor.LoggedTritonModel:
-    """Build the registered model of trial run ``run_id`` (a pipeline of ``models``, load
-    order) from the study's stored model files and the trial's production configs, and log
-    it as the MLflow model ``model`` of that run."""
+                        order: ModelOrder) -> flavor.LoggedTritonModel:
+    """Build the registered model of trial run ``run_id`` (the configuration of
+    ``order.models``, load order, ``order.entries`` last) from the study's stored model files
+    and the trial's production configs, and log it as the MLflow model ``model`` of that
+    run."""
+    models = order.models
     with tempfile.TemporaryDirectory(prefix="tracker-pipeline-") as tmp:
         try:
             configs = _configs(client, run_id, models, Path(tmp) / "configs")
@@ -128,9 +133,9 @@ def log_pipeline_winner(client: MlflowClient, run_id: str, stored: StoredModel,
         for name in models:
             _place(name, configs[name], local, root / name, stored.uri)
         try:
-            repo = inspect_repository_dir(root, models)
+            repo = inspect_repository_dir(root, models, order.entries)
         except ModelError as exc:
             raise DeployError(f"the trial's pipeline cannot be assembled: {exc}") from exc
         return log_pipeline_model(repo, run_id, tracking_uri=str(client.tracking_uri),
                                   tags={tags.MODEL_SHA256: stored.sha256},
-                                  signature=_signature(configs[models[-1]]))
+                                  signature=_signature(configs[order.entries[0]]))

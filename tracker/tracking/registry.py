@@ -46,14 +46,14 @@ DEPLOY_STATUSES = (SERVING, REPLACED, FAILED, REMOVED)
 
 # MLflow tag values are limited (5000 chars on most stores); Triton messages can be long.
 _MAX_TAG = 4000
-_REGISTERED_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-/ ]{0,255}$")
+_REGISTERED_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+\-/ ]{0,255}$")
 _ALIAS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,254}$")
 
 
 def validate_registered_name(name: str) -> str:
     """A registered model name we can put in a registry filter string safely."""
     if not _REGISTERED_NAME_RE.match(name or ""):
-        raise DeployError("a registered model name must match [A-Za-z0-9_][A-Za-z0-9_.-/ ]* "
+        raise DeployError("a registered model name must match [A-Za-z0-9_][A-Za-z0-9_.+-/ ]* "
                           f"(no quotes), but got {name!r}")
     return name
 
