@@ -157,24 +157,32 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
     log(f"registered {registered_model} version {version} from trial {best.number} "
         f"({_headline(best.metrics)}); " + (f"stage {stage}, " if staged else "")
         + f"alias {alias!r}")
-    deployment = None
-    if settings is not None:
-        try:
-            deployment = service.deploy(settings, deployment_name,
-                                        f"models:/{registered_model}/{version}", log=log,
-                                        pointers=Pointers(stage, alias))
-        except DeployError as exc:
-            back = registry.restore_serving(client, registered_model, stage=stage, alias=alias)
-            if back is not None:
-                log(f"version {version} archived; stage {stage} and alias {alias!r} are back on "
-                    f"version {back.version}, which still serves")
-            raise DeployError(f"{registered_model} version {version} (trial {best.number}) was "
-                              f"not deployed: {exc}") from exc
-        finally:  # handled here, success or not: the watcher must not repeat it
-            record_seen(client, registered_model, Pointers(stage, alias))
+    deployment = None if settings is None else _deploy(
+        client, settings, registered_model, version, deployment_name, Pointers(stage, alias),
+        f"{registered_model} version {version} (trial {best.number})", log)
     return Promotion(registered_model, version, best.number, best.run_id,
                      stage if staged else "no stage (refused by the registry)", alias,
                      description, deployment)
+
+
+def _deploy(client: mlflow.MlflowClient, settings: TargetSettings, registered: str,
+            version: int, deployment_name: str, pointers: Pointers, what: str,
+            log: Callable[[str], None]) -> dict[str, Any]:
+    """Step 4 of the module docstring: deploy the version; on failure the stage and the alias
+    go back to the version that still serves. Either way the pointers are recorded as seen
+    (the watcher must not repeat it)."""
+    try:
+        return service.deploy(settings, deployment_name, f"models:/{registered}/{version}",
+                              log=log, pointers=pointers)
+    except DeployError as exc:
+        back = registry.restore_serving(client, registered, stage=pointers.stage,
+                                        alias=pointers.alias)
+        if back is not None:
+            log(f"version {version} archived; stage {pointers.stage} and alias "
+                f"{pointers.alias!r} are back on version {back.version}, which still serves")
+        raise DeployError(f"{what} was not deployed: {exc}") from exc
+    finally:
+        record_seen(client, registered, pointers)
 
 
 def _stage(client: mlflow.MlflowClient, name: str, version: int, stage: str,
