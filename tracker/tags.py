@@ -36,6 +36,8 @@ FAIL_REASON = "tracker.fail_reason"     # why the trial failed
 # a configuration of several models (a pipeline, several models on one server)
 MODELS = "tracker.models"               # JSON list of every model, load order (entry last)
 ENTRY_MODEL = "tracker.entry_model"     # the entry model (the one the load drives)
+SERVER_FLAGS = "tracker.server_flags"   # the tritonserver flags of server.options it ran with
+SERVER_RESTART = "tracker.server_restart"  # why the server was restarted for it (options)
 
 # ---- the study's parent run (conclude.py) ---------------------------------------------------
 SUMMARY = "tracker.summary"             # the study's result in one sentence

@@ -37,7 +37,7 @@ from tracker.search.objective import weighted_gain
 from tracker.study import joint
 from tracker.study.measured import ConfigFailed, measure_configuration
 from tracker.study.session import StudyContext
-from tracker.study.trial import configs, file_values
+from tracker.study.trial import configs, file_values, server_values
 from tracker.tracking.rows import TrialRow, fmt, trial_rows
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ def measure_one(ctx: StudyContext, params: dict[str, Any], *, baseline: bool, le
         done = measure_configuration(spec, ctx.configuration, ctx.server, cfg,
                                      ctx.workdir / f"confirm-{label}", serving=ctx.serving,
                                      levels=[level], files=file_values(params, baseline),
+                                     server_values=server_values(params, baseline),
                                      model_levels={k: [v] for k, v in
                                                    (model_levels or {}).items()} or None)
     except ConfigFailed as failed:

@@ -24,6 +24,7 @@ from optuna.distributions import (
 )
 
 from tracker.spec.fields import file_knob
+from tracker.spec.server_options import server_knob
 from tracker.triton import field_paths
 from tracker.triton.configuration import Configuration
 from tracker.triton.model_config import LOAD_PARAMS, ModelConfig
@@ -57,10 +58,10 @@ def _enum_name(path: str, value: object) -> object:
 def config_values(cfg: ModelConfig | Configuration, keys: list[str]) -> dict[str, object]:
     """The config's value at each field path (None when the config does not set it); for a
     configuration, each ``<model>/<field path>`` read from that model's default config. Load
-    knobs and the keys of the model's JSON files are not the config's."""
+    knobs, the keys of the model's JSON files and server options are not the config's."""
     out: dict[str, object] = {}
     for key in keys:
-        if key in LOAD_PARAMS or file_knob(key) is not None:
+        if key in LOAD_PARAMS or file_knob(key) is not None or server_knob(key):
             continue
         path = key
         if isinstance(cfg, Configuration):

@@ -28,6 +28,7 @@ from optuna.distributions import (
 
 from tracker.errors import SpecError
 from tracker.spec import Range, Scalar, Space
+from tracker.spec.server_options import server_knob
 from tracker.triton.configuration import Configuration, as_configuration
 from tracker.triton.formats import format_of, json_knobs
 from tracker.triton.formats.ensemble import KNOB_PREFIX as ENSEMBLE_KNOBS
@@ -184,6 +185,7 @@ def check_space(space: Mapping[str, Range | list[Scalar]], info: ModelInfo | Con
     configuration of several models each key is ``<model>/<field path>`` and is checked
     against that model (an unknown model or field names the valid ones); an ensemble takes
     ``ensemble_scheduling.*`` knobs only."""
+    space = {k: v for k, v in space.items() if not server_knob(k)}  # the server's, not a model's
     if isinstance(info, Configuration):
         if info.single:
             bare = {k.partition("/")[2] if k.startswith(info.entry + "/") else k: v

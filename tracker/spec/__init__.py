@@ -44,6 +44,7 @@ from tracker.spec.sections import (
     Space,
     SpecModel,
 )
+from tracker.spec.server_options import study_problems
 
 __all__ = [
     "DEFAULT_CONCURRENCY", "LOAD_KNOBS", "METRICS", "METRIC_BETTER", "Bound", "ConcurrencyRange",
@@ -174,6 +175,18 @@ class StudySpec(SpecModel):
                               f"is searched, but server.{field}={value} sets the same "
                               f"onnxruntime parameter and would overwrite every searched value; "
                               f"remove one of the two"))
+        if items:
+            raise Problems(items)
+        return self
+
+    @model_validator(mode="after")
+    def _server_options(self) -> StudySpec:
+        """Server option knobs need a server this study restarts; a searched response cache
+        needs a cache size (tracker/spec/server_options.py)."""
+        from tracker.launch_modes import MODES
+
+        items = study_problems(MODES[self.server.mode].restarts, self.server.mode,
+                               self.server.options, self.search.space)
         if items:
             raise Problems(items)
         return self

@@ -22,6 +22,7 @@ from tracker.spec.fields import (
     file_knob_problem,
 )
 from tracker.spec.messages import problem, show
+from tracker.spec.server_options import server_knob, server_knob_problem
 
 # Knobs in search.space that are not config.pbtxt fields but load settings (the catalog's).
 LOAD_KNOBS: tuple[str, ...] = catalog.LOAD_KNOBS
@@ -96,7 +97,10 @@ def check_space_value_shape(value: object) -> object:
 
 def knob_path(key: str) -> str:
     """The field path of a search.space key: ``preprocess/instance_group.count`` (a model of
-    a configuration of several) -> ``instance_group.count``; a bare key as it is."""
+    a configuration of several) -> ``instance_group.count``; a bare key as it is; a server
+    option knob (``server/cache_size``) as it is."""
+    if server_knob(key):
+        return key
     return key.split("/", 1)[1] if "/" in key else key
 
 
@@ -107,6 +111,11 @@ def check_knob(key: str) -> str:
     checked against the configuration, tracker.search.space.check_space)."""
     if file_knob(key) is not None:
         why = file_knob_problem(key)
+        if why is not None:
+            raise problem(why)
+        return key
+    if server_knob(key):  # server/<option>: a tritonserver flag (spec/server_options.py)
+        why = server_knob_problem(key)
         if why is not None:
             raise problem(why)
         return key

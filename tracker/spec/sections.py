@@ -43,6 +43,7 @@ from tracker.spec.messages import Problems, join_path, problem, show
 from tracker.spec.model_section import ModelSection as ModelSection  # re-exported
 from tracker.spec.model_section import SpecModel as SpecModel  # re-exported
 from tracker.spec.model_section import resolve_path
+from tracker.spec.server_options import ServerOptions, server_field, server_knob
 from tracker.spec.streaming import StreamSection
 
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -91,6 +92,7 @@ class ServerSection(SpecModel):
     backend: ServingChoice = "auto"
     ort_intra_op_threads: Annotated[int, Field(ge=0)] | None = None
     ort_inter_op_threads: Annotated[int, Field(ge=0)] | None = None
+    options: ServerOptions = Field(default_factory=ServerOptions)  # spec/server_options.py
 
     @field_validator("binary")
     @classmethod
@@ -124,6 +126,10 @@ class ServerSection(SpecModel):
             items.append(("strategy", f"must be 'reload' when server.mode is {self.mode!r} (a "
                                       f"{self.mode} server cannot be restarted), but got "
                                       f"{show(self.strategy)}"))
+        if not mode.restarts and self.options.is_set():
+            items.append(("options", f"cannot be set when server.mode is {self.mode!r}: its "
+                                     "flags are chosen by whoever started that server, and "
+                                     "changing one needs a restart"))
         ports = {"http_port": self.http_port, "grpc_port": self.grpc_port,
                  "metrics_port": self.metrics_port}
         seen: dict[int, str] = {}
@@ -332,7 +338,8 @@ class SearchSection(SpecModel):
         items: list[tuple[str, str]] = []
         for key, value in self.space.items():
             path = knob_path(key)
-            found = knob_value_problems(path, config_field(path), value)
+            field = server_field(key) if server_knob(key) else config_field(path)
+            found = knob_value_problems(path, field, value)
             items.extend((join_path(f"space.{key}", sub), msg) for sub, msg in found)
         if SAMPLERS[self.sampler].finite_space:
             for key, value in self.space.items():

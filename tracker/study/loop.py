@@ -32,6 +32,7 @@ from tracker.search.space import check_space, distributions, resolve_space
 from tracker.search.storage import make_storage, storage_lock, worker_identity
 from tracker.search.workers import ask_within_budget, budget, heartbeat
 from tracker.spec import StudySpec
+from tracker.spec.server_options import server_knobs
 from tracker.study.conclude import finish_study
 from tracker.study.measured import check_servable, resolve_serving
 from tracker.study.progress import Progress
@@ -163,7 +164,9 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
     space = resolve_space(spec.search.space, conf)
     check_space(space, conf, batch_size=spec.load.batch_size)
     dists, base = fit_baseline(distributions(space), info.config if conf.single else conf,
-                               json_knobs.defaults(info, space) if conf.single else None)
+                               {**(json_knobs.defaults(info, space) if conf.single else {}),
+                                **{k: spec.server.options.value_of(k)
+                                   for k in server_knobs(list(space))}})
     grid_size = _size(dists)
     if redact_url(uri) != uri:  # MLflow prints "View run ... at: <uri>" on each run's end
         os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"

@@ -30,6 +30,7 @@ from tracker.metrics import load_levels_from
 from tracker.search.objective import LevelChoice, pick_best_level
 from tracker.serving import Serving, serving_choices
 from tracker.study import joint
+from tracker.tags import SERVER_RESTART
 from tracker.tracking import runs
 from tracker.tracking.redact import redact_text
 from tracker.triton import model_config
@@ -37,6 +38,7 @@ from tracker.triton.configuration import Configuration, as_configuration
 from tracker.triton.formats import ServeOptions, format_of, json_knobs
 from tracker.triton.repository import TrialRepository, served_configs, write_configuration
 from tracker.triton.server.logs import error_messages
+from tracker.triton.server.options import option_tags, trial_args, unknown_flag
 
 if TYPE_CHECKING:
     from mlflow.entities import Metric
@@ -165,6 +167,9 @@ def unservable(spec: StudySpec, info: ModelInfo | Configuration,
     """Why ``server`` cannot serve a model of the configuration (it lacks the backend the
     model needs), naming the launch modes that can; None when it can (or cannot tell before
     it starts). Ensembles need no backend (Triton's core schedules them)."""
+    flag = unknown_flag(spec.server, server)
+    if flag is not None:
+        return flag
     conf = as_configuration(info)
     serving = resolve_serving(spec, server, conf)
     if not MODES[spec.server.mode].knows_backends:
@@ -271,15 +276,16 @@ def _write(spec: StudySpec, conf: Configuration, cfg: ModelConfig | Mapping[str,
 
 
 def _serve(server: TritonServer, repo: TrialRepository, conf: Configuration,
-           mark: int) -> ModelConfig:
-    """Serve ``repo``; the config the server loaded for its entry model (a model that
-    completes its own I/O: as the server completed it). ConfigFailed when it is refused."""
+           mark: int, flags: tuple[str, ...]) -> tuple[ModelConfig, bool]:
+    """Serve ``repo`` on a server with the option ``flags``; (the config the server loaded for
+    its entry model (a model that completes its own I/O: as the server completed it), whether
+    the server restarted for changed options). ConfigFailed when it is refused."""
     try:
-        server.apply_trial(repo)
+        restarted = server.apply_trial(repo, flags)
         if not conf.entry_info.auto_complete:
-            return repo.served_config
+            return repo.served_config, restarted
         with server.client() as client:
-            return client.model_config(repo.model_name)
+            return client.model_config(repo.model_name), restarted
     except TrackerError as err:
         raise ConfigFailed(str(getattr(err, "reason", err)), err,
                            server.log_text()[mark:]) from err
@@ -298,6 +304,7 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
                           files: Mapping[str, object] | None = None,
                           reference: Mapping[str, float] | None = None,
                           model_levels: Mapping[str, Sequence[float]] | None = None,
+                          server_values: Mapping[str, object] | None = None,
                           ) -> ConfigMeasurement:
     """Measure ``cfg`` (a ModelConfig of ``info``'s model, or every model's config by name)
     on ``server``: write the repository into ``workdir`` (removed again when the measurement
@@ -309,7 +316,10 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
     measuring the default). ``serving``: None resolves it; ``monitors_factory(server)``: the
     monitors sampled (default: process tree, metrics endpoint, NVML); ``on_phase``: called
     before the server is served; ``files``: the ``FILE:KEY`` values written into the copy of
-    the model directory. Raises :class:`ConfigFailed`; the server is left as it is.
+    the model directory; ``server_values``: the configuration's ``server/<option>`` values
+    (spec/server_options.py): a change of server options restarts the server, said by
+    ``on_phase`` and the ``tracker.server_restart`` tag. Raises :class:`ConfigFailed`; the
+    server is left as it is.
     """
     conf = as_configuration(info)
     repo = _write(spec, conf, cfg, workdir, serving or resolve_serving(spec, server, conf),
@@ -320,8 +330,12 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
         mark = len(server.log_text()) if server.strategy == "reload" else 0
         if on_phase is not None:
             on_phase("starting Triton")
-        loaded = _serve(server, repo, conf, mark)
+        flags = trial_args(spec.server, server_values)
+        loaded, restarted = _serve(server, repo, conf, mark, flags)
         text = model_config.dumps(loaded) if conf.entry_info.auto_complete else text
+        said = option_tags(flags, restarted)
+        if restarted and on_phase is not None:
+            on_phase(said[SERVER_RESTART])
         monitors = (monitors_factory or _monitors)(server)
         try:
             served = {**dict(repo.models), conf.entry: loaded}
@@ -340,7 +354,8 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
         return ConfigMeasurement(
             repo, text, model_config.dumps(repo.production_config), result, choice,
             server.log_text()[mark:],
-            {**measured_tags(monitors), **server_tags(server.endpoints)}, knob_texts,
+            {**measured_tags(monitors), **server_tags(server.endpoints), **said},
+            knob_texts,
             {n: model_config.dumps(c) for n, c in repo.productions.items()}, conf.metric_name)
     except ConfigFailed:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -81,7 +81,8 @@ def _profile(session: Session, values: Mapping[str, object], levels: Sequence[fl
             done = measure_configuration(spec, conf, server, cfgs, session.workdir,
                                          levels=levels if levels is not None
                                          else levels_for(load_values), backend=backend,
-                                         files=json_knobs.file_values(values))
+                                         files=json_knobs.file_values(values),
+                                         server_values=values)
         except ConfigFailed as failed:
             raise failed.cause from failed.cause.__cause__
         finally:

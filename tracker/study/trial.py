@@ -34,6 +34,7 @@ from tracker.feasibility import constraint_keys
 from tracker.search import sweep_plan
 from tracker.search.study import find_duplicate
 from tracker.search.workers import wait_for_duplicate
+from tracker.spec.server_options import server_knob
 from tracker.study import joint
 from tracker.study.measured import (
     ConfigFailed,
@@ -105,6 +106,12 @@ def file_values(params: dict[str, Any], baseline: bool) -> dict[str, object]:
     """The ``FILE:KEY`` values the trial writes into its copy of the model directory; none
     for the baseline, which runs with the model's files as they are."""
     return {} if baseline else json_knobs.file_values(params)
+
+
+def server_values(params: dict[str, Any], baseline: bool) -> dict[str, object]:
+    """The trial's ``server/<option>`` values; none for the baseline, whose server runs with
+    server.options as the spec gives them."""
+    return {} if baseline else {k: v for k, v in params.items() if server_knob(k)}
 
 
 def run_trial(ctx: StudyContext, trial: optuna.Trial) -> Outcome:
@@ -221,6 +228,7 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
         done = measure_configuration(
             spec, ctx.configuration, ctx.server, cfg, repo_root, serving=ctx.serving,
             levels=levels, plan=plan, on_level=on_level, files=file_values(params, baseline),
+            server_values=server_values(params, baseline),
             on_phase=lambda phase: ctx.progress.measuring(trial.number, phase),
             reference=None if baseline else default_metrics(ctx.study))
     except ConfigFailed as failed:

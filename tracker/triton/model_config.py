@@ -23,6 +23,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from tracker.errors import ConfigError
 from tracker.metrics import LOAD_KNOBS
 from tracker.spec.fields import file_knob
+from tracker.spec.server_options import server_knob
 from tracker.triton import field_paths
 from tracker.triton.onnx_reader import PLATFORM, rebatch_io
 
@@ -123,9 +124,10 @@ class ModelInfo:
 def split_params(values: Mapping[str, object]) -> tuple[dict[str, object], dict[str, object]]:
     """(config field values, load values such as `concurrency`) from one parameter dict. Keys
     of a model directory's JSON files (``model.json:KEY``) are in neither: they are written
-    into the trial's files (tracker/triton/formats/json_knobs.py ``file_values``)."""
+    into the trial's files (tracker/triton/formats/json_knobs.py ``file_values``), and server
+    options (``server/cache_size``) are flags of the server (tracker/spec/server_options.py)."""
     config = {k: v for k, v in values.items()
-              if k not in LOAD_PARAMS and file_knob(k) is None}
+              if k not in LOAD_PARAMS and file_knob(k) is None and not server_knob(k)}
     load_values = {k: v for k, v in values.items() if k in LOAD_PARAMS}
     return config, load_values
 

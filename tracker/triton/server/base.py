@@ -32,6 +32,9 @@ class TritonServer(ABC):
     #: ``restart`` (each trial restarts the server over its repository) or ``reload`` (one
     #: server in explicit model-control mode; each trial's config is loaded as an override)
     strategy: Strategy
+    #: the tritonserver flags of server.options the next start passes (none by default;
+    #: :meth:`apply_trial` changes them, tracker/spec/server_options.py)
+    option_args: tuple[str, ...] = ()
 
     @abstractmethod
     def start(self, repository: Path, *, explicit: bool = False) -> None:
@@ -82,11 +85,16 @@ class TritonServer(ABC):
         """Unload model ``name`` and wait until Triton has finished unloading it."""
 
     @abstractmethod
-    def apply_trial(self, repo: TrialRepository) -> None:
+    def apply_trial(self, repo: TrialRepository,
+                    options: tuple[str, ...] | None = None) -> bool:
         """Serve one trial's repository with :attr:`strategy`: ``restart`` starts (or
         restarts) the server over ``repo.path``; ``reload`` starts it once in explicit mode
         and loads each trial's served config as an override (nothing restarts; the trial's
-        folder may be deleted afterwards). Raises as :meth:`start` / :meth:`load` do."""
+        folder may be deleted afterwards). ``options``: the tritonserver flags of the
+        trial's server options (None: those of the last start); when they differ from the
+        running server's, it is restarted with them whatever the strategy (a reload cannot
+        change a server option), and the call returns True. A server that cannot take
+        them (remote) raises ServerError. Raises as :meth:`start` / :meth:`load` do."""
 
     @abstractmethod
     def log_text(self) -> str:
@@ -100,6 +108,11 @@ class TritonServer(ABC):
     @abstractmethod
     def has_backend(self, name: str) -> bool:
         """Whether this server can serve models with backend ``name`` (e.g. "onnxruntime")."""
+
+    def known_flags(self) -> frozenset[str] | None:
+        """The flags this server's ``tritonserver --help`` lists (``--log-verbose``, ...);
+        None when it cannot be asked before it runs (someone else's server, an image)."""
+        return None
 
     def pids(self) -> list[int]:
         """Process ids of the server and its children where this machine can see them

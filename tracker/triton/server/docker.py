@@ -176,6 +176,7 @@ class DockerTritonServer(Launcher):
         if explicit:
             command.append("--model-control-mode=explicit")
         command.extend(self.extra_args)
+        command.extend(self.option_args)
         ident = owner_identity()
         DockerTritonServer._counter += 1
         spec: dict[str, Any] = {

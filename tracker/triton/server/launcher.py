@@ -55,6 +55,7 @@ class Launcher(TritonServer):
         #: whether the ports were picked here (a port race is then retried with new ones)
         self._auto_ports = True
         self._stage_root: Path | None = None
+        self.option_args: tuple[str, ...] = ()
 
     # -- hooks -------------------------------------------------------------------------------
     @abstractmethod
@@ -187,15 +188,26 @@ class Launcher(TritonServer):
             client.unload_model(name)
             self._loaded.pop(name, None)
 
-    def apply_trial(self, repo: TrialRepository) -> None:
+    def check_options(self, args: tuple[str, ...]) -> None:
+        """ServerError when this server cannot be started with the flags ``args``."""
+
+    def apply_trial(self, repo: TrialRepository,
+                    options: tuple[str, ...] | None = None) -> bool:
         with self._lock:
+            changed = options is not None and tuple(options) != self.option_args
+            if changed:
+                self.check_options(tuple(options or ()))
+                self.option_args = tuple(options or ())
             if self.strategy == "restart":
                 if self._running:
                     self.restart(repo.path, explicit=False)
                 else:
                     self.start(repo.path)
-                return
+                return changed
             root = self._stage(repo)
+            restarted = changed and self._running
+            if restarted:  # a server option cannot change while it runs: a reload won't do
+                self.stop(timeout_s=self.restart_grace_s)
             if not self._running:
                 self.start(root, explicit=True)
             elif not self._explicit:
@@ -209,6 +221,7 @@ class Launcher(TritonServer):
             served = dict(repo.models) or {repo.model_name: repo.served_config}
             for name in wanted:  # the composing models first, the entry last
                 self.load(name, served[name])
+            return restarted
 
     def _wait_ready(self) -> None:
         if self._endpoints is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -166,6 +167,16 @@ class LocalTritonServer(Launcher):
         """Whether the backend directory holds ``name`` (the wheel's holds only python)."""
         return (self.backend_directory() / name).is_dir()
 
+    def known_flags(self) -> frozenset[str] | None:
+        """The flags ``tritonserver --help`` lists; None when the binary cannot be run."""
+        try:
+            binary, _, env = self._command_env()
+            done = subprocess.run([str(binary), "--help"], env=env, capture_output=True,
+                                  text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired, ServerStartError):
+            return None
+        return frozenset(re.findall(r"--[a-z][a-z0-9-]*", done.stdout + done.stderr)) or None
+
     # -- the contract's hooks ---------------------------------------------------------------
     def _launch(self, repository: Path, explicit: bool) -> Endpoints:
         processes.reap_leftovers()
@@ -184,9 +195,12 @@ class LocalTritonServer(Launcher):
                 f"--backend-config=python,shm-region-prefix-name={self._shm_prefix}"]
         if backend_dir is not None:
             argv.append(f"--backend-directory={backend_dir}")
+        if self._binary_arg is None:  # the wheel's response cache (server.options.cache_size)
+            argv.append(f"--cache-directory={binary.parent.parent / 'caches'}")
         if explicit:
             argv.append("--model-control-mode=explicit")
         argv.extend(self.extra_args)
+        argv.extend(self.option_args)
         self._starts += 1
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._log_path = self.log_dir / f"server-{self._starts}.log"

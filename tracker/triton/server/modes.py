@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from tracker.errors import ServerError
 from tracker.launch_modes import MODES
+from tracker.triton.server.options import trial_args
 
 if TYPE_CHECKING:
     from tracker.spec import ServerSection
@@ -22,4 +23,5 @@ def make_server(server: ServerSection) -> TritonServer:
     module, _, name = entry.implementation.partition(":")
     cls = getattr(importlib.import_module(module), name)
     made: TritonServer = cls.from_spec(server)
+    made.option_args = trial_args(server)  # server.options; a trial may change them
     return made

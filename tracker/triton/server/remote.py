@@ -51,6 +51,12 @@ class RemoteTritonServer(Launcher):
         return cls(server.url, http_url=server.http_url, metrics_url=server.metrics_url,
                    startup_timeout_s=server.startup_timeout_s, backends=backends)
 
+    def check_options(self, args: tuple[str, ...]) -> None:
+        if args:
+            raise ServerError(f"a remote server's flags are its owner's: server options "
+                              f"({' '.join(args)}) need a server this study starts and "
+                              "restarts (server.mode local or docker)")
+
     def _check_repository(self, repository: Path) -> Path:
         return Path(repository)  # the server's own business: it holds the files already
 

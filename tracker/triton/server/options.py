@@ -1,0 +1,52 @@
+"""Server options at the server: the flags of a trial, and the check of passthrough flags
+against what the server's own ``--help`` lists (the options themselves:
+tracker/spec/server_options.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from tracker.spec.fields import closest
+from tracker.tags import SERVER_FLAGS, SERVER_RESTART
+
+if TYPE_CHECKING:
+    from tracker.spec import ServerSection
+    from tracker.triton.server.base import TritonServer
+
+
+def trial_args(server: ServerSection, values: Mapping[str, object] | None = None
+               ) -> tuple[str, ...]:
+    """The tritonserver flags of ``server.options`` with a trial's ``server/<option>``
+    values set (None or {}: the options as the spec gives them)."""
+    options = server.options.with_values(values) if values else server.options
+    gpus = len(server.gpus) if isinstance(server.gpus, list) else 1
+    return tuple(options.args(gpus=gpus))
+
+
+def unknown_flag(server: ServerSection, triton: TritonServer) -> str | None:
+    """Why a flag of ``server.options.flags`` is refused: the server's ``--help`` does not
+    list it (None when all are listed, or the server cannot be asked before it runs)."""
+    wanted = list(server.options.flags)
+    if not wanted:
+        return None
+    known = triton.known_flags()
+    if known is None:
+        return None
+    for flag in wanted:
+        if flag not in known:
+            guess = closest(flag, sorted(known))
+            hint = f"; did you mean {guess!r}?" if guess else ""
+            return (f"server.options.flags.{flag}: this tritonserver does not know the flag "
+                    f"(its --help does not list it){hint}")
+    return None
+
+
+def option_tags(flags: Sequence[str], restarted: bool) -> dict[str, str]:
+    """The run tags that say which server flags a measurement ran with, and why the server
+    was restarted for it."""
+    out = {SERVER_FLAGS: " ".join(flags)} if flags else {}
+    if restarted:
+        out[SERVER_RESTART] = ("server options changed: Triton restarted with "
+                               + (" ".join(flags) or "no option flags"))
+    return out
