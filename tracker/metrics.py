@@ -70,6 +70,14 @@ CATALOG: tuple[Metric, ...] = (
     Metric("gpu_power_usage", "minimize", "W", column="Avg GPU Power Usage"),
     Metric("cpu_used_ram", "minimize", "MB"),
     Metric("cpu_utilization", "minimize", "%"),
+    # Triton's response cache, from its metrics endpoint (measure/cache_metrics.py): the share
+    # of lookups that hit, hits and misses per second, the time of a hit (lookup) and of a
+    # miss (lookup + insertion)
+    Metric("cache_hit_ratio", "maximize", "%"),
+    Metric("cache_hits_per_s", "maximize", "hits/s"),
+    Metric("cache_misses_per_s", "minimize", "misses/s"),
+    Metric("cache_hit_time_us", "minimize", "us"),
+    Metric("cache_miss_time_us", "minimize", "us"),
     # several independent models measured together: the study's one score, Model Analyzer's
     # `weighting` against the default configuration (tracker.search.objective.weighted_gain)
     Metric(WEIGHTED_GAIN, "maximize", ""),

@@ -76,6 +76,7 @@ def test_server_knobs_are_searchable_and_not_config_fields() -> None:
     ({"server": {"options": {"flags": {"log-verbose": 1}}}},
      "server.options.flags.log-verbose: a tritonserver flag such as '--log-verbose'"),
     ({"server": {"options": {"cache_size": -1}}}, "server.options.cache_size: "),
+    ({"load": {"repeat": {"pct": 100}}}, "load.repeat.pct: "),
     ({"search": {"space": {"response_cache.enable": [True, False]}}},
      "search.space.response_cache.enable: turns on the response cache, but the server has "
      "none: set server.options.cache_size"),

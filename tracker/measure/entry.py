@@ -23,6 +23,7 @@ from tracker.measure.kinds import KINDS, LoadKind, kinds_for, level_kind
 from tracker.measure.level import LevelSettings, Part
 from tracker.measure.loadgen import Level, LocalLoad
 from tracker.measure.procs import InProcessLoad, Load, ProcessLoad
+from tracker.measure.repeats import repeated
 from tracker.measure.stats import ServerStats
 from tracker.measure.stream_inputs import samples_for
 from tracker.measure.transport import Transport, make_transport
@@ -130,7 +131,8 @@ async def open_entry(endpoints: Endpoints, name: str, entry: EntryLoad,
     transports.append(transport)
     levels = load_levels(load, entry.levels, kinds)
     datatypes = {s.name: s.datatype for s in input_specs(entry.config)}
-    payloads = transport.payloads(samples_for(entry.config, load), datatypes)
+    payloads = repeated(transport.payloads(samples_for(entry.config, load), datatypes),
+                        load.repeat)  # load.repeat: one pass of repeats (repeats.py)
     driver: Load
     if load.processes > 1:
         procs = ProcessLoad(load.processes, load.protocol, url, name, load.request_timeout_s,

@@ -82,7 +82,7 @@ def _check_batch(specs: Sequence[InputSpec], batch_size: int, max_batch_size: in
                                f"({max_batch_size}), but got {batch_size}")
 
 
-def _random(spec: InputSpec, shape: Sequence[int], rng: np.random.Generator) -> Array:
+def random_tensor(spec: InputSpec, shape: Sequence[int], rng: np.random.Generator) -> Array:
     if spec.datatype == "BYTES":
         letters = rng.integers(97, 123, size=(int(np.prod(shape)), STRING_LENGTH), dtype=np.uint8)
         return np.array([row.tobytes() for row in letters], dtype=np.object_).reshape(shape)
@@ -107,7 +107,7 @@ def random_samples(config: Any, batch_size: int = 1, seed: int = 0) -> list[Samp
                 f"input {spec.name!r} has variable dims {list(spec.dims)}; give its shape "
                 f"with load.input_data (a .json with \"shape\" or an .npz file)")
         shape = [batch_size, *spec.dims] if spec.batching else list(spec.dims)
-        sample[spec.name] = _random(spec, shape, rng)
+        sample[spec.name] = random_tensor(spec, shape, rng)
     return [sample]
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 import psutil
 
+from tracker.measure.cache_metrics import CacheRates
 from tracker.triton.gpus import Gpu, GpuSet
 
 log = logging.getLogger(__name__)
@@ -245,6 +246,7 @@ class TritonMetricsMonitor(Monitor):
         self.url, self.timeout_s = url, timeout_s
         self.uuids = frozenset(uuids)
         self.memory_scopes: set[str] = set()
+        self.cache = CacheRates()  # the response cache's hits and times (cache_metrics.py)
 
     def sample(self) -> dict[str, float]:
         try:
@@ -253,7 +255,7 @@ class TritonMetricsMonitor(Monitor):
         except OSError as exc:
             log.debug("metrics endpoint %s unreadable: %s", self.url, exc)
             return {}
-        out = parse_triton_metrics(text, self.uuids)
+        out = {**parse_triton_metrics(text, self.uuids), **self.cache.update(text)}
         if "gpu_used_memory" in out:
             self.memory_scopes.add("device")
         return out

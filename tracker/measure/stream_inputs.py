@@ -18,6 +18,7 @@ import numpy as np
 
 from tracker.errors import MeasurementError
 from tracker.measure.inputs import Array, InputSpec, Sample, input_specs, make_samples
+from tracker.measure.repeats import repeat_pool
 
 if TYPE_CHECKING:
     from tracker.spec.sections import LoadSection
@@ -77,8 +78,8 @@ def _without(config: Any, names: set[str]) -> Any:
 def samples_for(config: Any, load: LoadSection) -> list[Sample]:
     """The requests to send for ``config`` under ``load`` (lengths drawn where the spec says)."""
     drawn: Mapping[str, LengthInput] = load.stream.drawn
-    if not drawn:
-        return make_samples(config, load.batch_size, load.input_data)
+    if not drawn:  # load.repeat: the pool of distinct requests (repeats.py)
+        return repeat_pool(config, load, make_samples(config, load.batch_size, load.input_data))
     specs = input_specs(config)
     targets = {field: _spec_of(specs, field, d.input) for field, d in drawn.items()}
     rest = _without(config, {d.input for d in drawn.values()})

@@ -39,6 +39,7 @@ from tracker.spec.checks import (
     parse_number,
 )
 from tracker.spec.fields import config_field
+from tracker.spec.load_repeat import RepeatSection
 from tracker.spec.messages import Problems, join_path, problem, show
 from tracker.spec.model_section import ModelSection as ModelSection  # re-exported
 from tracker.spec.model_section import SpecModel as SpecModel  # re-exported
@@ -200,6 +201,7 @@ class LoadSection(SpecModel):
     max_tries: PosInt = 10
     warmup_requests: Annotated[int, Field(ge=0)] = 20
     input_data: Annotated[Path | None, Field(strict=False)] = None
+    repeat: RepeatSection | None = None  # repeated inputs (spec/load_repeat.py)
     batch_size: PosInt = 1
     protocol: Literal["grpc", "http"] = "grpc"
     processes: PosInt = 1
