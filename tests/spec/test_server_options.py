@@ -3,8 +3,13 @@ flags, ``server/<option>`` knobs are searchable, and bad input is one line namin
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
+
+from tests.support import models
+from tracker.cli import cli
 from tracker.errors import SpecError
 from tracker.spec import parse_spec
 from tracker.spec.server_options import ServerOptions
@@ -90,3 +95,34 @@ def test_server_knobs_are_searchable_and_not_config_fields() -> None:
 def test_bad_server_options_name_the_field(data: dict[str, object], expected: str) -> None:
     found = problems(data)
     assert any(m.startswith(expected) for m in found), found
+
+
+CHECKED = [
+    ("server: {options: {flags: {--grpc-use-sssl: 1}}}",
+     "server.options.flags.--grpc-use-sssl: this tritonserver does not know the flag (its "
+     "--help does not list it); did you mean '--grpc-use-ssl'?"),
+    ("search: {space: {'instance_group[1].kind': [GPU], 'instance_group[1].gpus': [0, 64]}}",
+     "search.space.instance_group[1].gpus: GPU index 64 is not one of the server's GPUs"),
+    ("search: {space: {dynamic_batching.priority_levels: [2], "
+     "dynamic_batching.default_priority_level: [1, 3]}}",
+     "search.space.dynamic_batching.default_priority_level: a priority level must be at most "
+     "dynamic_batching.priority_levels (2), but default_priority_level may be 3"),
+    ("server: {options: {rate_limit: execution_count, rate_limit_resources: {R1: 2}}}\n"
+     "search: {space: {instance_group.rate_limiter.resources.name: [R1], "
+     "instance_group.rate_limiter.resources.count: [1, 4]}}",
+     "search.space.instance_group.rate_limiter.resources.count: resource 'R1' has 2 on the "
+     "server"),
+]
+
+
+@pytest.mark.parametrize(("extra", "expected"), CHECKED, ids=["flag", "gpus", "priority",
+                                                              "resource"])
+def test_tracker_check_refuses_what_the_server_or_triton_would(
+        tmp_path: Path, extra: str, expected: str) -> None:
+    models.dynamic_batch(tmp_path / "model.onnx")
+    path = tmp_path / "study.yaml"
+    path.write_text("model: {name: quickstart, path: model.onnx}\n" + extra + "\n")
+    result = CliRunner().invoke(cli, ["check", str(path)])
+    assert result.exit_code == 1, result.output
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr

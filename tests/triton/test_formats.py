@@ -51,7 +51,7 @@ def test_catalog_names_each_backends_documented_knobs() -> None:
     ort = {k.path for k in BY_BACKEND["onnxruntime"]}
     assert {"parameters.intra_op_thread_count", "parameters.execution_mode",
             "optimization.graph.level"} <= ort
-    for backend, catalog in BY_BACKEND.items():  # every path is a settable config field
+    for backend, catalog in {**BY_BACKEND, "shared": SHARED}.items():  # settable fields
         for knob in catalog:
             if not knob.path.startswith("parameters."):
                 model_config.check_path(knob.path)

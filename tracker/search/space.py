@@ -27,6 +27,7 @@ from optuna.distributions import (
 )
 
 from tracker.errors import SpecError
+from tracker.search.knob_rules import priority_problems
 from tracker.spec import Range, Scalar, Space
 from tracker.spec.server_options import server_knob
 from tracker.triton.configuration import Configuration, as_configuration
@@ -198,6 +199,7 @@ def check_space(space: Mapping[str, Range | list[Scalar]], info: ModelInfo | Con
                            for key, message in refused_knobs(space, info)]
     problems.extend(f"search.space.{key}: {message}"
                     for key, message in json_knobs.problems(info, space))
+    problems.extend(priority_problems(space, info.config))
     if not info.supports_batching:
         for key, knob in space.items():
             if key.startswith(BATCHING_PREFIXES):

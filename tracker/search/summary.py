@@ -16,8 +16,10 @@ from tracker.errors import MeasurementError, SpecError
 from tracker.launch_modes import describe
 from tracker.measure.stream import stream_rule
 from tracker.measure.stream_inputs import samples_for
+from tracker.search.knob_rules import resource_problems
 from tracker.search.space import check_space, model_knobs, resolve_space, space_size, values
 from tracker.spec import Bound, Range, Scalar, StudySpec
+from tracker.spec.server_options import SERVER_KNOBS, server_knobs
 from tracker.triton.configuration import Configuration, as_configuration
 from tracker.triton.formats import json_knobs
 
@@ -121,7 +123,9 @@ def _knob_lines(info: ModelInfo) -> list[str]:
     backend, catalog = model_knobs(info)
     return [f"knobs the {backend} backend reads ({len(catalog)}):",
             *(f"  {k.path:<48} {k.what}" + (f" ({k.values})" if k.values else "")
-              for k in catalog)]
+              for k in catalog),
+            "server knobs (server.options, searched as server/<option>; a change restarts "
+            "the server):", *(f"  {k.path:<48} {k.what} ({k.values})" for k in SERVER_KNOBS)]
 
 
 def _file_knob_lines(info: ModelInfo, keys: list[str]) -> list[str]:
@@ -154,6 +158,21 @@ def _pipeline_lines(conf: Configuration) -> list[str]:
     return lines
 
 
+def _option_lines(spec: StudySpec) -> list[str]:
+    """The server's option flags, and what a trial that searches one does (a restart)."""
+    flags = spec.server.options.args()
+    searched = server_knobs(list(spec.search.space))
+    lines = [f"  server options: {' '.join(flags)}"] if flags else []
+    if searched:
+        lines.append(f"  server knobs searched ({', '.join(searched)}): a trial whose options "
+                     "differ from the running server's restarts it")
+    if spec.load.repeat is not None:
+        r = spec.load.repeat
+        lines.append(f"  load repeats {r.pct:g}% of its requests ({r.hot} hot ones), up to "
+                     f"{r.distinct} distinct others per pass")
+    return lines
+
+
 def _sweep(load: LoadSection) -> str:
     return (f"request rates {load.request_rate} /s ({load.arrival})" if load.request_rate
             else "concurrency " + ", ".join(str(c) for c in load.concurrency_levels()))
@@ -182,6 +201,9 @@ def check(spec: StudySpec, info: ModelInfo | Configuration) -> str:
     info = conf.entry_info
     space = resolve_space(spec.search.space, conf)
     check_space(space, conf, batch_size=spec.load.batch_size)
+    refused = resource_problems(space, spec.server.options.rate_limit_resources)
+    if refused:
+        raise SpecError(refused)
     inputs = check_input_data(spec, info)
     streaming = streaming_lines(spec, info)
     cfg = info.config
@@ -208,6 +230,7 @@ def check(spec: StudySpec, info: ModelInfo | Configuration) -> str:
         f"  {inputs}",
         *(_pipeline_lines(conf) if not conf.single else []),
         f"server: {server.mode} ({where}), strategy {server.strategy}",
+        *_option_lines(spec),
         f"load: {sweep}; windows of {window}, stable within {load.stability_pct:g}%, "
         f"batch size {load.batch_size}, {load.protocol}",
         *_joint_lines(spec, conf),

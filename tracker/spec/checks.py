@@ -20,6 +20,7 @@ from tracker.spec.fields import (
     config_field_paths,
     file_knob,
     file_knob_problem,
+    plain_path,
 )
 from tracker.spec.messages import problem, show
 from tracker.spec.server_options import server_knob, server_knob_problem
@@ -150,7 +151,7 @@ def knob_value_problems(key: str, field: ConfigField | None,
         field = ConfigField(path=key, kind="int", repeated=False)
     if field is None:
         return []
-    least = MIN_VALUE.get(key, field.minimum)
+    least = MIN_VALUE.get(plain_path(key), field.minimum)
     out: list[tuple[str, str]] = []
     if isinstance(value, list):
         for i, item in enumerate(value):

@@ -17,6 +17,7 @@ nothing of the spec or of Triton servers; it only reads the protobuf schema.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -152,6 +153,21 @@ def _unknown(path: str, why: str) -> ConfigError:
     return ConfigError(f"`{path}` is not a config.pbtxt field path ({why}){hint}")
 
 
+_INDEXED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\[(\d+)\]")
+
+
+def split_index(part: str) -> tuple[str, int | None]:
+    """``instance_group[1]`` -> (``instance_group``, 1); a plain segment -> (it, None)."""
+    found = _INDEXED.fullmatch(part)
+    return (found.group(1), int(found.group(2))) if found else (part, None)
+
+
+def plain_path(path: str) -> str:
+    """``path`` without element indices: ``instance_group[1].count`` -> ``instance_group.count``
+    (the rules of a field are the same for every element)."""
+    return ".".join(split_index(p)[0] for p in path.split("."))
+
+
 def resolve(path: str) -> FieldDescriptor | None:
     """The descriptor of the scalar (or enum, or repeated scalar) field at ``path``; None for
     ``parameters.KEY``. Raises ConfigError for a path that does not name such a field, saying
@@ -165,7 +181,8 @@ def resolve(path: str) -> FieldDescriptor | None:
                               "e.g. `parameters.intra_op_thread_count`")
         return None
     desc = _root()
-    for part in parts[:-1]:
+    for segment in parts[:-1]:
+        part, index = split_index(segment)
         field = desc.fields_by_name.get(part)
         if field is None:
             raise _unknown(path, f"`{desc.name}` has no field `{part}`")
@@ -173,6 +190,8 @@ def resolve(path: str) -> FieldDescriptor | None:
             raise _unknown(path, f"`{part}` is a value and has no fields")
         if is_map(field):
             raise _unknown(path, f"`{part}` is a map")
+        if index is not None and not is_repeated(field):
+            raise _unknown(path, f"`{part}` is one message, not a list: it takes no [index]")
         desc = field.message_type
     leaf = desc.fields_by_name.get(parts[-1])
     if leaf is None:

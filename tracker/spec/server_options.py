@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import Field, field_validator
 
@@ -54,6 +54,24 @@ TYPED_FLAGS = {"--cache-config": "cache_size", "--rate-limit": "rate_limit",
                "--model-load-thread-count": "model_load_thread_count"}
 _FLAG = re.compile(r"--[a-z][a-z0-9-]*")
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+class KnobLine(NamedTuple):
+    path: str
+    what: str
+    values: str
+
+
+#: the server knobs as ``tracker check`` lists them: (knob, what it sets, its values)
+SERVER_KNOBS = tuple(KnobLine(*row) for row in (
+    ("server/cache_size", "response cache bytes (--cache-config local)", "int >= 0"),
+    ("server/rate_limit", "rate limiter (--rate-limit)", "off, execution_count"),
+    ("server/rate_limit_resources.NAME", "a resource's count (--rate-limit-resource)",
+     "int >= 1"),
+    ("server/backend_config.BACKEND.KEY", "a backend setting (--backend-config)",
+     "e.g. onnxruntime enable-global-threadpool"),
+    ("server/pinned_memory_pool_byte_size", "pinned memory pool", "int >= 0"),
+    ("server/cuda_memory_pool_byte_size", "CUDA memory pool of each GPU", "int >= 0"),
+    ("server/model_load_thread_count", "threads loading models", "int >= 1")))
 
 #: the scalar options a knob may search, and the least value each takes (None: a choice)
 _SCALARS: dict[str, int | None] = {

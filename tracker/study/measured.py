@@ -38,7 +38,12 @@ from tracker.triton.configuration import Configuration, as_configuration
 from tracker.triton.formats import ServeOptions, format_of, json_knobs
 from tracker.triton.repository import TrialRepository, served_configs, write_configuration
 from tracker.triton.server.logs import error_messages
-from tracker.triton.server.options import option_tags, trial_args, unknown_flag
+from tracker.triton.server.options import (
+    gpu_index_problem,
+    option_tags,
+    trial_args,
+    unknown_flag,
+)
 
 if TYPE_CHECKING:
     from mlflow.entities import Metric
@@ -167,9 +172,10 @@ def unservable(spec: StudySpec, info: ModelInfo | Configuration,
     """Why ``server`` cannot serve a model of the configuration (it lacks the backend the
     model needs), naming the launch modes that can; None when it can (or cannot tell before
     it starts). Ensembles need no backend (Triton's core schedules them)."""
-    flag = unknown_flag(spec.server, server)
-    if flag is not None:
-        return flag
+    why = (unknown_flag(spec.server, server)
+           or gpu_index_problem(spec.search.space, server.gpu_set()))
+    if why is not None:
+        return why
     conf = as_configuration(info)
     serving = resolve_serving(spec, server, conf)
     if not MODES[spec.server.mode].knows_backends:

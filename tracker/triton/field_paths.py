@@ -6,8 +6,9 @@ by dots. The schema walk (which paths exist, why one does not, the closest sugge
 short names such as ``GPU``) is tracker/spec/fields.py's, shared with the spec checks; this
 module reads and sets values in a message. Two conventions:
 
-- a repeated message field on the way (``instance_group``) addresses its element 0, created
-  when missing;
+- a repeated message field on the way (``instance_group``) addresses its element 0, or the
+  element an index names (``instance_group[1].count``), created (with those before it) when
+  missing;
 - the ``parameters`` map (``map<string, ModelParameter>``) is addressed as ``parameters.KEY``
   and sets ``string_value`` (how Triton backends read options such as ORT's
   ``intra_op_thread_count``).
@@ -25,7 +26,14 @@ from google.protobuf.message import Message
 from tritonclient.grpc import model_config_pb2
 
 from tracker.errors import ConfigError
-from tracker.spec.fields import FLOAT_TYPES, INT_RANGES, enum_name, is_repeated, resolve
+from tracker.spec.fields import (
+    FLOAT_TYPES,
+    INT_RANGES,
+    enum_name,
+    is_repeated,
+    resolve,
+    split_index,
+)
 
 __all__ = ["check_path", "coerce", "get_value", "resolve", "set_value"]
 
@@ -86,13 +94,17 @@ def _parameter_text(path: str, value: object) -> str:
 
 
 def _container(cfg: Message, parts: list[str]) -> Message:
-    """The message holding the last field of `parts`, created along the way."""
+    """The message holding the last field of `parts`, created along the way (a list's
+    element ``[i]``, element 0 without an index, and the elements before it)."""
     msg = cfg
-    for part in parts[:-1]:
+    for segment in parts[:-1]:
+        part, index = split_index(segment)
         field = msg.DESCRIPTOR.fields_by_name[part]
         if is_repeated(field):
             items = getattr(msg, part)
-            msg = items[0] if len(items) else items.add()
+            while len(items) <= (index or 0):
+                items.add()
+            msg = items[index or 0]
         else:
             msg = getattr(msg, part)
     return msg
@@ -131,13 +143,14 @@ def get_value(cfg: model_config_pb2.ModelConfig, path: str) -> object:
         return cfg.parameters[key].string_value if key in cfg.parameters else None
     msg: Message = cfg
     parts = path.split(".")
-    for part in parts[:-1]:
+    for segment in parts[:-1]:
+        part, index = split_index(segment)
         child_field = msg.DESCRIPTOR.fields_by_name[part]
         if is_repeated(child_field):
             items = getattr(msg, part)
-            if not len(items):
+            if len(items) <= (index or 0):
                 return None
-            msg = items[0]
+            msg = items[index or 0]
         else:
             if not msg.HasField(part):
                 return None

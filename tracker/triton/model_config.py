@@ -22,7 +22,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tracker.errors import ConfigError
 from tracker.metrics import LOAD_KNOBS
-from tracker.spec.fields import file_knob
+from tracker.spec.fields import file_knob, plain_path
 from tracker.spec.server_options import server_knob
 from tracker.triton import field_paths
 from tracker.triton.onnx_reader import PLATFORM, rebatch_io
@@ -155,9 +155,9 @@ def apply(info_or_cfg: ModelInfo | ModelConfig, values: Mapping[str, object], *,
         if file_knob(path) is not None:
             raise ConfigError(f"`{path}` is a key of a JSON file in the model directory, not a "
                               "config.pbtxt field; separate it first with split_params()")
-        count = _as_int(value) if path == "instance_group.count" else None
+        count = _as_int(value) if plain_path(path) == "instance_group.count" else None
         if count is not None and count < 1:
-            raise ConfigError(f"`instance_group.count` must be >= 1, but got {value}")
+            raise ConfigError(f"`{path}` must be >= 1, but got {value}")
         field_paths.set_value(cfg, path, value)
     mbs = cfg.max_batch_size
     if mbs > 0 and not batching:

@@ -1,17 +1,18 @@
-"""Server options at the server: the flags of a trial, and the check of passthrough flags
-against what the server's own ``--help`` lists (the options themselves:
-tracker/spec/server_options.py)."""
+"""What a spec asks of the server, checked against it: the flags of a trial's server options
+(tracker/spec/server_options.py), passthrough flags against what the server's own ``--help``
+lists, and ``instance_group[i].gpus`` indices against the GPUs the server is given."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from tracker.spec.fields import closest
+from tracker.spec.fields import closest, plain_path
 from tracker.tags import SERVER_FLAGS, SERVER_RESTART
 
 if TYPE_CHECKING:
     from tracker.spec import ServerSection
+    from tracker.triton.gpus import GpuSet
     from tracker.triton.server.base import TritonServer
 
 
@@ -50,3 +51,20 @@ def option_tags(flags: Sequence[str], restarted: bool) -> dict[str, str]:
         out[SERVER_RESTART] = ("server options changed: Triton restarted with "
                                + (" ".join(flags) or "no option flags"))
     return out
+
+
+def gpu_index_problem(space: Mapping[str, object], gpus: GpuSet) -> str | None:
+    """Why an ``instance_group[i].gpus`` choice of the space names a GPU the server does not
+    have (it sees ``len(gpus)`` of them, numbered from 0); None when every choice is one."""
+    for key, knob in space.items():
+        if plain_path(key.rpartition("/")[2]) != "instance_group.gpus":
+            continue
+        values = knob if isinstance(knob, list) else [getattr(knob, "low", 0),
+                                                      getattr(knob, "high", 0)]
+        bad = sorted({v for v in values if isinstance(v, int) and v >= len(gpus)})
+        if bad:
+            have = (f"its {len(gpus)} GPU(s) are numbered 0..{len(gpus) - 1}" if gpus
+                    else "it has no GPU")
+            return (f"search.space.{key}: GPU index {bad[-1]} is not one of the server's GPUs "
+                    f"({have}; {gpus.source or 'as the launcher sees them'})")
+    return None
