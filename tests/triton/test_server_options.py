@@ -75,9 +75,12 @@ def test_changed_options_restart_a_reload_server_and_triton_shows_them(
 def test_the_response_cache_answers_repeated_requests(
         server: LocalTritonServer, tmp_path: Path, quickstart_info: model_config.ModelInfo,
         ) -> None:
-    repo = trial(quickstart_info, tmp_path / "cache", {"response_cache.enable": True})
-    server.apply_trial(repo, CACHE)
+    server.apply_trial(trial(quickstart_info, tmp_path / "plain", {}), CACHE)
     assert "cache_enabled                    | 1" in server.log_text()
+    # a reload that turns the model's cache on (Triton keeps a swapped model's cache setting:
+    # the launcher unloads it first)
+    repo = trial(quickstart_info, tmp_path / "cache", {"response_cache.enable": True})
+    assert server.apply_trial(repo, CACHE) is False
     before = _cache_hits(server)
     x = np.ones((1, 64), dtype=np.float32)
     for _ in range(5):

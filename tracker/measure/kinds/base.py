@@ -141,11 +141,13 @@ class LoadKind:
         from the level's pooled per-request ``fields``."""
 
 
-def closed_slot(gen: Slots, offset: int) -> Coroutine[Any, Any, None]:
-    """A closed-loop slot: the next request when the last one returned."""
+def closed_slot(gen: Slots, offset: int, step: int = 1) -> Coroutine[Any, Any, None]:
+    """A closed-loop slot: the next request when the last one returned. ``step`` slots
+    interleave (slot k sends payloads k, k+step, ...): each payload once per pass, not once
+    per slot, so load.repeat's share is what the server sees."""
     async def run() -> None:
         payloads, n, i = gen.payloads, len(gen.payloads), offset
         while not gen.stopping:
             await gen.send(payloads[i % n])
-            i += 1
+            i += step
     return run()

@@ -41,4 +41,5 @@ class Concurrency(LoadKind):
                       seed=level.seed + k) for k in range(parts)]
 
     def slots(self, gen: Slots, level: Level) -> list[Coroutine[Any, Any, None]]:
-        return [closed_slot(gen, k) for k in range(int(level.concurrency or 0))]
+        slots = int(level.concurrency or 0)
+        return [closed_slot(gen, k, slots) for k in range(slots)]

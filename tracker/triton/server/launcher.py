@@ -220,6 +220,8 @@ class Launcher(TritonServer):
                 self.unload(name)
             served = dict(repo.models) or {repo.model_name: repo.served_config}
             for name in wanted:  # the composing models first, the entry last
+                if _cache_switched(self._loaded.get(name), served[name]):
+                    self.unload(name)
                 self.load(name, served[name])
             return restarted
 
@@ -242,6 +244,14 @@ class Launcher(TritonServer):
                                         "(server.startup_timeout_s)")
             time.sleep(interval)
             interval = min(interval * 1.5, 0.1)
+
+
+def _cache_switched(old: ModelConfig | None, new: ModelConfig | None) -> bool:
+    """Whether a reload turns the response cache on or off: Triton (2.51, checked here)
+    swaps the model in but keeps the old one's cache setting, so it must be unloaded
+    first."""
+    return (old is not None and new is not None
+            and old.response_cache.enable != new.response_cache.enable)
 
 
 def sync_model_dir(src: Path, dst: Path) -> None:
