@@ -123,3 +123,14 @@ def test_containers_of_a_dead_tuner_are_removed_at_the_next_start(docker_image: 
     with server:
         server.start(tmp_path / "empty")
         assert server.wait_removed(name, timeout_s=1), f"leftover {name} was not removed"
+
+
+def test_the_container_command_carries_the_server_options(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """server.options reach the container's tritonserver command (what the daemon gets)."""
+    server = DockerTritonServer(image="some/image:tag")
+    monkeypatch.setattr(server, "_image_labels", dict)  # no daemon needed to build the spec
+    server.option_args = ("--rate-limit=execution_count", "--rate-limit-resource=R1:4")
+    spec = server.container_spec(tmp_path, explicit=False, ports=PORTS)
+    assert spec["command"][-2:] == ["--rate-limit=execution_count",
+                                    "--rate-limit-resource=R1:4"]
