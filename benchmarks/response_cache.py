@@ -7,7 +7,8 @@ inputs (``load.repeat``), in one run:
 
 Both configs run on the same server (the reload strategy: the flags stay, the model's config
 is reloaded), alternating off, on, off, on, ... within each repeat share, so a machine whose
-speed drifts biases neither side. Each measurement is one level of ``tracker.measure.sweep``
+speed drifts biases neither side; each round draws its own requests (the cache keeps what
+earlier rounds inserted). Each measurement is one level of ``tracker.measure.sweep``
 (1 s windows, stability 10%) with the metrics endpoint sampled for the cache's own figures.
 Figures per repeat share: throughput on / off (median of the rounds' ratios), p50 latency
 on / off, and the cache hit ratio the server reported with the cache on. Last line: one JSON
@@ -60,11 +61,13 @@ def main() -> None:
         repos = {k: write_repository(Path(tmp) / k, info, cfg, serving="python")
                  for k, cfg in configs.items()}
         for share in SHARES:
-            load = LoadSection(concurrency=[args.concurrency], window_ms=1000, max_tries=10,
-                               warmup_requests=200,
-                               repeat=RepeatSection(pct=share, distinct=20000))
             got: dict[str, list[Any]] = {"off": [], "on": []}
             for r in range(args.rounds):
+                # a seed per round: the cache keeps what earlier rounds inserted
+                load = LoadSection(concurrency=[args.concurrency], window_ms=1000,
+                                   max_tries=10, warmup_requests=200,
+                                   repeat=RepeatSection(pct=share, distinct=20000,
+                                                        seed=1000 * int(share) + r))
                 for key in (("off", "on") if r % 2 == 0 else ("on", "off")):
                     server.apply_trial(repos[key], flags)
                     ep = server.endpoints

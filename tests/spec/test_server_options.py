@@ -13,7 +13,7 @@ from tracker.cli import cli
 from tracker.errors import SpecError
 from tracker.spec import parse_spec
 from tracker.spec.server_options import ServerOptions
-from tracker.triton import model_config
+from tracker.triton import field_paths, model_config
 
 MODEL = {"name": "m", "path": "m.onnx"}
 
@@ -101,8 +101,8 @@ CHECKED = [
     ("server: {options: {flags: {--grpc-use-sssl: 1}}}",
      "server.options.flags.--grpc-use-sssl: this tritonserver does not know the flag (its "
      "--help does not list it); did you mean '--grpc-use-ssl'?"),
-    ("search: {space: {'instance_group[1].kind': [GPU], 'instance_group[1].gpus': [0, 64]}}",
-     "search.space.instance_group[1].gpus: GPU index 64 is not one of the server's GPUs"),
+    ("search: {space: {'instance_group.1.kind': [GPU], 'instance_group[1].gpus': [0, 64]}}",
+     "search.space.instance_group.1.gpus: GPU index 64 is not one of the server's GPUs"),
     ("search: {space: {dynamic_batching.priority_levels: [2], "
      "dynamic_batching.default_priority_level: [1, 3]}}",
      "search.space.dynamic_batching.default_priority_level: a priority level must be at most "
@@ -126,3 +126,23 @@ def test_tracker_check_refuses_what_the_server_or_triton_would(
     assert result.exit_code == 1, result.output
     assert expected in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_an_instance_group_by_index_has_one_name_mlflow_accepts() -> None:
+    from mlflow.utils.validation import _validate_param_name
+
+    spec = parse_spec({"model": MODEL, "search": {"space": {
+        "instance_group[1].count": [1, 2], "instance_group.1.kind": ["CPU"],
+        "instance_group.count": [1]}}})
+    assert list(spec.search.space) == ["instance_group.1.count", "instance_group.1.kind",
+                                       "instance_group.count"]
+    for key in spec.search.space:
+        _validate_param_name(key)
+    assert problems({"search": {"space": {"instance_group.1.count": [0]}}}) == [
+        "search.space.instance_group.1.count[0]: must be >= 1, but got 0"]
+    cfg = model_config.ModelConfig()
+    for path, value in (("instance_group.1.count", 3), ("instance_group.1.kind", "GPU"),
+                        ("instance_group.1.gpus", [1]), ("instance_group.count", 2)):
+        field_paths.set_value(cfg, path, value)
+    assert [(g.count, g.kind, list(g.gpus)) for g in cfg.instance_group] == [
+        (2, 0, []), (3, 1, [1])]

@@ -15,6 +15,7 @@ from tracker import metrics as catalog
 from tracker.spec.fields import (
     PARAMETERS,
     ConfigField,
+    canonical_path,
     closest,
     config_field,
     config_field_paths,
@@ -120,6 +121,7 @@ def check_knob(key: str) -> str:
         if why is not None:
             raise problem(why)
         return key
+    key = canonical_path(key)  # instance_group[1].count -> instance_group.1.count
     given = key
     if "/" in key:
         model, path = key.split("/", 1)

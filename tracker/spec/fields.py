@@ -153,36 +153,51 @@ def _unknown(path: str, why: str) -> ConfigError:
     return ConfigError(f"`{path}` is not a config.pbtxt field path ({why}){hint}")
 
 
-_INDEXED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\[(\d+)\]")
+_BRACKET = re.compile(r"\[(\d+)\]")
 
 
-def split_index(part: str) -> tuple[str, int | None]:
-    """``instance_group[1]`` -> (``instance_group``, 1); a plain segment -> (it, None)."""
-    found = _INDEXED.fullmatch(part)
-    return (found.group(1), int(found.group(2))) if found else (part, None)
+def canonical_path(path: str) -> str:
+    """A field path with its element indices as segments: ``instance_group[1].count`` (how
+    the spec may write it) -> ``instance_group.1.count`` (the knob's one name: MLflow refuses
+    brackets in param names)."""
+    return _BRACKET.sub(r".\1", path)
+
+
+def path_parts(path: str) -> list[tuple[str, int | None]]:
+    """The fields on the way with the element index each names:
+    ``instance_group.1.count`` -> [(``instance_group``, 1), (``count``, None)]."""
+    out: list[tuple[str, int | None]] = []
+    for segment in canonical_path(path).split("."):
+        if segment.isdigit() and out and out[-1][1] is None:
+            out[-1] = (out[-1][0], int(segment))
+        else:
+            out.append((segment, None))
+    return out
 
 
 def plain_path(path: str) -> str:
-    """``path`` without element indices: ``instance_group[1].count`` -> ``instance_group.count``
+    """``path`` without element indices: ``instance_group.1.count`` -> ``instance_group.count``
     (the rules of a field are the same for every element)."""
-    return ".".join(split_index(p)[0] for p in path.split("."))
+    return ".".join(name for name, _ in path_parts(path))
 
 
 def resolve(path: str) -> FieldDescriptor | None:
     """The descriptor of the scalar (or enum, or repeated scalar) field at ``path``; None for
     ``parameters.KEY``. Raises ConfigError for a path that does not name such a field, saying
     why and suggesting the closest path."""
-    parts = path.split(".")
-    if not all(parts):
+    if not all(path.split(".")):
         raise _unknown(path, "empty segment")
+    indexed = path_parts(path)
+    parts = [name for name, _ in indexed]
     if parts[0] == PARAMETERS:
         if len(parts) != 2:
             raise ConfigError(f"`{path}`: a parameters path is `parameters.KEY`, one key, "
                               "e.g. `parameters.intra_op_thread_count`")
         return None
+    if indexed[-1][1] is not None:
+        raise _unknown(path, "an index names an element of a list of messages, not a value")
     desc = _root()
-    for segment in parts[:-1]:
-        part, index = split_index(segment)
+    for part, index in indexed[:-1]:
         field = desc.fields_by_name.get(part)
         if field is None:
             raise _unknown(path, f"`{desc.name}` has no field `{part}`")
@@ -191,7 +206,7 @@ def resolve(path: str) -> FieldDescriptor | None:
         if is_map(field):
             raise _unknown(path, f"`{part}` is a map")
         if index is not None and not is_repeated(field):
-            raise _unknown(path, f"`{part}` is one message, not a list: it takes no [index]")
+            raise _unknown(path, f"`{part}` is one message, not a list: it takes no index")
         desc = field.message_type
     leaf = desc.fields_by_name.get(parts[-1])
     if leaf is None:

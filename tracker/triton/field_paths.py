@@ -7,7 +7,7 @@ short names such as ``GPU``) is tracker/spec/fields.py's, shared with the spec c
 module reads and sets values in a message. Two conventions:
 
 - a repeated message field on the way (``instance_group``) addresses its element 0, or the
-  element an index names (``instance_group[1].count``), created (with those before it) when
+  element an index names (``instance_group.1.count``), created (with those before it) when
   missing;
 - the ``parameters`` map (``map<string, ModelParameter>``) is addressed as ``parameters.KEY``
   and sets ``string_value`` (how Triton backends read options such as ORT's
@@ -31,8 +31,8 @@ from tracker.spec.fields import (
     INT_RANGES,
     enum_name,
     is_repeated,
+    path_parts,
     resolve,
-    split_index,
 )
 
 __all__ = ["check_path", "coerce", "get_value", "resolve", "set_value"]
@@ -97,8 +97,7 @@ def _container(cfg: Message, parts: list[str]) -> Message:
     """The message holding the last field of `parts`, created along the way (a list's
     element ``[i]``, element 0 without an index, and the elements before it)."""
     msg = cfg
-    for segment in parts[:-1]:
-        part, index = split_index(segment)
+    for part, index in path_parts(".".join(parts))[:-1]:
         field = msg.DESCRIPTOR.fields_by_name[part]
         if is_repeated(field):
             items = getattr(msg, part)
@@ -143,8 +142,7 @@ def get_value(cfg: model_config_pb2.ModelConfig, path: str) -> object:
         return cfg.parameters[key].string_value if key in cfg.parameters else None
     msg: Message = cfg
     parts = path.split(".")
-    for segment in parts[:-1]:
-        part, index = split_index(segment)
+    for part, index in path_parts(".".join(parts))[:-1]:
         child_field = msg.DESCRIPTOR.fields_by_name[part]
         if is_repeated(child_field):
             items = getattr(msg, part)

@@ -33,9 +33,9 @@ SHARED: tuple[Knob, ...] = (
     Knob("max_batch_size", "largest batch the scheduler forms", "int >= 0"),
     Knob("instance_group.count", "model instances (each its own copy)", "int >= 1"),
     Knob("instance_group.kind", "where instances run", "KIND_CPU, KIND_GPU"),
-    Knob("instance_group[1].count", "group [i] of several (CPU and GPU groups, per-GPU "
+    Knob("instance_group.1.count", "group [i] of several (CPU and GPU groups, per-GPU "
          "counts); also [i].kind", "int >= 1"),
-    Knob("instance_group[1].gpus", "GPUs of a KIND_GPU group", "indices the server has"),
+    Knob("instance_group.1.gpus", "GPUs of a KIND_GPU group", "indices the server has"),
     Knob("instance_group.rate_limiter.resources.name",
          "resource an instance needs to run (server.options.rate_limit on)", "a name"),
     Knob("instance_group.rate_limiter.resources.count", "how much of it", "int >= 0"),
