@@ -166,6 +166,10 @@ def _option_lines(spec: StudySpec) -> list[str]:
     if searched:
         lines.append(f"  server knobs searched ({', '.join(searched)}): a trial whose options "
                      "differ from the running server's restarts it")
+    cached = any(k.rpartition("/")[2] == "response_cache.enable" for k in spec.search.space)
+    if cached and spec.load.repeat is None and spec.load.input_data is None:
+        lines.append("  note: every request carries the same random data, so a response cache "
+                     "answers all but the first; load.repeat sets the share of repeats")
     if spec.load.repeat is not None:
         r = spec.load.repeat
         lines.append(f"  load repeats {r.pct:g}% of its requests ({r.hot} hot ones), up to "
