@@ -134,3 +134,18 @@ def test_the_container_command_carries_the_server_options(
     spec = server.container_spec(tmp_path, explicit=False, ports=PORTS)
     assert spec["command"][-2:] == ["--rate-limit=execution_count",
                                     "--rate-limit-resource=R1:4"]
+
+
+@pytest.mark.docker
+@pytest.mark.triton
+def test_a_container_runs_with_the_server_options(docker_image: str, tmp_path: Path) -> None:
+    """The rate limiter and two resources, for real: Triton's start-up table says so."""
+    (tmp_path / "empty").mkdir()
+    server = DockerTritonServer(image=docker_image)
+    server.option_args = ("--rate-limit=execution_count", "--rate-limit-resource=R1:4",
+                          "--rate-limit-resource=R2:2")
+    with server:
+        server.start(tmp_path / "empty")
+        log = server.log_text()
+    assert "EXEC_COUNT" in log
+    assert '"name":"R1", "count":4' in log and '"name":"R2", "count":2' in log
