@@ -38,7 +38,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from tracker.measure.monitors import TritonMetricsMonitor
-    from tracker.measure.sweep import sweep
+    from tracker.measure.sweep import EntryLoad, sweep
     from tracker.spec import LoadSection, ensure_model, load_spec
     from tracker.spec.load_repeat import RepeatSection
     from tracker.triton import model_config
@@ -72,7 +72,8 @@ def main() -> None:
                     server.apply_trial(repos[key], flags)
                     ep = server.endpoints
                     monitor = TritonMetricsMonitor(ep.metrics or "", ())
-                    (m,) = sweep(ep, repos[key].model_name, repos[key].served_config, load,
+                    entry = EntryLoad(repos[key].served_config, load)
+                    (m,) = sweep(ep, {repos[key].model_name: entry},
                                  monitors=[monitor]).measurements
                     got[key].append(m)
             ratios = [a.throughput / b.throughput for a, b in zip(got["on"], got["off"],
