@@ -44,7 +44,7 @@ from tracker.spec.messages import Problems, join_path, problem, show
 from tracker.spec.model_section import ModelSection as ModelSection  # re-exported
 from tracker.spec.model_section import SpecModel as SpecModel  # re-exported
 from tracker.spec.model_section import resolve_path
-from tracker.spec.server_options import ServerOptions, server_field, server_knob
+from tracker.spec.server_options import ServerOptions, section_problems, server_field, server_knob
 from tracker.spec.streaming import StreamSection
 
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -127,10 +127,7 @@ class ServerSection(SpecModel):
             items.append(("strategy", f"must be 'reload' when server.mode is {self.mode!r} (a "
                                       f"{self.mode} server cannot be restarted), but got "
                                       f"{show(self.strategy)}"))
-        if not mode.restarts and self.options.is_set():
-            items.append(("options", f"cannot be set when server.mode is {self.mode!r}: its "
-                                     "flags are chosen by whoever started that server, and "
-                                     "changing one needs a restart"))
+        items.extend(section_problems(mode.restarts, self.mode, self.options))
         ports = {"http_port": self.http_port, "grpc_port": self.grpc_port,
                  "metrics_port": self.metrics_port}
         seen: dict[int, str] = {}

@@ -216,6 +216,15 @@ def server_knobs(keys: Sequence[str]) -> list[str]:
     return [k for k in keys if server_knob(k)]
 
 
+def section_problems(restarts: bool, mode: str,
+                     options: ServerOptions) -> list[tuple[str, str]]:
+    """``server.options`` on a server this study does not start (remote): refused."""
+    if restarts or not options.is_set():
+        return []
+    return [("options", f"cannot be set when server.mode is {mode!r}: its flags are chosen "
+                        "by whoever started that server, and changing one needs a restart")]
+
+
 def study_problems(restarts: bool, mode: str, options: ServerOptions,
                    space: Mapping[str, object]) -> list[tuple[str, str]]:
     """(field path, message) for server knobs a server of ``mode`` cannot take (one that is

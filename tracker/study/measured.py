@@ -30,7 +30,6 @@ from tracker.metrics import load_levels_from
 from tracker.search.objective import LevelChoice, pick_best_level
 from tracker.serving import Serving, serving_choices
 from tracker.study import joint
-from tracker.tags import SERVER_RESTART
 from tracker.tracking import runs
 from tracker.tracking.redact import redact_text
 from tracker.triton import model_config
@@ -38,12 +37,7 @@ from tracker.triton.configuration import Configuration, as_configuration
 from tracker.triton.formats import ServeOptions, format_of, json_knobs
 from tracker.triton.repository import TrialRepository, served_configs, write_configuration
 from tracker.triton.server.logs import error_messages
-from tracker.triton.server.options import (
-    gpu_index_problem,
-    option_tags,
-    trial_args,
-    unknown_flag,
-)
+from tracker.triton.server.options import serve_trial, server_problem
 
 if TYPE_CHECKING:
     from mlflow.entities import Metric
@@ -172,10 +166,6 @@ def unservable(spec: StudySpec, info: ModelInfo | Configuration,
     """Why ``server`` cannot serve a model of the configuration (it lacks the backend the
     model needs), naming the launch modes that can; None when it can (or cannot tell before
     it starts). Ensembles need no backend (Triton's core schedules them)."""
-    why = (unknown_flag(spec.server, server)
-           or gpu_index_problem(spec.search.space, server.gpu_set()))
-    if why is not None:
-        return why
     conf = as_configuration(info)
     serving = resolve_serving(spec, server, conf)
     if not MODES[spec.server.mode].knows_backends:
@@ -226,8 +216,8 @@ def _lacks(spec: StudySpec, info: ModelInfo, needed: str, server: TritonServer) 
 
 def check_servable(spec: StudySpec, info: ModelInfo | Configuration,
                    server: TritonServer) -> None:
-    """ModelError from :func:`unservable` (before trial 1 or any server start)."""
-    why = unservable(spec, info, server)
+    """ModelError from :func:`unservable` or the server's own checks (before any start)."""
+    why = server_problem(spec.server, spec.search.space, server) or unservable(spec, info, server)
     if why is not None:
         raise ModelError(why)
 
@@ -281,17 +271,19 @@ def _write(spec: StudySpec, conf: Configuration, cfg: ModelConfig | Mapping[str,
         raise ConfigFailed(f"cannot write the trial's model repository: {err}", err) from err
 
 
-def _serve(server: TritonServer, repo: TrialRepository, conf: Configuration,
-           mark: int, flags: tuple[str, ...]) -> tuple[ModelConfig, bool]:
-    """Serve ``repo`` on a server with the option ``flags``; (the config the server loaded for
-    its entry model (a model that completes its own I/O: as the server completed it), whether
-    the server restarted for changed options). ConfigFailed when it is refused."""
+def _serve(server: TritonServer, repo: TrialRepository, conf: Configuration, mark: int,
+           spec: StudySpec, values: Mapping[str, object] | None,
+           on_phase: Callable[[str], None] | None) -> tuple[ModelConfig, dict[str, str]]:
+    """Serve ``repo`` with the option ``values`` (options.py ``serve_trial``): (the entry model's
+    config as the server loaded and completed it, the flags' run tags); ConfigFailed if refused."""
+    if on_phase is not None:
+        on_phase("starting Triton")
     try:
-        restarted = server.apply_trial(repo, flags)
+        said = serve_trial(server, repo, spec.server, values, on_phase)
         if not conf.entry_info.auto_complete:
-            return repo.served_config, restarted
+            return repo.served_config, said
         with server.client() as client:
-            return client.model_config(repo.model_name), restarted
+            return client.model_config(repo.model_name), said
     except TrackerError as err:
         raise ConfigFailed(str(getattr(err, "reason", err)), err,
                            server.log_text()[mark:]) from err
@@ -322,10 +314,7 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
     measuring the default). ``serving``: None resolves it; ``monitors_factory(server)``: the
     monitors sampled (default: process tree, metrics endpoint, NVML); ``on_phase``: called
     before the server is served; ``files``: the ``FILE:KEY`` values written into the copy of
-    the model directory; ``server_values``: the configuration's ``server/<option>`` values
-    (spec/server_options.py): a change of server options restarts the server, said by
-    ``on_phase`` and the ``tracker.server_restart`` tag. Raises :class:`ConfigFailed`; the
-    server is left as it is.
+    the model directory. Raises :class:`ConfigFailed`; the server is left as it is.
     """
     conf = as_configuration(info)
     repo = _write(spec, conf, cfg, workdir, serving or resolve_serving(spec, server, conf),
@@ -334,14 +323,8 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
         text = repo.served_config_path.read_text()
         knob_texts = {name: path.read_text() for name, path in repo.knob_files.items()}
         mark = len(server.log_text()) if server.strategy == "reload" else 0
-        if on_phase is not None:
-            on_phase("starting Triton")
-        flags = trial_args(spec.server, server_values)
-        loaded, restarted = _serve(server, repo, conf, mark, flags)
+        loaded, said = _serve(server, repo, conf, mark, spec, server_values, on_phase)
         text = model_config.dumps(loaded) if conf.entry_info.auto_complete else text
-        said = option_tags(flags, restarted)
-        if restarted and on_phase is not None:
-            on_phase(said[SERVER_RESTART])
         monitors = (monitors_factory or _monitors)(server)
         try:
             served = {**dict(repo.models), conf.entry: loaded}
@@ -360,8 +343,7 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
         return ConfigMeasurement(
             repo, text, model_config.dumps(repo.production_config), result, choice,
             server.log_text()[mark:],
-            {**measured_tags(monitors), **server_tags(server.endpoints), **said},
-            knob_texts,
+            {**measured_tags(monitors), **server_tags(server.endpoints), **said}, knob_texts,
             {n: model_config.dumps(c) for n, c in repo.productions.items()}, conf.metric_name)
     except ConfigFailed:
         shutil.rmtree(workdir, ignore_errors=True)

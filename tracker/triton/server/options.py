@@ -4,7 +4,7 @@ lists, and ``instance_group[i].gpus`` indices against the GPUs the server is giv
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from tracker.spec.fields import closest, plain_path
@@ -13,6 +13,7 @@ from tracker.tags import SERVER_FLAGS, SERVER_RESTART
 if TYPE_CHECKING:
     from tracker.spec import ServerSection
     from tracker.triton.gpus import GpuSet
+    from tracker.triton.repository import TrialRepository
     from tracker.triton.server.base import TritonServer
 
 
@@ -68,3 +69,23 @@ def gpu_index_problem(space: Mapping[str, object], gpus: GpuSet) -> str | None:
             return (f"search.space.{key}: GPU index {bad[-1]} is not one of the server's GPUs "
                     f"({have}; {gpus.source or 'as the launcher sees them'})")
     return None
+
+
+def server_problem(section: ServerSection, space: Mapping[str, object],
+                   triton: TritonServer) -> str | None:
+    """What ``triton`` refuses of the spec before it starts: an unknown passthrough flag, a
+    ``gpus`` index it lacks; None when nothing."""
+    return unknown_flag(section, triton) or gpu_index_problem(space, triton.gpu_set())
+
+
+def serve_trial(triton: TritonServer, repo: TrialRepository, section: ServerSection,
+                values: Mapping[str, object] | None,
+                on_phase: Callable[[str], None] | None = None) -> dict[str, str]:
+    """Serve a trial's repository with its option flags (``section.options`` with the
+    trial's ``server/<option>`` ``values``): a change restarts the server, and ``on_phase``
+    says so. The run tags of :func:`option_tags`."""
+    flags = trial_args(section, values)
+    said = option_tags(flags, triton.apply_trial(repo, flags))
+    if SERVER_RESTART in said and on_phase is not None:
+        on_phase(said[SERVER_RESTART])
+    return said
