@@ -200,6 +200,8 @@ class Verdict:
     scored: dict[str, Scored]
     rounds: int
     margin_pct: float = TIE_MARGIN_PCT
+    design: str = "rounds"                 # rounds | paired: what a round is (a pair)
+    design_reason: str = ""                # why that design, in words
 
     @property
     def decided(self) -> bool:
