@@ -263,20 +263,21 @@ def _next(record: Record, objectives: Mapping[str, str], every: list[str],
     """Before a new round: (the keys to measure in it, why to stop instead: "" to go on).
     ``paired_min``: pairs the budget never stops before (a small study's pairs decide)."""
     n = len(record["rounds"])
+    rounds = "pairs" if record.get("design") == paired.PAIRED else "rounds"
     verdict = confirmed.verdict(record, objectives)
     past_min = n >= record["min_rounds"]
     if past_min and verdict is not None and verdict.decided:
-        return [], f"decided ({verdict.verdict}) after {n} rounds"
+        return [], f"decided ({verdict.verdict}) after {n} {rounds}"
     if n >= record["rounds_target"]:
-        return [], f"{n} rounds done (the most asked for) without a decision"
+        return [], f"{n} {rounds} done (the most asked for) without a decision"
     keys = confirm_stats.still_open(verdict) if verdict is not None and past_min else every
     if past_min and len(keys) < 2:
-        return [], f"nothing left to measure after {n} rounds"
+        return [], f"nothing left to measure after {n} {rounds}"
     budget = record.get("budget_s")
     cost = _mean_seconds(record) * len(keys)
     if budget is not None and spent > 0 and spent + cost > float(budget) and n >= paired_min:
-        return [], (f"budget: another round (about {cost:.0f} s) would not fit in "
-                    f"confirm.budget_s={float(budget):g} s after {n} rounds")
+        return [], (f"budget: another {rounds[:-1]} (about {cost:.0f} s) would not fit in "
+                    f"confirm.budget_s={float(budget):g} s after {n} {rounds}")
     return keys, ""
 
 
