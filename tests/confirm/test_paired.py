@@ -109,6 +109,10 @@ def test_a_paired_record_reads_as_pairs_with_the_same_verdict_words() -> None:
     assert "7 pairs side by side" in text and "interleaved" not in text
     assert "in 7 pairs" in words.headline(v)
     assert words.parent_tags(v)[tags.CONFIRM_DESIGN] == "paired"
+    # the per-pair ratios, in the note and a tag, in the order measured
+    assert text.endswith("Per pair, trial-3 / the default: 1.50, 1.52, 1.49, 1.51, 1.50, "
+                         "1.48, 1.53.")
+    assert words.parent_tags(v)[tags.CONFIRM_PAIR_RATIOS].startswith("1.50, 1.52, 1.49")
     open_ = _paired_record([1.5, 0.9, 1.2])
     undecided = confirmed.verdict(open_, OBJ)
     assert undecided is not None
@@ -122,6 +126,7 @@ def test_a_fallback_verdict_says_it_ran_in_rounds_and_why() -> None:
     assert v is not None and v.design == paired.ROUNDS
     text = words.sentence(v, OBJ)
     assert "interleaved rounds" in text and text.endswith(f"Measured {why}.")
+    assert "Per pair" not in text and words.parent_tags(v)[tags.CONFIRM_PAIR_RATIOS] == ""
     assert words.parent_tags(v)[tags.CONFIRM_DESIGN_REASON] == why
     old = _paired_record([1.5, 1.5, 1.5])
     del old["design"], old["design_reason"]  # a record from before the paired design

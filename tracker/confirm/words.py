@@ -124,7 +124,22 @@ def sentence(v: confirm_stats.Verdict, objectives: Mapping[str, str],
                          "readings, then fewer instances)")
         text += "."
     why = f" Measured {v.design_reason}." if v.design_reason and v.design != "paired" else ""
-    return text + ("" if several else swing_note(v)) + why
+    return text + ("" if several else swing_note(v)) + why + pair_note(v)
+
+
+def pair_ratios(v: confirm_stats.Verdict) -> str:
+    """The best's per-pair ratios to the default (``1.27, 1.63, ...``: above 1 it is better),
+    or "" outside the paired design."""
+    win = v.scored.get(v.winner or "")
+    if v.design != "paired" or win is None or not win.ratios:
+        return ""
+    return ", ".join(f"{r:.2f}" for r in win.ratios)
+
+
+def pair_note(v: confirm_stats.Verdict) -> str:
+    """`` Per pair, trial-3 / default: 1.27, 1.63, ...`` (the paired design), or ""."""
+    text = pair_ratios(v)
+    return f" Per pair, {v.winner} / the default: {text}." if text else ""
 
 
 def _gain(iv: confirm_stats.Interval) -> str:
@@ -215,5 +230,6 @@ def parent_tags(v: confirm_stats.Verdict) -> dict[str, object]:
     swing = confirm_stats.swinging(v.scored)
     return {VERDICT_TAG: v.verdict, tags.CONFIRMED_TRIAL: trial_of(v.chosen),
             tags.CONFIRM_DESIGN: v.design, tags.CONFIRM_DESIGN_REASON: v.design_reason,
+            tags.CONFIRM_PAIR_RATIOS: pair_ratios(v),
             tags.CONFIRM_TIED: ", ".join(v.tied), tags.CONFIRM_SWINGS: swing[0] if swing else ""}
 
