@@ -180,21 +180,17 @@ def run(ctx: StudyContext, s: Settings, *, again: bool = False, new: bool = Fals
                                         "the default to compare with it"))
         return None
     design = paired.choose(ctx, chosen, s.design)
-    pairs = None
     if design.paired:
         chosen = chosen[:2]
-        pairs = paired.Pairs(ctx, {r.number: r for r in chosen}, paired.window_ms(
-            [r.metrics.get("perf_throughput") for r in chosen], ctx.spec.load.window_ms))
-        try:
-            pairs.setup(ctx.workdir / "confirm-paired")
-        except TrackerError as err:
-            design, pairs = paired.Design(paired.ROUNDS, "in rounds, not paired: the two "
-                                          f"copies did not load together ({err})"), None
-            chosen = pick(trial_rows(study), dict(ctx.spec.objectives), s.top_k)
     record = confirmed.load(study)
     same = record is not None and _same(record, chosen, design.name)
     if record is not None and same and record.get("status") == "done" and not (again or new):
         return record
+    pairs = _pairs(ctx, chosen) if design.paired else None
+    if isinstance(pairs, str):  # the copies did not load together: rounds after all
+        design, pairs = paired.Design(paired.ROUNDS, pairs), None
+        chosen = pick(trial_rows(study), dict(ctx.spec.objectives), s.top_k)
+        same = record is not None and _same(record, chosen, design.name)
     if record is None or not same or new:
         record = _new_record(ctx, chosen, s)
     record["status"], record["stop"], record["design"] = "running", "", design.name
@@ -215,6 +211,17 @@ def run(ctx: StudyContext, s: Settings, *, again: bool = False, new: bool = Fals
     study.set_user_attr(confirmed.ATTR, record)
     say(f"confirmation stopped: {record['stop']}")
     return record
+
+
+def _pairs(ctx: StudyContext, chosen: list[TrialRow]) -> paired.Pairs | str:
+    """The two copies served side by side, or why they could not be."""
+    pairs = paired.Pairs(ctx, {r.number: r for r in chosen}, paired.window_ms(
+        [r.metrics.get("perf_throughput") for r in chosen], ctx.spec.load.window_ms))
+    try:
+        pairs.setup(ctx.workdir / "confirm-paired")
+    except TrackerError as err:
+        return f"in rounds, not paired: the two copies did not load together ({err})"
+    return pairs
 
 
 def _loop(ctx: StudyContext, record: Record, by_number: dict[int, TrialRow],
