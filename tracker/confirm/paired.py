@@ -36,15 +36,16 @@ from typing import TYPE_CHECKING, Any
 
 from tracker.confirm.record import LATENCY, Reading, RoundEntry
 from tracker.errors import TrackerError
+from tracker.measure.entry import EntryLoad
 from tracker.measure.sweep import sweep
-from tracker.search.objective import pick_best_level
+from tracker.search.objective import Scoring, pick_best_level
 from tracker.study.measured import serve_options
 from tracker.study.trial import configs, file_values
 from tracker.tracking.rows import fmt
 from tracker.triton.repository import TrialRepository, write_model
 
 if TYPE_CHECKING:
-    from tracker.measure.types import Measurement
+    from tracker.measure.types import SweepLevel
     from tracker.study.session import StudyContext
     from tracker.tracking.rows import TrialRow
     from tracker.triton.model_config import ModelConfig
@@ -177,8 +178,8 @@ class Pairs:
         ctx.server.apply_trial(repo)
         self.served = {n: (r.model_name, r.served_config) for n, r in written.items()}
 
-    def block(self, n: int) -> Measurement:
-        """One block of trial ``n``'s copy at its level."""
+    def block(self, n: int) -> list[SweepLevel]:
+        """One block of trial ``n``'s copy at its level (the sweep's one level)."""
         assert self.served is not None
         name, served = self.served[n]
         load = self.ctx.spec.load
@@ -186,8 +187,8 @@ class Pairs:
         short = load.model_copy(update={
             "max_tries": WINDOWS, "window_ms": self.window, "window_requests": None,
             "warmup_requests": min(load.warmup_requests, max(4, 2 * int(level)))})
-        return sweep(self.ctx.server.endpoints, name, served, short, levels=[level]
-                     ).measurements[0]
+        return sweep(self.ctx.server.endpoints, {name: EntryLoad(served, short, [level])},
+                     dict(self.ctx.spec.constraints)).levels
 
     def pair(self, order: list[int], say: Callable[[str], None],
              label: str) -> dict[str, Reading]:
@@ -198,8 +199,9 @@ class Pairs:
         for n in order:
             t0 = time.monotonic()
             try:
-                m = self.block(n)
-                choice = pick_best_level([m], dict(self.ctx.spec.constraints), objectives)
+                name = self.served[n][0] if self.served else str(n)
+                choice = pick_best_level(self.block(n), dict(self.ctx.spec.constraints),
+                                         objectives, Scoring([name], _bare))
             except TrackerError as err:
                 out[str(n)] = {"error": str(err)[:500],
                                "seconds": round(time.monotonic() - t0, 2)}
@@ -211,6 +213,11 @@ class Pairs:
                            "feasible": choice.feasible, "concurrency": choice.concurrency,
                            "seconds": round(time.monotonic() - t0, 2)}
         return out
+
+
+def _bare(_entry: str, metric: str) -> str:
+    """One copy's metrics under their bare names, as one model's trials have them."""
+    return metric
 
 
 def order_of(seed: int, index: int, pair: list[int]) -> list[int]:
