@@ -26,7 +26,6 @@ QUESTIONS = {
 }
 #: modules that still ask, and who removes the question (issue 30's items)
 PENDING = {
-    "tracker/deploy/promote.py": "item 5 (one publish path)",
     # the confirmation package (item 6) still branches on several entries
     "tracker/confirm/record.py": "item 6's follow-up",
     "tracker/confirm/rounds.py": "item 6's follow-up",
