@@ -2,10 +2,14 @@
 a long reference measurement, and an A/A check.
 
     python benchmarks/verdict_stability.py --runs 5 [--aa 20] [--reference-rounds 12]
+        [--modes light,heavy] [--designs paired,rounds]
 
 Everything runs beside a noisy neighbour that this script starts before and stops after each
 part: a process burning CPU in irregular bursts (random bursts of 50-600 ms, idle gaps drawn
-so that it averages about 40% of one core).
+so that it averages about 40% of one core). The *heavy* mode adds two processes that keep
+both cores busy for the whole part. Each mode is run with each confirmation design (``paired``:
+the best and the default side by side in one server; ``rounds``: one at a time), the runs and
+the A/A check alike; the reference is measured once, in the light mode.
 
 1. **Runs**: each a fresh densenet study (its own MLflow and Optuna sqlite stores in a
    temporary folder) run by ``tracker tune`` as a user runs it. For each: the confirmed
@@ -25,12 +29,13 @@ so that it averages about 40% of one core).
    trial), each a new confirmation of up to ``--aa-rounds`` rounds. ``better`` or ``tied``
    there is a false discovery.
 
-Figures: *power* is the share of runs whose verdict is better or tied with a chosen
-configuration the reference shows really better; *aa_false_better* the share of A/A
+Figures, per mode and design: *power* is the share of runs whose verdict is better or tied
+with a chosen configuration the reference shows really better; *aa_false_better* the share of A/A
 confirmations that say better or tied; *ci_coverage* the share of runs whose interval holds
 the reference improvement of the configuration it is about; *confirm_wall_share* the median
 share of a run's wall time spent confirming. A configuration is named by its parameters, so
-runs compare even if trial numbers differ. The last line is one JSON object.
+runs compare even if trial numbers differ. The last line is one JSON object, its ``groups``
+keyed ``<mode>/<design>``.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ sys.path.insert(0, str(ROOT))
 from tracker.confirm import record as confirmed  # noqa: E402
 from tracker.confirm import stats as confirm_stats  # noqa: E402
 from tracker.confirm.command import confirm_session  # noqa: E402
+from tracker.confirm.record import Record  # noqa: E402
 from tracker.confirm.rounds import Settings, measure_one, run  # noqa: E402
 from tracker.errors import TrackerError  # noqa: E402
 from tracker.spec import ensure_model, load_spec  # noqa: E402
@@ -77,17 +83,24 @@ while True:
         pass
     time.sleep(burst * 1.5 * rng.uniform(0.3, 1.7))   # mean idle 1.5 x burst: ~40% busy
 """
+BUSY = "while True:\n    pass\n"
 OBJ = {"perf_throughput": "maximize"}
+MODES, DESIGNS = ("light", "heavy"), ("paired", "rounds")
 
 
 @contextmanager
-def neighbour(seed: int) -> Iterator[None]:
-    proc = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(seed)])
+def neighbour(seed: int, mode: str = "light") -> Iterator[None]:
+    """The bursty neighbour; ``heavy``: and two processes busy all the time."""
+    procs = [subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(seed)])]
+    if mode == "heavy":
+        procs += [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(2)]
     try:
         yield
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=10)
 
 
 def _name(params: dict[str, Any]) -> str:
@@ -135,24 +148,26 @@ def _study(folder: Path, name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=f"sqlite:///{folder / 'optuna.db'}")
 
 
-def one_run(spec_path: Path, folder: Path, index: int, seed: int) -> dict[str, Any]:
-    local = _local_spec(spec_path, folder, f"verdict-{index}")
+def one_run(spec_path: Path, folder: Path, index: int, seed: int, mode: str = "light",
+            design: str = "auto") -> dict[str, Any]:
+    local = _local_spec(spec_path, folder, f"verdict-{index}", confirm={"design": design})
     started = time.monotonic()
-    with neighbour(seed):
+    with neighbour(seed, mode):
         out = _tracker(["tune", str(local), "--no-bar"], folder)
     wall = time.monotonic() - started
     study = _study(folder, f"verdict-{index}")
-    said = next((line for line in out.splitlines()
-                 if line.startswith("In ") and "interleaved round" in line), "")
+    said = next((line for line in out.splitlines() if line.startswith("In ")
+                 and ("interleaved round" in line or "side by side" in line)), "")
     record = confirmed.load(study)
     if record is None:
         raise SystemExit("the study has no confirmation (is confirm.enabled false?)")
     took = float(record.get("finished", 0.0)) - float(record["started"])
     return {"wall_s": wall, "confirm_s": took, "share": took / wall, "summary": said,
+            "mode": mode, "design": str(record.get("design") or "rounds"),
             **_verdicts(study, record)}
 
 
-def _verdicts(study: optuna.Study, record: dict[str, Any]) -> dict[str, Any]:
+def _verdicts(study: optuna.Study, record: Record) -> dict[str, Any]:
     rows = trial_rows(study)
     names = {r.name: ("default" if r.baseline else _name(r.params)) for r in rows}
     best = best_row(rows, OBJ)
@@ -215,9 +230,10 @@ def reference(spec_path: Path, folder: Path, runs: list[dict[str, Any]], rounds:
     finally:
         os.chdir(cwd)
     out: dict[str, Any] = {"wall_s": time.monotonic() - started, "pairs": {}, "runs": []}
-    for key, got in series.items():
-        out["pairs"][key] = {"cv": confirm_stats.cv_pct([x for x in got if x is not None]),
-                             "mean": statistics.fmean([x for x in got if x is not None] or [0])}
+    for key, values in series.items():
+        seen = [x for x in values if x is not None]
+        out["pairs"][key] = {"cv": confirm_stats.cv_pct(seen),
+                             "mean": statistics.fmean(seen or [0])}
     for r in runs:
         logs = confirm_stats.log_ratios(series[_pair(r["about"], r["about_level"])],
                                         series[_pair("default", r["default_level"])])
@@ -232,12 +248,16 @@ def _pair(name: str, level: float) -> str:
     return f"{name} @{level:g}"
 
 
-def aa_check(spec_path: Path, folder: Path, n: int, rounds: int, seed: int) -> list[str]:
+def aa_check(spec_path: Path, folder: Path, n: int, rounds: int, seed: int,
+             mode: str = "light", design: str = "rounds") -> list[str]:
     """The quickstart default confirmed ``n`` times against an identical copy of itself."""
+    # no latency bound: at load the quickstart's p99 passes 50 ms, and an infeasible default
+    # leaves nothing to confirm (each A/A then read "none")
     local = _local_spec(spec_path, folder, "aa", search={"n_trials": 1},
-                        confirm={"enabled": False}, load={"window_ms": 500})
+                        confirm={"enabled": False}, load={"window_ms": 500},
+                        constraints={"perf_latency_p99": {"max": 600_000}})
     verdicts = []
-    with neighbour(seed):
+    with neighbour(seed, mode):
         _tracker(["tune", str(local), "--no-bar"], folder)
         study = _study(folder, "aa")
         t0 = study.trials[0]
@@ -251,12 +271,14 @@ def aa_check(spec_path: Path, folder: Path, n: int, rounds: int, seed: int) -> l
         try:
             with confirm_session(local) as (ctx, _):
                 for i in range(n):
-                    got = run(ctx, Settings(top_k=1, rounds=rounds, min_rounds=3, seed=seed + i),
+                    got = run(ctx, Settings(top_k=1, rounds=rounds, min_rounds=3, seed=seed + i,
+                                            design=design),
                               new=True, on_measured=lambda _line: None)
                     v = confirmed.verdict(got, OBJ)
                     verdicts.append(v.verdict if v else "none")
                     imp = v.scored[v.winner].improvement if v and v.winner else None
-                    print(f"  A/A {i + 1:>2}: {verdicts[-1]:<12} {v.rounds if v else 0} rounds"
+                    print(f"  A/A {mode}/{design} {i + 1:>2}: {verdicts[-1]:<12} "
+                          f"{v.rounds if v else 0} {'pairs' if design == 'paired' else 'rounds'}"
                           + (f"  copy {imp.estimate:+.1f}% ({imp.low:.1f} to {imp.high:.1f})"
                              if imp else ""), flush=True)
         finally:
@@ -268,78 +290,109 @@ def _ci(r: dict[str, Any]) -> str:
     return f"{r['pct']:+.1f}% ({r['ci'][0]:.1f} to {r['ci'][1]:.1f})"
 
 
-def main() -> None:
+def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=5, help="runs per mode and design")
     parser.add_argument("--spec", type=Path, default=ROOT / "projects" / "densenet_onnx" /
                         "study.yaml")
     parser.add_argument("--aa-spec", type=Path, default=ROOT / "projects" / "quickstart" /
                         "study.yaml")
-    parser.add_argument("--aa", type=int, default=20, help="A/A confirmations")
+    parser.add_argument("--aa", type=int, default=20, help="A/A confirmations per group")
     parser.add_argument("--aa-rounds", type=int, default=5)
     parser.add_argument("--reference-rounds", type=int, default=12)
+    parser.add_argument("--modes", default=",".join(MODES), help="light, heavy or both")
+    parser.add_argument("--designs", default=",".join(DESIGNS), help="paired, rounds or both")
     parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def _print_run(key: str, i: int, r: dict[str, Any]) -> None:
+    print(f"{key} run {i}: {r['wall_s']:.0f} s ({r['confirm_s']:.0f} s confirming)  "
+          f"{r['verdict']} {r['about']} {_ci(r)}, {r['rounds']} {r['design']};  single "
+          f"{r['single_winner']} {r['single_pct']:+.1f}%\n  {r['summary']}", flush=True)
+    for name, got in r["per_round"].items():
+        print(f"  {name:<58} " + " ".join("   -  " if x is None else f"{x:6.2f}"
+                                          for x in got), flush=True)
+
+
+def _figures(results: list[dict[str, Any]], refs: list[dict[str, Any]],
+             aa: list[str]) -> dict[str, Any]:
+    found = [r["verdict"] in (confirm_stats.BETTER, confirm_stats.TIED) and x["better"]
+             for r, x in zip(results, refs, strict=True)]
+    covered = [r["ci"][0] <= x["pct"] <= r["ci"][1] for r, x in zip(results, refs, strict=True)]
+    false = sum(v in (confirm_stats.BETTER, confirm_stats.TIED) for v in aa)
+    return {"power": round(sum(found) / max(len(found), 1), 3),
+            "aa_false_better": round(false / max(len(aa), 1), 3), "aa_confirmations": len(aa),
+            "ci_coverage": round(sum(covered) / max(len(covered), 1), 3),
+            "confirm_wall_share": round(statistics.median(r["share"] for r in results), 3)
+            if results else None,
+            "verdicts": [r["verdict"] for r in results], "rounds": [r["rounds"] for r in results],
+            "designs_used": [r["design"] for r in results],
+            "aa": {k: aa.count(k) for k in sorted(set(aa))}}
+
+
+def main() -> None:
+    args = _args()
+    modes = [m for m in args.modes.split(",") if m]
+    designs = [d for d in args.designs.split(",") if d]
     ensure_model(load_spec(args.spec))
     ensure_model(load_spec(args.aa_spec))
     load_before = os.getloadavg()
     started = time.monotonic()
     rng = random.Random(args.seed)
-    folders = [Path(tempfile.mkdtemp(prefix=f"verdict-{i}-")) for i in range(args.runs)]
-    aa_folder = Path(tempfile.mkdtemp(prefix="verdict-aa-"))
+    groups = [f"{m}/{d}" for m in modes for d in designs]
+    folders = {g: [Path(tempfile.mkdtemp(prefix=f"verdict-{g.replace('/', '-')}-{i}-"))
+                   for i in range(args.runs)] for g in groups}
+    aa_folders = {g: Path(tempfile.mkdtemp(prefix=f"verdict-aa-{g.replace('/', '-')}-"))
+                  for g in groups}
+    results: dict[str, list[dict[str, Any]]] = {g: [] for g in groups}
+    aa: dict[str, list[str]] = {}
     try:
-        results = []
-        for i, folder in enumerate(folders):
-            r = one_run(args.spec.resolve(), folder, i, rng.randrange(1 << 30))
-            results.append(r)
-            print(f"run {i}: {r['wall_s']:.0f} s ({r['confirm_s']:.0f} s confirming)  "
-                  f"{r['verdict']} {r['about']} {_ci(r)}, {r['rounds']} rounds;  single "
-                  f"{r['single_winner']} {r['single_pct']:+.1f}%\n  {r['summary']}", flush=True)
-            for name, got in r["per_round"].items():
-                print(f"  {name:<58} " + " ".join("   -  " if x is None else f"{x:6.2f}"
-                                                  for x in got), flush=True)
-        ref = reference(args.spec.resolve(), folders[0], results, args.reference_rounds,
-                        rng.randrange(1 << 30))
+        for g in groups:
+            mode, design = g.split("/")
+            for i, folder in enumerate(folders[g]):
+                results[g].append(one_run(args.spec.resolve(), folder, i,
+                                          rng.randrange(1 << 30), mode, design))
+                _print_run(g, i, results[g][-1])
+        every = [r for g in groups for r in results[g]]
+        ref = reference(args.spec.resolve(), folders[groups[0]][0], every,
+                        args.reference_rounds, rng.randrange(1 << 30))
         print(f"\nreference: {args.reference_rounds} interleaved rounds of the pairs the runs "
               f"compared ({ref['wall_s']:.0f} s)")
         for key, got in sorted(ref["pairs"].items()):
             print(f"  {key:<62} mean {got['mean']:6.2f}  CV {got['cv']:.0f}%")
-        print("\nA/A: the quickstart default against an identical copy of itself")
-        aa = aa_check(args.aa_spec.resolve(), aa_folder, args.aa, args.aa_rounds,
-                      rng.randrange(1 << 30))
+        for g in groups:
+            mode, design = g.split("/")
+            print(f"\nA/A {g}: the quickstart default against an identical copy of itself")
+            aa[g] = aa_check(args.aa_spec.resolve(), aa_folders[g], args.aa, args.aa_rounds,
+                             rng.randrange(1 << 30), mode, design)
     finally:
-        for folder in [*folders, aa_folder]:
+        for folder in [*(f for g in groups for f in folders[g]), *aa_folders.values()]:
             shutil.rmtree(folder, ignore_errors=True)
     wall = time.monotonic() - started
-    refs = ref["runs"]
-    found = [r["verdict"] in (confirm_stats.BETTER, confirm_stats.TIED) and x["better"]
-             for r, x in zip(results, refs, strict=True)]
-    covered = [r["ci"][0] <= x["pct"] <= r["ci"][1] for r, x in zip(results, refs, strict=True)]
-    false = sum(v in (confirm_stats.BETTER, confirm_stats.TIED) for v in aa)
-    share = statistics.median(r["share"] for r in results)
-    print(f"\n{'run':>3}  {'verdict':<12} {'configuration':<56} {'improvement (95% CI)':<26} "
-          f"{'rounds':>6} {'confirm':>8} {'reference':>10} {'single':>8}")
-    for i, (r, x) in enumerate(zip(results, refs, strict=True)):
-        about = f"{_pair(r['about'], r['about_level'])} vs @{r['default_level']:g}"
-        print(f"{i:>3}  {r['verdict']:<12} {about:<56} {_ci(r):<26} {r['rounds']:>6} "
-              f"{r['share']:>7.0%} {x['pct']:>+9.1f}% {r['single_pct']:>+7.1f}%")
-        print(f"     reference interval {x['low']:+.1f} to {x['high']:+.1f}% "
-              f"({x['n']} rounds): {'better' if x['better'] else 'not shown better'}")
-    print(f"\npower (better/tied with a really better choice): {sum(found)}/{len(found)}; "
-          f"intervals holding the reference: {sum(covered)}/{len(covered)}; A/A false "
-          f"better: {false}/{len(aa)} ({', '.join(f'{aa.count(k)} {k}' for k in sorted(set(aa)))})")
-    print(f"confirming took a median {share:.0%} of a run's wall time; runs: median "
-          f"{statistics.median(r['wall_s'] for r in results):.0f} s; wall {wall:.0f} s; load "
-          f"average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}")
+    refs = iter(ref["runs"])
+    figures = {}
+    for g in groups:
+        mine = [next(refs) for _ in results[g]]
+        figures[g] = _figures(results[g], mine, aa[g])
+        print(f"\n{g}:  {'verdict':<12} {'configuration':<56} {'improvement (95% CI)':<26} "
+              f"{'rounds':>6} {'confirm':>8} {'reference':>10}")
+        for i, (r, x) in enumerate(zip(results[g], mine, strict=True)):
+            about = f"{_pair(r['about'], r['about_level'])} vs @{r['default_level']:g}"
+            print(f"{i:>3}  {r['verdict']:<12} {about:<56} {_ci(r):<26} {r['rounds']:>6} "
+                  f"{r['share']:>7.0%} {x['pct']:>+9.1f}%  (reference {x['low']:+.1f} to "
+                  f"{x['high']:+.1f}%, {'better' if x['better'] else 'not shown better'})")
+        f = figures[g]
+        print(f"{g}: power {f['power']:.2f}; intervals holding the reference "
+              f"{f['ci_coverage']:.2f}; A/A false better {f['aa_false_better']:.2f} of "
+              f"{f['aa_confirmations']}; confirming a median {f['confirm_wall_share']:.0%} "
+              "of a run's wall time")
+    print(f"\nwall {wall:.0f} s; load average before {load_before[0]:.2f}, after "
+          f"{os.getloadavg()[0]:.2f}")
     print(json.dumps({
-        "runs": args.runs, "power": round(sum(found) / len(found), 3),
-        "aa_false_better": round(false / len(aa), 3), "aa_confirmations": len(aa),
-        "ci_coverage": round(sum(covered) / len(covered), 3),
-        "confirm_wall_share": round(share, 3),
-        "verdicts": [r["verdict"] for r in results],
-        "rounds": [r["rounds"] for r in results],
-        "reference_rounds": args.reference_rounds, "wall_s": round(wall, 1),
-        "load_before": round(load_before[0], 2), "load_after": round(os.getloadavg()[0], 2)}))
+        "runs": args.runs, "groups": figures, "reference_rounds": args.reference_rounds,
+        "wall_s": round(wall, 1), "load_before": round(load_before[0], 2),
+        "load_after": round(os.getloadavg()[0], 2)}))
 
 
 if __name__ == "__main__":

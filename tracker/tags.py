@@ -95,5 +95,8 @@ CONFIRM_TIED = "tracker.confirm_tied"   # parent: the configurations tied with i
 CONFIRM_STOP = "tracker.confirm_stop"   # parent: why the rounds stopped
 CONFIRM_SWINGS = "tracker.confirm_swings"  # parent: a configuration whose readings swing far
                                            # more than the others' ("" when none does)
+CONFIRM_DESIGN = "tracker.confirm_design"  # parent: paired | rounds (tracker/confirm/paired.py)
+CONFIRM_DESIGN_REASON = "tracker.confirm_design_reason"  # parent: why, in words
+CONFIRM_PAIR_RATIOS = "tracker.confirm_pair_ratios"  # parent: the best / default, per pair
 CONFIRM_RANK = "tracker.confirm_rank"   # a confirmed trial's run: its rank
 CONFIRM_ROLE = "tracker.confirm_role"   # a confirmed trial's run: default, chosen, tied, ...

@@ -76,6 +76,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tracker.confirm.words": _CONFIRM_RECORD,
     "tracker.confirm.rounds": ("tracker.deploy", "tracker.cli", "tracker.study.loop",
                                "tracker.study.profile", "tracker.confirm.command"),
+    "tracker.confirm.paired": ("tracker.deploy", "tracker.cli", "tracker.study.loop",
+                               "tracker.study.profile", "tracker.confirm.command",
+                               "tracker.confirm.rounds"),
     "tracker.confirm.command": ("tracker.deploy", "tracker.cli", "tracker.study.loop"),
     # the command line: everything; its parameter helpers nothing of the package
     "tracker.cli": (),

@@ -38,7 +38,8 @@ from tracker.tracking import runs
 
 pytestmark = pytest.mark.triton
 
-CONFIRM = {"enabled": True, "top_k": 2, "rounds": 3, "min_rounds": 2, "budget_s": 600}
+CONFIRM = {"enabled": True, "top_k": 2, "rounds": 3, "min_rounds": 2, "budget_s": 600,
+           "design": "rounds"}
 
 
 @pytest.fixture(scope="module")
@@ -163,20 +164,28 @@ def test_a_study_where_nothing_beats_the_default_is_equivalent(
     """The only other configuration (the grid is the default's delay 0, widened in, and 20 ms;
     3 trials: the default, and both grid points, one a duplicate of the default) waits 20 ms
     for a batch that concurrency 1 never fills:
-    far slower than the default, so after 3 rounds the verdict must be equivalent (the default
-    is as good: none beats it by more than the tie margin), said plainly, and promotion is
-    refused."""
+    far slower than the default, so the verdict must be equivalent (the default is as good:
+    none beats it by more than the tie margin), said plainly, and promotion is refused. The
+    confirmation is paired (design auto, one model, no server option): both copies served by
+    one server, each pair one reading of each in a random order."""
     uri = env_for(tmp_path)["MLFLOW_TRACKING_URI"]
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
     spec = write_spec(tmp_path, model, {"dynamic_batching.max_queue_delay_microseconds": [20000],
                                         "instance_group.count": [1]}, n_trials=3,
-                      confirm={**CONFIRM, "rounds": 4, "min_rounds": 3},
+                      confirm={**CONFIRM, "rounds": 4, "min_rounds": 3, "design": "auto"},
                       load={"concurrency": [1]})
     result = tune(spec, TuneOptions(bar=False, store_model=False))
     assert "equivalent: no configuration beats the default configuration" in result.summary
+    record = _record(f"sqlite:///{tmp_path / 'optuna.db'}")
+    assert record["design"] == "paired" and len(record["candidates"]) == 2
+    assert all(sorted(rnd["order"]) == sorted(c["trial"] for c in record["candidates"])
+               and set(rnd["results"]) == {str(n) for n in rnd["order"]}
+               for rnd in record["rounds"])
+    assert re.search(r"confirmed in \d+ pairs side by side", result.summary)
     parent = _parent(uri)
     assert parent.data.tags[confirmed.VERDICT_TAG] == "equivalent"
+    assert parent.data.tags["tracker.confirm_design"] == "paired"
     assert parent.data.metrics["improvement_pct_ci_low"] < 0
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = optuna.load_study(study_name="quick", storage=optuna.storages.RDBStorage(storage))

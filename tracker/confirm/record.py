@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from tracker import tags
@@ -36,6 +37,9 @@ ATTR = "confirm"
 VERDICT_TAG = tags.VERDICT
 RANK_TAG = tags.CONFIRM_RANK
 LATENCY = "perf_latency_p99"
+#: the paired design: pairs per round of ``confirm.rounds`` (a pair is two short blocks, a
+#: round one full measurement of each configuration)
+PAIRS_PER_ROUND = 3
 
 #: one configuration measured once: the first objective's value under its metric name,
 #: ``perf_latency_p99``, ``feasible``, ``concurrency``, ``seconds``; or ``error``
@@ -74,7 +78,10 @@ class Record(TypedDict, total=False):
     started: float
     finished: float
     candidates: list[CandidateEntry]
-    rounds: list[RoundEntry]
+    rounds: list[RoundEntry]            # the paired design: one pair each
+    design: str                         # paired | rounds (absent: rounds)
+    design_reason: str                  # why, in words
+    window_ms: int                      # the paired design's block window
 
 
 def load(study: optuna.Study) -> Record | None:
@@ -127,7 +134,9 @@ def verdict(record: Record | None,
     base = next((c for c in cands if c.baseline), None)
     if base is None or not any(v is not None for v in base.values):
         return None
-    return confirm_stats.decide(cands, direction, margin(record))
+    got = confirm_stats.decide(cands, direction, margin(record))
+    return replace(got, design=str(record.get("design") or got.design),
+                   design_reason=str(record.get("design_reason") or ""))
 
 
 def trial_of(name: str) -> int:

@@ -21,16 +21,16 @@ configurations up to N rounds (``--new`` starts over).
 
 from __future__ import annotations
 
-import random
 import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tracker.confirm import paired
 from tracker.confirm import record as confirmed
 from tracker.confirm import stats as confirm_stats
-from tracker.confirm.record import Reading, Record, RoundEntry
+from tracker.confirm.record import PAIRS_PER_ROUND, Reading, Record, RoundEntry
 from tracker.errors import MeasurementError, TrackerError
 from tracker.metrics import WEIGHTED_GAIN, model_metric
 from tracker.search.objective import weighted_gain
@@ -48,6 +48,12 @@ if TYPE_CHECKING:
 #: several entry models: a round's measurement keeps every model's figures under this key
 JOINT = "models"
 
+#: the default budget: the confirmation's share of the study's measuring time (search + it)
+SHARE = 0.25
+#: the paired design: the pairs no budget stops before (fewer leave the interval too wide
+#: to decide: 2.0 standard deviations of a pair's log-ratio at 6, 7.6 at 3)
+PAIRED_MIN = 6
+
 #: windows per confirmation measurement: the three the stability rule compares, no retries
 #: (the rounds, not the retries, are what the verdict's intervals stand on)
 WINDOWS = 3
@@ -61,6 +67,7 @@ class Settings:
     seed: int
     margin_pct: float = confirm_stats.TIE_MARGIN_PCT
     budget_s: float | None = None      # measuring time of one invocation; None: no limit
+    design: str = paired.AUTO          # auto | paired | rounds (paired.choose)
 
 
 @dataclass(frozen=True)
@@ -100,10 +107,12 @@ def measure_one(ctx: StudyContext, params: dict[str, Any], *, baseline: bool, le
 def settings_of(ctx: StudyContext, rounds: int | None = None, top_k: int | None = None) -> Settings:
     c = ctx.spec.confirm
     r = rounds or c.rounds
-    budget = c.budget_s if c.budget_s is not None else search_seconds(ctx.study)
+    searched = search_seconds(ctx.study)
+    budget = c.budget_s if c.budget_s is not None else (
+        None if searched is None else round(searched * SHARE / (1 - SHARE), 1))
     return Settings(top_k or c.top_k, r, min(c.min_rounds, r),
                     ctx.spec.search.seed if ctx.spec.search.seed is not None else 0,
-                    c.tie_margin_pct, budget)
+                    c.tie_margin_pct, budget, c.design)
 
 
 def search_seconds(study: Any) -> float | None:
@@ -147,8 +156,10 @@ def _new_record(ctx: StudyContext, chosen: list[TrialRow], s: Settings) -> Recor
             "rounds": []}
 
 
-def _same(record: Record, chosen: list[TrialRow]) -> bool:
-    return [int(c["trial"]) for c in record.get("candidates", [])] == [r.number for r in chosen]
+def _same(record: Record, chosen: list[TrialRow], design: str = paired.ROUNDS) -> bool:
+    return (record.get("design", paired.ROUNDS) == design
+            and [int(c["trial"]) for c in record.get("candidates", [])]
+            == [r.number for r in chosen])
 
 
 def _complete(rnd: RoundEntry) -> bool:
@@ -161,55 +172,41 @@ def run(ctx: StudyContext, s: Settings, *, again: bool = False, new: bool = Fals
     nothing to confirm). An unfinished confirmation is always continued. A finished one of the
     same configurations is returned as it is, unless ``again`` (then it continues up to
     ``s.rounds`` rounds) or ``new`` (then a new one replaces it)."""
-    study, objectives = ctx.study, dict(ctx.spec.objectives)
+    study = ctx.study
     say = on_measured or ctx.progress.line
-    chosen = pick(trial_rows(study), objectives, s.top_k)
+    chosen = pick(trial_rows(study), dict(ctx.spec.objectives), s.top_k)
     if len(chosen) < 2:
         say("confirmation skipped: " + ("the default configuration has no result"
                                         if not chosen else "no feasible configuration besides "
                                         "the default to compare with it"))
         return None
+    design = paired.choose(ctx, chosen, s.design)
+    if design.paired:
+        chosen = chosen[:2]
     record = confirmed.load(study)
-    same = record is not None and _same(record, chosen)
+    same = record is not None and _same(record, chosen, design.name)
     if record is not None and same and record.get("status") == "done" and not (again or new):
         return record
+    pairs = _pairs(ctx, chosen) if design.paired else None
+    if isinstance(pairs, str):  # the copies did not load together: rounds after all
+        design, pairs = paired.Design(paired.ROUNDS, pairs), None
+        chosen = pick(trial_rows(study), dict(ctx.spec.objectives), s.top_k)
+        same = record is not None and _same(record, chosen, design.name)
     if record is None or not same or new:
         record = _new_record(ctx, chosen, s)
-    record["status"], record["stop"] = "running", ""
-    record["rounds_target"], record["min_rounds"] = s.rounds, min(s.min_rounds, s.rounds)
+    record["status"], record["stop"], record["design"] = "running", "", design.name
+    record["design_reason"] = design.reason
+    target = s.rounds * (PAIRS_PER_ROUND if pairs else 1)
+    record["rounds_target"], record["min_rounds"] = target, min(s.min_rounds, target)
     record["tie_margin_pct"], record["budget_s"] = s.margin_pct, s.budget_s
-    by_number = {r.number: r for r in chosen}
+    if pairs is not None:
+        record["window_ms"] = pairs.window
     budget = "" if s.budget_s is None else f", at most {s.budget_s:g} s of measuring"
+    unit = "pairs" if pairs else "interleaved rounds"
     say(f"confirmation: {', '.join(confirmed.key(r.number) for r in chosen)} (trial "
-        f"{chosen[0].number} is the default) in interleaved rounds until decided (up to "
-        f"{s.rounds} rounds{budget})")
-    spent = 0.0
-    several = joint.is_joint(ctx.spec)
-    while True:
-        rounds = record["rounds"]
-        if not rounds or _complete(rounds[-1]):
-            open_keys, stop = _next(record, objectives, [confirmed.key(n) for n in by_number],
-                                    spent)
-            if stop:
-                record["stop"] = stop
-                break
-            order = [n for n in by_number if confirmed.key(n) in open_keys]
-            random.Random(record["seed"] * 1000 + len(rounds)).shuffle(order)
-            rounds.append({"order": order, "results": {}})
-            study.set_user_attr(confirmed.ATTR, record)
-        rnd = rounds[-1]
-        for n in rnd["order"]:
-            if str(n) in rnd["results"]:
-                continue
-            t0 = time.monotonic()
-            got = _measure_one(ctx, by_number[n], len(rounds), say)
-            got["seconds"] = round(time.monotonic() - t0, 2)
-            spent += got["seconds"]
-            record["spent_s"] = round(float(record.get("spent_s") or 0.0) + got["seconds"], 2)
-            rnd["results"][str(n)] = got
-            if several:
-                _pair_round(ctx, rnd, chosen[0].number)
-            study.set_user_attr(confirmed.ATTR, record)
+        f"{chosen[0].number} is the default), {design.reason}; in {unit} until decided (up "
+        f"to {target} {unit.split()[-1]}{budget})")
+    _loop(ctx, record, {r.number: r for r in chosen}, pairs, say)
     record["status"] = "done"
     record["finished"] = time.time()
     study.set_user_attr(confirmed.ATTR, record)
@@ -217,24 +214,78 @@ def run(ctx: StudyContext, s: Settings, *, again: bool = False, new: bool = Fals
     return record
 
 
+def _pairs(ctx: StudyContext, chosen: list[TrialRow]) -> paired.Pairs | str:
+    """The two copies served side by side, or why they could not be."""
+    pairs = paired.Pairs(ctx, {r.number: r for r in chosen}, paired.window_ms(
+        [r.metrics.get("perf_throughput") for r in chosen], ctx.spec.load.window_ms))
+    try:
+        pairs.setup(ctx.workdir / "confirm-paired")
+    except TrackerError as err:
+        return f"in rounds, not paired: the two copies did not load together ({err})"
+    return pairs
+
+
+def _loop(ctx: StudyContext, record: Record, by_number: dict[int, TrialRow],
+          pairs: paired.Pairs | None, say: Callable[[str], None]) -> None:
+    """Rounds (or pairs) until :func:`_next` says stop; every reading saved as it comes."""
+    study, objectives = ctx.study, dict(ctx.spec.objectives)
+    spent = 0.0
+    several = joint.is_joint(ctx.spec)
+    base = next(iter(by_number))
+    while True:
+        rounds = record["rounds"]
+        if not rounds or _complete(rounds[-1]):
+            open_keys, stop = _next(record, objectives, [confirmed.key(n) for n in by_number],
+                                    spent, paired_min=PAIRED_MIN if pairs else 0)
+            if stop:
+                record["stop"] = stop
+                return
+            order = paired.order_of(record["seed"], len(rounds),
+                                    [n for n in by_number if confirmed.key(n) in open_keys])
+            rounds.append({"order": order, "results": {}})
+            study.set_user_attr(confirmed.ATTR, record)
+        rnd = rounds[-1]
+        todo = [n for n in rnd["order"] if str(n) not in rnd["results"]]
+        if pairs is not None:
+            got_pair = pairs.pair(rnd["order"], say, f"pair {len(rounds)}")
+            spent += sum(float(g.get("seconds") or 0.0) for g in got_pair.values())
+            rnd["results"].update(got_pair)
+            say(paired.pair_line(rnd, base, len(rounds), next(iter(ctx.spec.objectives))))
+            todo = []
+        for n in todo:
+            t0 = time.monotonic()
+            got = _measure_one(ctx, by_number[n], len(rounds), say)
+            got["seconds"] = round(time.monotonic() - t0, 2)
+            spent += got["seconds"]
+            rnd["results"][str(n)] = got
+            if several:
+                _pair_round(ctx, rnd, base)
+            study.set_user_attr(confirmed.ATTR, record)
+        record["spent_s"] = round(sum(float(g.get("seconds") or 0.0) for r in rounds
+                                      for g in r["results"].values()), 2)
+        study.set_user_attr(confirmed.ATTR, record)
+
+
 def _next(record: Record, objectives: Mapping[str, str], every: list[str],
-          spent: float) -> tuple[list[str], str]:
-    """Before a new round: (the keys to measure in it, why to stop instead: "" to go on)."""
+          spent: float, paired_min: int = 0) -> tuple[list[str], str]:
+    """Before a new round: (the keys to measure in it, why to stop instead: "" to go on).
+    ``paired_min``: pairs the budget never stops before (a small study's pairs decide)."""
     n = len(record["rounds"])
+    rounds = "pairs" if record.get("design") == paired.PAIRED else "rounds"
     verdict = confirmed.verdict(record, objectives)
     past_min = n >= record["min_rounds"]
     if past_min and verdict is not None and verdict.decided:
-        return [], f"decided ({verdict.verdict}) after {n} rounds"
+        return [], f"decided ({verdict.verdict}) after {n} {rounds}"
     if n >= record["rounds_target"]:
-        return [], f"{n} rounds done (the most asked for) without a decision"
+        return [], f"{n} {rounds} done (the most asked for) without a decision"
     keys = confirm_stats.still_open(verdict) if verdict is not None and past_min else every
     if past_min and len(keys) < 2:
-        return [], f"nothing left to measure after {n} rounds"
+        return [], f"nothing left to measure after {n} {rounds}"
     budget = record.get("budget_s")
     cost = _mean_seconds(record) * len(keys)
-    if budget is not None and spent > 0 and spent + cost > float(budget):
-        return [], (f"budget: another round (about {cost:.0f} s) would not fit in "
-                    f"confirm.budget_s={float(budget):g} s after {n} rounds")
+    if budget is not None and spent > 0 and spent + cost > float(budget) and n >= paired_min:
+        return [], (f"budget: another {rounds[:-1]} (about {cost:.0f} s) would not fit in "
+                    f"confirm.budget_s={float(budget):g} s after {n} {rounds}")
     return keys, ""
 
 

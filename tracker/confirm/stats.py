@@ -189,6 +189,7 @@ class Scored:
     eligible: bool                         # measured and feasible in most of its rounds
     instances: int
     worst: float | None = None             # the worst round's value of the first objective
+    ratios: tuple[float, ...] = ()         # per paired round, how many times better (> 1)
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,8 @@ class Verdict:
     scored: dict[str, Scored]
     rounds: int
     margin_pct: float = TIE_MARGIN_PCT
+    design: str = "rounds"                 # rounds | paired: what a round is (a pair)
+    design_reason: str = ""                # why that design, in words
 
     @property
     def decided(self) -> bool:
@@ -233,9 +236,11 @@ def score(candidates: Sequence[Candidate], direction: str = "maximize") -> dict[
         eligible = (not c.baseline and imp is not None
                     and 2 * c.feasible_rounds > len(got) and len(got) > 0)
         worst = (min(got) if direction == "maximize" else max(got)) if got else None
+        ratios = () if c.baseline else tuple(
+            math.exp(x) for x in log_ratios(c.values, base.values, direction))
         out[c.key] = Scored(c.key, c.baseline, level(got) if got else None,
                             level(p99) if p99 else None, cv_pct(got), imp, eligible,
-                            c.instances, worst)
+                            c.instances, worst, ratios)
     return out
 
 

@@ -8,7 +8,14 @@ from collections.abc import Mapping
 
 from tracker import tags
 from tracker.confirm import stats as confirm_stats
-from tracker.confirm.record import LATENCY, VERDICT_TAG, Record, candidates, trial_of
+from tracker.confirm.record import (
+    LATENCY,
+    PAIRS_PER_ROUND,
+    VERDICT_TAG,
+    Record,
+    candidates,
+    trial_of,
+)
 from tracker.metrics import BETTER, WEIGHTED_GAIN
 from tracker.tracking.rows import fmt
 
@@ -40,6 +47,13 @@ def _names(keys: list[str]) -> str:
     return keys[0] if len(keys) == 1 else ", ".join(keys[:-1]) + " and " + keys[-1]
 
 
+def unit(v: confirm_stats.Verdict) -> str:
+    """``6 interleaved rounds``, or ``8 pairs side by side`` (the paired design)."""
+    if v.design == "paired":
+        return f"{v.rounds} pair{'s' if v.rounds != 1 else ''} side by side"
+    return f"{v.rounds} interleaved round{'s' if v.rounds != 1 else ''}"
+
+
 def study_summary(search_text: str, v: confirm_stats.Verdict, objectives: Mapping[str, str],
                   command: str | None = None) -> str:
     """The study's sentence once confirmed: the search's head ("In 21 measurements across 7
@@ -56,7 +70,10 @@ def more_command(record: Record, v: confirm_stats.Verdict, objectives: Mapping[s
     done = len(record.get("rounds", []))
     need = confirm_stats.more_rounds(v, candidates(record, metric), direction,
                                      most=4 * max(done, 5))
-    return f"tracker confirm {spec} --rounds {max(need or 2 * done, done + 3)}"
+    rounds = max(need or 2 * done, done + 3)
+    if v.design == "paired":  # --rounds counts rounds, each PAIRS_PER_ROUND pairs
+        rounds = -(-rounds // PAIRS_PER_ROUND)
+    return f"tracker confirm {spec} --rounds {rounds}"
 
 
 def sentence(v: confirm_stats.Verdict, objectives: Mapping[str, str],
@@ -70,7 +87,7 @@ def sentence(v: confirm_stats.Verdict, objectives: Mapping[str, str],
     base_ci = _value(metric, base.value, inner=True) if base.value else base_text
     if several:  # each round's figure is against that round's default: it has none itself
         base_text = base_ci = "each round compared with the default measured in it"
-    rounds = f"{v.rounds} interleaved round{'s' if v.rounds != 1 else ''}"
+    rounds = unit(v)
     win = v.scored.get(v.winner or "")
     best = ""
     if win is not None and win.improvement is not None:
@@ -106,7 +123,23 @@ def sentence(v: confirm_stats.Verdict, objectives: Mapping[str, str],
                 text += (f" ({v.chosen} chosen as the cheaper: lower p99 latency, then steadier "
                          "readings, then fewer instances)")
         text += "."
-    return text + ("" if several else swing_note(v))
+    why = f" Measured {v.design_reason}." if v.design_reason and v.design != "paired" else ""
+    return text + ("" if several else swing_note(v)) + why + pair_note(v)
+
+
+def pair_ratios(v: confirm_stats.Verdict) -> str:
+    """The best's per-pair ratios to the default (``1.27, 1.63, ...``: above 1 it is better),
+    or "" outside the paired design."""
+    win = v.scored.get(v.winner or "")
+    if v.design != "paired" or win is None or not win.ratios:
+        return ""
+    return ", ".join(f"{r:.2f}" for r in win.ratios)
+
+
+def pair_note(v: confirm_stats.Verdict) -> str:
+    """`` Per pair, trial-3 / default: 1.27, 1.63, ...`` (the paired design), or ""."""
+    text = pair_ratios(v)
+    return f" Per pair, {v.winner} / the default: {text}." if text else ""
 
 
 def _gain(iv: confirm_stats.Interval) -> str:
@@ -122,11 +155,15 @@ def headline(v: confirm_stats.Verdict) -> str:
         best = (f"; best {win.key} {win.improvement.estimate:+.0f}% ({_pct(win.improvement)})"
                 if win is not None and win.improvement is not None else "")
         word = "equivalent" if v.verdict == confirm_stats.OLD_NO_BETTER else v.verdict
-        return f"confirmed: {word} after {v.rounds} rounds, default kept{best}"
+        return f"confirmed: {word} after {_count(v)}, default kept{best}"
     chosen = v.scored[v.chosen].improvement
     assert chosen is not None
     return (f"confirmed: {v.verdict}, {v.chosen} {chosen.estimate:+.0f}% "
-            f"({_pct(chosen)}) in {v.rounds} rounds")
+            f"({_pct(chosen)}) in {_count(v)}")
+
+
+def _count(v: confirm_stats.Verdict) -> str:
+    return f"{v.rounds} {'pairs' if v.design == 'paired' else 'rounds'}"
 
 
 def swing_note(v: confirm_stats.Verdict) -> str:
@@ -192,5 +229,7 @@ def parent_metrics(v: confirm_stats.Verdict, objectives: Mapping[str, str]) -> d
 def parent_tags(v: confirm_stats.Verdict) -> dict[str, object]:
     swing = confirm_stats.swinging(v.scored)
     return {VERDICT_TAG: v.verdict, tags.CONFIRMED_TRIAL: trial_of(v.chosen),
+            tags.CONFIRM_DESIGN: v.design, tags.CONFIRM_DESIGN_REASON: v.design_reason,
+            tags.CONFIRM_PAIR_RATIOS: pair_ratios(v),
             tags.CONFIRM_TIED: ", ".join(v.tied), tags.CONFIRM_SWINGS: swing[0] if swing else ""}
 

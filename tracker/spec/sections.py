@@ -386,8 +386,9 @@ class ConfirmSection(SpecModel):
     rounds: PosInt = 10                 # the most rounds; they stop once the verdict is decided
     min_rounds: PosInt = 3
     tie_margin_pct: Annotated[float, Field(gt=0, lt=100)] = 5.0  # "equivalent" within it
-    budget_s: PosFloat | None = None    # measuring time of one confirmation; None: as long
-                                        # as the search's trials took
+    budget_s: PosFloat | None = None    # measuring time of one confirmation; None: a
+                                        # third of the search's (a quarter of the whole)
+    design: Literal["auto", "paired", "rounds"] = "auto"  # auto: paired where it can hold
 
     @model_validator(mode="after")
     def _rounds(self) -> ConfirmSection:

@@ -1,0 +1,246 @@
+"""The paired design of the confirmation: the best configuration and the default side by side.
+
+Rounds (:mod:`tracker.confirm.rounds`) serve one configuration at a time, so minutes pass
+between the best's measurement and the default's, and a neighbour's burst hits one and not the
+other. Here both are loaded into one server as two copies of the model under two names
+(``<model>__default`` and ``<model>__best``), and the load alternates between them in short
+blocks, the order within each pair drawn at random. A pair is one round of the record: one
+reading of each copy taken seconds apart, so what the machine does to one it does to the other
+and it cancels in the pair's ratio. The verdict (:mod:`tracker.confirm.stats`) is then the
+same as for rounds, on the pairs.
+
+Pairing cannot hold (:func:`choose` says why, and the confirmation runs in rounds) when
+
+- the best differs from the default in a server option (a knob ``server/<option>``): one
+  server cannot run with both values;
+- the configuration has several models (a pipeline, several entry models): their copies'
+  steps would have to be renamed inside ensembles and BLS code;
+- the two copies do not fit in GPU memory together (each trial's ``gpu_used_memory`` against
+  the server's GPUs' total, from NVML);
+- ``confirm.design: rounds`` asks for rounds.
+
+A block is the spec's load at the level each configuration was judged by, warmed by a few
+requests (the batcher's ramp) and then :data:`WINDOWS` windows; the window is sized from the
+search's throughput so that a block holds about :data:`BLOCK_REQUESTS` requests
+(docs/tuning.md, "Paired confirmation", says why these numbers).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tracker.confirm.record import LATENCY, Reading, RoundEntry
+from tracker.errors import TrackerError
+from tracker.measure.entry import EntryLoad
+from tracker.measure.sweep import sweep
+from tracker.search.objective import Scoring, pick_best_level
+from tracker.study.measured import serve_options
+from tracker.study.trial import configs, file_values
+from tracker.tracking.rows import fmt
+from tracker.triton.repository import TrialRepository, write_model
+
+if TYPE_CHECKING:
+    from tracker.measure.types import SweepLevel
+    from tracker.study.session import StudyContext
+    from tracker.tracking.rows import TrialRow
+    from tracker.triton.model_config import ModelConfig
+
+PAIRED, ROUNDS, AUTO = "paired", "rounds", "auto"
+DESIGNS = (AUTO, PAIRED, ROUNDS)
+#: knobs of the server's command line (``server/<option>``): one server cannot hold two values
+SERVER_KNOB = "server/"
+#: windows per block (the stability rule's three; a block is not retried)
+WINDOWS = 3
+#: requests a block aims at (its windows together), and the window's lower bound in ms (the
+#: upper: the spec's window_ms). 200 ms windows (0.6 s blocks) of the quickstart model at load
+#: 15 gave pair ratios from 0.23 to 2.02; 500 ms is the shortest window the quickstart's
+#: search itself found usable on 2 cores
+BLOCK_REQUESTS = 300
+MIN_WINDOW_MS = 500
+#: a GPU is "full" for two copies above this share of its memory
+GPU_SHARE = 0.9
+SUFFIX = {True: "__default", False: "__best"}
+
+
+@dataclass(frozen=True)
+class Design:
+    """How the confirmation measures: ``paired`` or ``rounds``, and why in words."""
+
+    name: str
+    reason: str
+
+    @property
+    def paired(self) -> bool:
+        return self.name == PAIRED
+
+
+def server_options(params: Mapping[str, object]) -> dict[str, object]:
+    """The server-option knobs (``server/<option>``) among a configuration's params."""
+    return {k: v for k, v in params.items() if k.startswith(SERVER_KNOB)}
+
+
+def option_difference(base: Mapping[str, object], best: Mapping[str, object]) -> str | None:
+    """The first server option in which two configurations' params differ, in words (None:
+    they run on the same server command line)."""
+    a, b = server_options(base), server_options(best)
+    for k in sorted(set(a) | set(b)):
+        if a.get(k) != b.get(k):
+            return (f"{k} ({a.get(k, 'unset')!r} for the default, {b.get(k, 'unset')!r} "
+                    "for the best)")
+    return None
+
+
+def too_big(used_mb: tuple[float | None, float | None], total_mb: float | None) -> str | None:
+    """Why two copies using ``used_mb`` of GPU memory (each trial's ``gpu_used_memory``) do
+    not fit in ``total_mb`` (None: they fit, or nothing is known: no GPU, no figure)."""
+    if total_mb is None or total_mb <= 0 or any(u is None for u in used_mb):
+        return None
+    both = sum(u or 0.0 for u in used_mb)
+    if both <= GPU_SHARE * total_mb:
+        return None
+    return (f"the two copies would need about {both:.0f} MB of GPU memory together, more than "
+            f"{100 * GPU_SHARE:.0f}% of the {total_mb:.0f} MB the server's GPUs have")
+
+
+def choose(ctx: StudyContext, rows: list[TrialRow], asked: str) -> Design:
+    """The design for the default ``rows[0]`` and the search's best ``rows[1]``."""
+    if asked == ROUNDS:
+        return Design(ROUNDS, "confirm.design is rounds")
+    base, best = rows[0], rows[1]
+    why = None
+    if (diff := option_difference(base.params, best.params)) is not None:
+        why = f"the best differs from the default in a server option, {diff}"
+    elif not ctx.configuration.single:
+        why = ("the configuration has several models; their copies' steps are not renamed, so "
+               "one server cannot hold both")
+    else:
+        why = too_big((base.metrics.get("gpu_used_memory"),
+                       best.metrics.get("gpu_used_memory")), _gpu_total_mb(ctx))
+    if why is not None:
+        return Design(ROUNDS, f"in rounds, not paired: {why}")
+    return Design(PAIRED, f"{best.name} and the default side by side in one server, in pairs "
+                          "of short blocks in random order")
+
+
+def _gpu_total_mb(ctx: StudyContext) -> float | None:
+    try:
+        gpus = ctx.server.gpu_set()
+    except TrackerError:
+        return None
+    totals = [g.memory_total_mb for g in gpus]
+    return sum(t for t in totals if t is not None) if totals and None not in totals else None
+
+
+def window_ms(throughputs: list[float | None], longest: int) -> int:
+    """The block's window: long enough for :data:`BLOCK_REQUESTS` requests over the block's
+    windows at the slower configuration's search throughput, within [MIN_WINDOW_MS, the
+    spec's window_ms]."""
+    known = [t for t in throughputs if t]
+    if not known:
+        return longest
+    want = 1000.0 * BLOCK_REQUESTS / WINDOWS / min(known)
+    return int(min(max(want, MIN_WINDOW_MS), longest))
+
+
+@dataclass
+class Pairs:
+    """The two copies served by the study's server, measured a pair at a time."""
+
+    ctx: StudyContext
+    rows: dict[int, TrialRow]         # by trial number: the default and the best
+    window: int                       # ms
+    served: dict[int, tuple[str, ModelConfig]] | None = None
+
+    def setup(self, workdir: Path) -> None:
+        """Write both copies into one repository and serve it (TrackerError when either
+        copy does not load)."""
+        ctx = self.ctx
+        written: dict[int, TrialRepository] = {}
+        for n, row in self.rows.items():
+            cfgs, _ = configs(ctx, dict(row.params), row.baseline)
+            cfg = cfgs[ctx.configuration.entry]
+            copy = type(cfg)()
+            copy.CopyFrom(cfg)
+            copy.name = f"{ctx.configuration.entry}{SUFFIX[row.baseline]}"
+            written[n] = write_model(workdir, ctx.info, copy, serving=ctx.serving,
+                                     options=serve_options(ctx.spec),
+                                     files=file_values(dict(row.params), row.baseline))
+        last = list(written.values())[-1]
+        repo = replace(last, models=tuple((r.model_name, r.served_config)
+                                          for r in written.values()),
+                       productions={r.model_name: r.production_config
+                                    for r in written.values()})
+        ctx.server.apply_trial(repo)
+        self.served = {n: (r.model_name, r.served_config) for n, r in written.items()}
+
+    def block(self, n: int) -> list[SweepLevel]:
+        """One block of trial ``n``'s copy at its level (the sweep's one level)."""
+        assert self.served is not None
+        name, served = self.served[n]
+        load = self.ctx.spec.load
+        level = float(self.rows[n].concurrency or 1)
+        short = load.model_copy(update={
+            "max_tries": WINDOWS, "window_ms": self.window, "window_requests": None,
+            "warmup_requests": min(load.warmup_requests, max(4, 2 * int(level)))})
+        return sweep(self.ctx.server.endpoints, {name: EntryLoad(served, short, [level])},
+                     dict(self.ctx.spec.constraints)).levels
+
+    def pair(self, order: list[int], say: Callable[[str], None],
+             label: str) -> dict[str, Reading]:
+        """One pair: a block of each copy in ``order``; each one's reading."""
+        objectives = dict(self.ctx.spec.objectives)
+        metric = next(iter(objectives))
+        out: dict[str, Reading] = {}
+        for n in order:
+            t0 = time.monotonic()
+            try:
+                name = self.served[n][0] if self.served else str(n)
+                choice = pick_best_level(self.block(n), dict(self.ctx.spec.constraints),
+                                         objectives, Scoring([name], _bare))
+            except TrackerError as err:
+                out[str(n)] = {"error": str(err)[:500],
+                               "seconds": round(time.monotonic() - t0, 2)}
+                say(f"confirm {label}: {self.rows[n].name} failed: "
+                    f"{str(err).splitlines()[0][:200]}")
+                continue
+            got = choice.metrics
+            out[str(n)] = {metric: got.get(metric), LATENCY: got.get(LATENCY),
+                           "feasible": choice.feasible, "concurrency": choice.concurrency,
+                           "seconds": round(time.monotonic() - t0, 2)}
+        return out
+
+
+def _bare(_entry: str, metric: str) -> str:
+    """One copy's metrics under their bare names, as one model's trials have them."""
+    return metric
+
+
+def order_of(seed: int, index: int, pair: list[int]) -> list[int]:
+    """The random order of pair ``index`` (reproducible from the confirmation's seed)."""
+    got = list(pair)
+    random.Random(seed * 1000 + index).shuffle(got)
+    return got
+
+
+def pair_line(rnd: RoundEntry, base: int, index: int, metric: str) -> str:
+    """``confirm pair 3: trial-4 31.2 infer/s, then trial-0 20.1 infer/s  x1.55``."""
+    results = rnd["results"]
+    parts = [f"trial-{n} {fmt(metric, float(results[str(n)].get(metric) or 0.0))}"
+             for n in rnd["order"] if results.get(str(n), {}).get(metric) is not None]
+    other = next((n for n in rnd["order"] if n != base), base)
+    ratio = ratio_text(results.get(str(other), {}), results.get(str(base), {}), metric)
+    return f"confirm pair {index}: {', then '.join(parts)}{'  ' + ratio if ratio else ''}"
+
+
+def ratio_text(reading: Mapping[str, Any], base: Mapping[str, Any], metric: str) -> str:
+    """``x1.42`` for a pair (the best over the default on the first objective), or ""."""
+    a, b = reading.get(metric), base.get(metric)
+    if not isinstance(a, int | float) or not isinstance(b, int | float) or not b:
+        return ""
+    return f"x{a / b:.2f}"
+
