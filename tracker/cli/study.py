@@ -49,9 +49,8 @@ def check_command(spec_path: Path) -> None:
     Builds the model first when the spec's `model.build` script has not made it yet.
     Exit status 1, with one line per problem, when the spec is invalid.
     """
-    from tracker.search.summary import check
     from tracker.spec import ensure_model, load_spec
-    from tracker.study.measured import check_servable
+    from tracker.study.measured import check_study
     from tracker.triton.configuration import configuration_of
     from tracker.triton.server.modes import make_server
 
@@ -59,10 +58,8 @@ def check_command(spec_path: Path) -> None:
     if not spec.model.path.exists() and spec.model.build is not None:
         click.echo(f"building {spec.model.path.name} with {spec.model.build.name} ...", err=True)
     ensure_model(spec)
-    info = configuration_of(spec.model)
-    text = check(spec, info)
-    check_servable(spec, info, make_server(spec.server))  # constructed, never started
-    click.echo(text)
+    conf = configuration_of(spec.model)
+    click.echo(check_study(spec, conf, make_server(spec.server)))  # constructed, never started
 
 
 # -- tuning studies (tracker/study/, docs/tuning.md) --
