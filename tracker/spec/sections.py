@@ -76,18 +76,15 @@ class ServerSection(SpecModel):
     """Which Triton serves the trials and how a trial's config reaches it."""
 
     mode: LaunchModeName = "local"
-    """local: a tritonserver process here; docker: a container of `image`; remote: an existing
-    server at `url`."""
+    """local: a tritonserver here; docker: a container of `image`; remote: a server at `url`."""
     strategy: Literal["restart", "reload"] = "restart"
-    """restart the server over the trial's repository, or reload the model with a config override;
-    remote fills in reload."""
+    """restart the server per trial, or reload the model with a new config (remote: reload)."""
     binary: Annotated[Path | None, Field(strict=False)] = None
     """local: the tritonserver binary (default: the nvidia-pytriton wheel's)."""
     image: str = "nvcr.io/nvidia/tritonserver:24.10-py3"
     """docker: the Triton image."""
     gpus: Annotated[list[int] | Literal["all"] | None, BeforeValidator(_gpus)] = None
-    """local and docker: 'all' or a list of GPU indices (CUDA_VISIBLE_DEVICES for local, a device
-    request for docker)."""
+    """local and docker: 'all' or a list of GPU indices the server may use."""
     shm_size: str = "1g"
     """docker: shared memory size, like '1g' or '512m'."""
     network: Literal["host", "bridge"] = "host"
@@ -107,14 +104,11 @@ class ServerSection(SpecModel):
     startup_timeout_s: PosFloat = 120.0
     """Seconds to wait for the server (and a loaded model) to be ready."""
     backend: ServingChoice = "auto"
-    """How an ONNX model is served: onnxruntime, python (through the onnxruntime shim), or auto
-    (native when the server has it)."""
+    """How an ONNX model is served: onnxruntime, python (the shim), auto (native if there)."""
     ort_intra_op_threads: Annotated[int, Field(ge=0)] | None = None
-    """onnxruntime's intra-op threads (0: its own default); not with a searched
-    parameters.intra_op_thread_count."""
+    """onnxruntime's intra-op threads (0: its default); not with the same knob searched."""
     ort_inter_op_threads: Annotated[int, Field(ge=0)] | None = None
-    """onnxruntime's inter-op threads (0: its own default); not with a searched
-    parameters.inter_op_thread_count."""
+    """onnxruntime's inter-op threads (0: its default); not with the same knob searched."""
 
     @field_validator("binary")
     @classmethod
@@ -205,8 +199,7 @@ class LoadSection(SpecModel):
     warmup_requests: Annotated[int, Field(ge=0)] = 20
     """Requests sent and discarded before measuring."""
     input_data: Annotated[Path | None, Field(strict=False)] = None
-    """A .json or .npz file with the inputs to send (default: random data shaped after the config).
-    """
+    """A .json or .npz file of inputs to send (default: random data shaped after the config)."""
     batch_size: PosInt = 1
     """The batch size of each request (above 1 the model must batch)."""
     protocol: Literal["grpc", "http"] = "grpc"
@@ -301,20 +294,13 @@ class SearchSection(SpecModel):
     patience: PosInt | None = None
     """Stop after this many trials without improvement."""
     study_name: Annotated[str, Field(min_length=1)] | None = None
-    """The Optuna study name (default: the model name); the same name and storage resume the study.
-    """
+    """The Optuna study name (default: the model name); name and storage resume a study."""
     storage: str | None = None
     """An Optuna storage URL (default: optuna.db beside the MLflow sqlite database)."""
     space: dict[SpaceKey, SpaceValue] = Field(default_factory=dict)
-    """Knob (a config.pbtxt field path, or concurrency) -> a list of choices, one pinned value or a
-    range (default: derived from the model)."""
-    # "guided": each trial's sweep starts at the best feasible trial's level (before there is
-    # one, at Model Analyzer's concurrency formula) and walks from there
-    # (tracker/search/sweep_plan.py); "full": every level from the lowest up, with the
-    # sweep's stop rules
-    sweep: Literal["guided", "full"] = "guided"
-    """guided: each trial's sweep starts at the best feasible trial's level; full: every level from
-    the lowest up."""
+    """Knob -> a list of choices, one pinned value or a range (default: from the model)."""
+    sweep: Literal["guided", "full"] = "guided"  # guided: tracker/search/sweep_plan.py
+    """guided: start each sweep at the best trial's level; full: every level from the lowest."""
 
     @field_validator("storage")
     @classmethod
@@ -383,11 +369,10 @@ class ConfirmSection(SpecModel):
     """The most rounds; they stop as soon as the verdict is decided."""
     min_rounds: PosInt = 3
     """Rounds before the confirmation may stop (min_rounds <= rounds)."""
-    tie_margin_pct: Annotated[float, Field(gt=0, lt=100)] = 5.0  # "equivalent" within it
+    tie_margin_pct: Annotated[float, Field(gt=0, lt=100)] = 5.0
     """equivalent: no configuration beats the default by more than this percent."""
     budget_s: PosFloat | None = None
     """Measuring time of one confirmation (default: as long as the search's trials took)."""
-                                        # as the search's trials took
 
     @model_validator(mode="after")
     def _rounds(self) -> ConfirmSection:
