@@ -101,3 +101,13 @@ def _left_behind(root: Path) -> list[int]:
         if any(str(root) in part for part in proc.info["cmdline"] or ()):
             found.append(proc.pid)
     return found
+
+
+def test_no_page_names_a_page_the_repository_lacks() -> None:
+    """Every ``*.md`` a page names (README.md, docs/*.md) is in the repository."""
+    pages = [README, *sorted((REPO / "docs").glob("*.md"))]
+    missing = [f"{page.relative_to(REPO)}: {name}" for page in pages
+               for name in sorted(set(re.findall(r"(?<![\w/.-])([\w/.-]+\.md)\b",
+                                                 page.read_text(encoding="utf-8"))))
+               if not any((base / name).exists() for base in (REPO, REPO / "docs"))]
+    assert missing == []
