@@ -70,10 +70,13 @@ def _copy(dest: Path) -> Path:
         if source.is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / name)
-    bin_dir = dest / ".venv" / "bin"
-    bin_dir.mkdir(parents=True)
-    for tool in Path(sys.executable).parent.iterdir():
-        (bin_dir / tool.name).symlink_to(tool)
+    venv, real = dest / ".venv", Path(sys.prefix)
+    (venv / "bin").mkdir(parents=True)
+    for entry in real.iterdir():  # pyvenv.cfg and lib/ make .venv/bin/python this venv's
+        if entry.name not in ("bin", ".gitignore") and not entry.name.startswith(".installed"):
+            (venv / entry.name).symlink_to(entry)
+    for tool in (real / "bin").iterdir():
+        (venv / "bin" / tool.name).symlink_to(tool)
     digest = hashlib.sha1(b"".join((dest / f).read_bytes() for f in
                                    ("pyproject.toml", "requirements.lock"))).hexdigest()[:12]
     (dest / ".venv" / f".installed-{digest}").touch()
