@@ -11,7 +11,7 @@ from pydantic import Field
 
 from tracker.cli import cli
 from tracker.cli import reference as ref
-from tracker.cli.reference_spec import undocumented
+from tracker.cli.reference_spec import spec_tables, undocumented
 from tracker.metrics import CATALOG, Metric
 from tracker.spec import ConfirmSection, StudySpec
 
@@ -33,6 +33,17 @@ def test_every_flag_has_help() -> None:
     bare = [f"tracker {name} {p.opts[0]}" for name, command in cli.commands.items()
             for p in command.params if isinstance(p, click.Option) and not p.help]
     assert not bare, f"flags without help text: {bare}"
+
+
+def test_the_spec_tables_say_types_defaults_and_bounds() -> None:
+    rows = {f"{path}.{row[0].strip('`')}": row for path, rows in
+            spec_tables(StudySpec)
+            for row in rows}
+    assert rows["server.startup_timeout_s"][1:4] == ("number", "`120`", "> 0")
+    assert rows["load.stability_pct"][3] == "> 0; <= 100"
+    assert rows["search.study_name"][1:4] == ("string", "none", "not empty")
+    assert rows["server.mode"][3] == "`local`, `docker`, `remote`"
+    assert rows["confirm.rounds"][1:4] == ("integer", "`10`", ">= 1")
 
 
 # -- self-tests: each kind of addition without its line is caught ---------------------------

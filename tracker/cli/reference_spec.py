@@ -104,7 +104,7 @@ def field_row(name: str, field: FieldInfo, walk: Walk) -> Row:
         bounds = ["not empty" if b.startswith("at least 1 ") else b for b in bounds]
     if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
         text = "section"
-    return (f"`{name}`", text, _default(field), "; ".join(dict.fromkeys(allowed)),
+    return (f"`{name}`", text, _default(field), "; ".join(dict.fromkeys(allowed + bounds)),
             " ".join((field.description or "").split()))
 
 
