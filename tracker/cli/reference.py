@@ -22,7 +22,7 @@ from pathlib import Path
 import click
 
 from tracker.cli.reference_spec import spec_tables
-from tracker.metrics import CATALOG, WEIGHTED_GAIN, Metric
+from tracker.metrics import CATALOG, Metric
 
 COMMAND = "python -m tracker.cli.reference"
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,8 +127,7 @@ def cli_blocks(group: click.Group | None = None) -> list[Block]:
 def metric_blocks(catalog: Sequence[Metric] = CATALOG) -> list[Block]:
     """The catalog as one table: name, better, unit, where the value comes from, CSV column."""
     rows = [(f"`{m.name}`", m.better, m.unit or "(a ratio)",
-             "the load generator" if m.field else "the study's objective"
-             if m.name == WEIGHTED_GAIN else "a monitor",
+             "the load generator" if m.field else "a monitor" if m.unit else "the others",
              f"`{m.column}`" if m.column else "") for m in catalog]
     return [Block(SPEC_PAGE, "metrics", "### The metric catalog", table(
         ("metric", "better", "unit", "measured by", "perf_analyzer CSV column"), rows))]

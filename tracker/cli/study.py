@@ -50,7 +50,7 @@ def check_command(spec_path: Path) -> None:
     Exit status 1, with one line per problem, when the spec is invalid.
     """
     from tracker.spec import ensure_model, load_spec
-    from tracker.study.measured import check_study
+    from tracker.study.session import check_study
     from tracker.triton.configuration import configuration_of
     from tracker.triton.server.modes import make_server
 

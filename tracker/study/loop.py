@@ -33,12 +33,13 @@ from tracker.search.storage import make_storage, storage_lock, worker_identity
 from tracker.search.workers import ask_within_budget, budget, heartbeat
 from tracker.spec import StudySpec
 from tracker.study.conclude import finish_study
-from tracker.study.measured import check_study, resolve_serving
+from tracker.study.measured import resolve_serving
 from tracker.study.progress import Progress
 from tracker.study.session import (
     Session,
     StudyContext,
     TuneOptions,
+    check_study,
     received_signal,
     shielded,
 )

@@ -221,17 +221,6 @@ def check_servable(spec: StudySpec, info: ModelInfo | Configuration,
         raise ModelError(why)
 
 
-def check_study(spec: StudySpec, conf: Configuration, server: TritonServer) -> str:
-    """What ``tracker check`` checks, and ``tracker tune`` before anything is measured: the
-    spec against the model (knobs, input data, streaming), then whether ``server`` (not
-    started) can serve it. SpecError or ModelError (the CLI prints it and exits 1); else the
-    study in words, as ``tracker check`` prints it."""
-    from tracker.search.summary import check
-
-    text = check(spec, conf)
-    check_servable(spec, conf, server)
-    return text
-
 
 def ort_threads(spec: StudySpec) -> tuple[int | None, int | None]:
     return (spec.server.ort_intra_op_threads, spec.server.ort_inter_op_threads)
