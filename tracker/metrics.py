@@ -1,6 +1,6 @@
 """The metric catalog: every metric a trial can be judged by, and the load knobs.
 
-One entry per metric (DESIGN.md's names, Model Analyzer's): which way is better, its unit,
+One entry per metric (Model Analyzer's names): which way is better, its unit,
 the :class:`~tracker.measure.types.Measurement` field that holds it (None: a monitor's figure,
 in ``Measurement.monitors``) and its perf_analyzer CSV column (None: not in the file). The spec
 (objective/constraint names), the Measurement's ``metrics()``, the CSV reader and the report's

@@ -46,8 +46,10 @@ def _deploy_settings(url: str | None, repository: str | None, serving: str | Non
 @click.option("--name", "deployment_name", help="Triton model name to serve the (first) entry "
               "model as (default: the spec's (first) model name; the study name without "
               "SPEC).")
-@click.option("--stage", default="Production", show_default=True)
-@click.option("--alias", default="production", show_default=True)
+@click.option("--stage", default="Production", show_default=True,
+              help="Registry stage to move the version to.")
+@click.option("--alias", default="production", show_default=True,
+              help="Alias to point at the version.")
 @click.option("--no-deploy", is_flag=True, help="Register, stage and alias only.")
 @click.option("--force", is_flag=True, help="Promote the best configuration even when the "
               "confirmation keeps the default (equivalent or inconclusive).")
@@ -111,8 +113,10 @@ def promote_command(spec_path: Path | None, study_name: str | None, storage: str
               help="Seconds between polls of the registry.")
 @click.option("--model", "models", multiple=True, help="Registered model to watch (repeatable; "
               "default: every model tagged tracker.flavor=triton).")
-@click.option("--stage", default="Production", show_default=True)
-@click.option("--alias", default="production", show_default=True)
+@click.option("--stage", default="Production", show_default=True,
+              help="Deploy each version that enters this stage.")
+@click.option("--alias", default="production", show_default=True,
+              help="Deploy each version that receives this alias.")
 @click.option("--once", is_flag=True, help="Poll once and exit.")
 @_deploy_options
 def watch_command(interval: float, models: tuple[str, ...], stage: str, alias: str, once: bool,
@@ -138,8 +142,10 @@ def watch_command(interval: float, models: tuple[str, ...], stage: str, alias: s
 @cli.command("status")
 @click.option("--model", "models", multiple=True, help="Registered model to show (repeatable; "
               "default: every model tagged tracker.flavor=triton).")
-@click.option("--stage", default="Production", show_default=True)
-@click.option("--alias", default="production", show_default=True)
+@click.option("--stage", default="Production", show_default=True,
+              help="Registry stage to show.")
+@click.option("--alias", default="production", show_default=True,
+              help="Alias to show.")
 @_deploy_options
 def status_command(models: tuple[str, ...], stage: str, alias: str, **options: Any) -> None:
     """What Triton serves and what the registry says (stage, alias, deploy status)."""
@@ -150,9 +156,12 @@ def status_command(models: tuple[str, ...], stage: str, alias: str, **options: A
 
 @cli.command("serve")
 @click.argument("repository", type=click.Path(path_type=Path, file_okay=False))
-@click.option("--grpc-port", default=8001, show_default=True, type=int)
-@click.option("--http-port", default=8000, show_default=True, type=int)
-@click.option("--metrics-port", default=8002, show_default=True, type=int)
+@click.option("--grpc-port", default=8001, show_default=True, type=int,
+              help="The server's gRPC port.")
+@click.option("--http-port", default=8000, show_default=True, type=int,
+              help="The server's HTTP port.")
+@click.option("--metrics-port", default=8002, show_default=True, type=int,
+              help="The server's metrics port.")
 @click.option("--log-dir", type=click.Path(path_type=Path, file_okay=False),
               help="Where the server log goes (default: a temporary folder).")
 def serve_command(repository: Path, grpc_port: int, http_port: int, metrics_port: int,

@@ -49,9 +49,8 @@ def check_command(spec_path: Path) -> None:
     Builds the model first when the spec's `model.build` script has not made it yet.
     Exit status 1, with one line per problem, when the spec is invalid.
     """
-    from tracker.search.summary import check
     from tracker.spec import ensure_model, load_spec
-    from tracker.study.measured import check_servable
+    from tracker.study.session import check_study
     from tracker.triton.configuration import configuration_of
     from tracker.triton.server.modes import make_server
 
@@ -59,10 +58,8 @@ def check_command(spec_path: Path) -> None:
     if not spec.model.path.exists() and spec.model.build is not None:
         click.echo(f"building {spec.model.path.name} with {spec.model.build.name} ...", err=True)
     ensure_model(spec)
-    info = configuration_of(spec.model)
-    text = check(spec, info)
-    check_servable(spec, info, make_server(spec.server))  # constructed, never started
-    click.echo(text)
+    conf = configuration_of(spec.model)
+    click.echo(check_study(spec, conf, make_server(spec.server)))  # constructed, never started
 
 
 # -- tuning studies (tracker/study/, docs/tuning.md) --
@@ -80,8 +77,9 @@ def check_command(spec_path: Path) -> None:
 @click.option("--storage", help="Optuna storage URL, e.g. postgresql://user@host/db "
               "(default: search.storage, else optuna.db beside the MLflow sqlite database). "
               "${VAR} is read from the environment.")
-@click.option("--sampler", type=_Choice(list(SAMPLERS)))
-@click.option("--seed", type=_Optional(int))
+@click.option("--sampler", type=_Choice(list(SAMPLERS)),
+              help="Optuna sampler (overrides search.sampler).")
+@click.option("--seed", type=_Optional(int), help="Sampler seed (overrides search.seed).")
 @click.option("--patience", type=_Optional(int),
               help="Stop after this many trials without improvement.")
 @click.option("--mode", type=_Choice(list(MODES)),
@@ -162,8 +160,10 @@ def confirm_command(spec_path: Path, study_name: str | None, storage: str | None
               help="Set a config field (or concurrency) by its path; repeatable.")
 @click.option("--set-all", "set_all", default="", metavar="'PATH=VALUE ...'",
               help="Several PATH=VALUE separated by spaces (the MLproject's `set`).")
-@click.option("--mode", type=_Choice(list(MODES)))
-@click.option("--strategy", type=_Choice(["restart", "reload"]))
+@click.option("--mode", type=_Choice(list(MODES)),
+              help="Server launch mode (overrides server.mode).")
+@click.option("--strategy", type=_Choice(["restart", "reload"]),
+              help="How the config reaches the server (overrides server.strategy).")
 @click.option("--url", help="Remote server gRPC host:port.")
 @click.option("--image", help="Docker image.")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False,

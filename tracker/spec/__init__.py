@@ -90,14 +90,22 @@ class StudySpec(SpecModel):
     """A whole study. ``source`` is the spec file; ``base_dir`` its folder."""
 
     model: ModelSection
+    """Which model (or repository of models) to tune."""
     server: ServerSection = Field(default_factory=ServerSection)
+    """Which Triton serves the trials and how a trial's config reaches it."""
     load: LoadSection = Field(default_factory=LoadSection)
+    """How each configuration is measured: the load sweep and its stability windows."""
     objectives: Annotated[dict[MetricName, Direction], AfterValidator(_objectives)] = Field(
         default_factory=_default_objectives)
+    """Metric name -> maximize or minimize: one objective, or two for a Pareto front."""
     constraints: dict[MetricName, Bound] = Field(default_factory=dict)
+    """Metric name -> {max, min}: limits a configuration must meet to be feasible."""
     search: SearchSection = Field(default_factory=SearchSection)
+    """How configurations are chosen: the sampler, the budget and the search space."""
     mlflow: MlflowSection = Field(default_factory=MlflowSection)
+    """Where results are tracked and which registered model receives the winner."""
     confirm: ConfirmSection = Field(default_factory=ConfirmSection)
+    """The confirmation after the search: the best and the default re-measured."""
 
     _source: Path | None = PrivateAttr(default=None)
     _base_dir: Path | None = PrivateAttr(default=None)

@@ -17,6 +17,10 @@ class RepeatSection(SpecModel):
     that many times, or the rows of ``load.input_data`` after the first ``hot``)."""
 
     pct: Annotated[float, Field(ge=0, lt=100)]
+    """The percent of requests that repeat a hot request."""
     hot: Annotated[int, Field(ge=1)] = 16
+    """How many distinct requests are repeated."""
     distinct: Annotated[int, Field(ge=1)] = 20000
+    """Distinct (never repeated) requests per pass over the sequence."""
     seed: Annotated[int, Field(ge=0)] = 0
+    """Seed of the order in which repeats and distinct requests come."""

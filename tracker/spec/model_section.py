@@ -19,7 +19,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
 class SpecModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
 
 
 def resolve_path(value: Path | None, info: ValidationInfo) -> Path | None:
@@ -42,10 +42,18 @@ class ModelSection(SpecModel):
     from its config)."""
 
     name: str | Annotated[list[str], Field(min_length=1)]
+    """Triton model name (also the default study, experiment and registered-model name); a list:
+    independent entry models served and measured together."""
     path: Annotated[Path, Field(strict=False)]
+    """An .onnx file, a Triton model directory of any backend, or a model repository (a pipeline);
+    relative to the spec's folder."""
     config: Annotated[Path | None, Field(strict=False)] = None
+    """A base config.pbtxt whose fields win over the defaults derived from the model."""
     build: Annotated[Path | None, Field(strict=False)] = None
+    """A Python script run as `python BUILD OUTPUT_PATH` to make `path` when it is missing."""
     composing: list[str] = Field(default_factory=list)
+    """With a repository: the models a BLS entry model calls (an ensemble's steps are read from its
+    config)."""
 
     @field_validator("name", "composing")
     @classmethod
@@ -61,6 +69,7 @@ class ModelSection(SpecModel):
     #: several independent entry models: each one's weight in the study's objective
     #: (weighted_gain, Model Analyzer's ``weighting``); unset: 1 each
     weights: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] | None = None
+    """Several entry models: each one's weight in weighted_gain (unset: 1 each)."""
 
     @model_validator(mode="after")
     def _entries(self) -> ModelSection:

@@ -32,11 +32,9 @@ from tracker.samplers import SAMPLERS
 from tracker.serving import ServingChoice
 from tracker.spec.checks import (
     check_knob,
-    check_range,
     check_space_value_shape,
     knob_path,
     knob_value_problems,
-    parse_number,
 )
 from tracker.spec.fields import config_field
 from tracker.spec.load_repeat import RepeatSection
@@ -46,11 +44,14 @@ from tracker.spec.model_section import SpecModel as SpecModel  # re-exported
 from tracker.spec.model_section import resolve_path
 from tracker.spec.server_options import ServerOptions, section_problems, server_field, server_knob
 from tracker.spec.streaming import StreamSection
+from tracker.spec.values import Bound as Bound  # re-exported
+from tracker.spec.values import ConcurrencyRange as ConcurrencyRange  # re-exported
+from tracker.spec.values import PosInt
+from tracker.spec.values import Range as Range  # re-exported
 
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16)
 
 
-PosInt = Annotated[int, Field(ge=1)]
 PosFloat = Annotated[float, Field(gt=0)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 Scalar: TypeAlias = bool | int | float | str
@@ -77,23 +78,41 @@ class ServerSection(SpecModel):
     """Which Triton serves the trials and how a trial's config reaches it."""
 
     mode: LaunchModeName = "local"
+    """local: a tritonserver here; docker: a container of `image`; remote: a server at `url`."""
     strategy: Literal["restart", "reload"] = "restart"
+    """restart the server per trial, or reload the model with a new config (remote: reload)."""
     binary: Annotated[Path | None, Field(strict=False)] = None
+    """local: the tritonserver binary (default: the nvidia-pytriton wheel's)."""
     image: str = "nvcr.io/nvidia/tritonserver:24.10-py3"
+    """docker: the Triton image."""
     gpus: Annotated[list[int] | Literal["all"] | None, BeforeValidator(_gpus)] = None
+    """local and docker: 'all' or a list of GPU indices the server may use."""
     shm_size: str = "1g"
+    """docker: shared memory size, like '1g' or '512m'."""
     network: Literal["host", "bridge"] = "host"
+    """docker: the container's network."""
     http_port: Port | None = None
+    """local/docker: a fixed HTTP port instead of a free one."""
     grpc_port: Port | None = None
+    """local/docker: a fixed gRPC port instead of a free one."""
     metrics_port: Port | None = None
+    """local/docker: a fixed metrics port instead of a free one."""
     url: str | None = None
+    """remote: the server's gRPC host:port (required for remote)."""
     http_url: str | None = None
+    """remote: the server's HTTP endpoint, when you have it."""
     metrics_url: str | None = None
+    """remote: the server's metrics URL, when you have it."""
     startup_timeout_s: PosFloat = 120.0
+    """Seconds to wait for the server (and a loaded model) to be ready."""
     backend: ServingChoice = "auto"
+    """How an ONNX model is served: onnxruntime, python (the shim), auto (native if there)."""
     ort_intra_op_threads: Annotated[int, Field(ge=0)] | None = None
+    """onnxruntime's intra-op threads (0: its default); not with the same knob searched."""
     ort_inter_op_threads: Annotated[int, Field(ge=0)] | None = None
-    options: ServerOptions = Field(default_factory=ServerOptions)  # spec/server_options.py
+    """onnxruntime's inter-op threads (0: its default); not with the same knob searched."""
+    options: ServerOptions = Field(default_factory=ServerOptions)
+    """tritonserver options: cache, rate limiter, backend config, memory pools, other flags."""
 
     @field_validator("binary")
     @classmethod
@@ -141,27 +160,6 @@ class ServerSection(SpecModel):
         return self
 
 
-class ConcurrencyRange(SpecModel):
-    """``{start: 1, stop: 64}``: start, doubling while <= stop (1, 2, 4, ..., 64)."""
-
-    start: PosInt = 1
-    stop: PosInt
-
-    @model_validator(mode="after")
-    def _order(self) -> ConcurrencyRange:
-        if self.start > self.stop:
-            raise problem(f"`start <= stop` must hold, but got (start={self.start}, "
-                          f"stop={self.stop})")
-        return self
-
-    def levels(self) -> list[int]:
-        out, level = [], self.start
-        while level <= self.stop:
-            out.append(level)
-            level *= 2
-        return out
-
-
 def _list_or_range(value: object) -> str:
     return "@range" if isinstance(value, Mapping | BaseModel) else "@list"
 
@@ -190,23 +188,40 @@ class LoadSection(SpecModel):
     """How each configuration is measured: the concurrency sweep and its stability windows."""
 
     concurrency: Concurrency = Field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
+    """The concurrency levels to sweep: a list, one number, or {start, stop}."""
     request_rate: Annotated[list[PosFloat], Field(min_length=1)] | None = None
+    """Open-loop request rates (requests/s) to sweep instead of concurrency."""
     arrival: Literal["constant", "poisson"] = "constant"
+    """With request_rate: constant or poisson inter-arrival times."""
     window_ms: PosInt = 1000
+    """Length of one measurement window, in milliseconds."""
     window_requests: PosInt | None = None
+    """Count windows by requests instead of time."""
     stability_pct: Annotated[float, Field(gt=0, le=100)] = 10.0
+    """Windows are stable when throughput and latency agree within this percent."""
     max_tries: PosInt = 10
+    """Windows tried at one level before it is reported unstable."""
     warmup_requests: Annotated[int, Field(ge=0)] = 20
+    """Requests sent and discarded before measuring."""
     input_data: Annotated[Path | None, Field(strict=False)] = None
-    repeat: RepeatSection | None = None  # repeated inputs (spec/load_repeat.py)
+    """A .json or .npz file of inputs to send (default: random data shaped after the config)."""
+    repeat: RepeatSection | None = None
+    """A share of requests that repeat a few hot inputs (so a response cache can hit)."""
     batch_size: PosInt = 1
+    """The batch size of each request (above 1 the model must batch)."""
     protocol: Literal["grpc", "http"] = "grpc"
+    """The client protocol."""
     processes: PosInt = 1
+    """Client processes generating the load."""
     max_error_pct: Annotated[float, Field(ge=0, le=100)] = 1.0
+    """A level with more failed requests than this percent fails the measurement."""
     request_timeout_s: PosFloat = 10.0
-    stream: StreamSection = Field(default_factory=StreamSection)  # spec/streaming.py
+    """A request taking longer counts as failed."""
+    stream: StreamSection = Field(default_factory=StreamSection)
+    """How a streaming (decoupled) model is measured (docs/streaming.md)."""
     #: several independent models: each one's changes to this load (docs/pipelines.md)
     models: dict[str, dict[str, object]] = Field(default_factory=dict)
+    """Several entry models: {model: {load key: value}}, each one's changes to this load."""
 
     @model_validator(mode="after")
     def _per_model(self, info: ValidationInfo) -> LoadSection:
@@ -259,41 +274,6 @@ class LoadSection(SpecModel):
         return sorted(set(self.concurrency))
 
 
-class Bound(SpecModel):
-    """A constraint on one metric: ``{max: 10}``, ``{min: 100}`` or both."""
-
-    max: float | None = None
-    min: float | None = None
-
-    @model_validator(mode="after")
-    def _some(self) -> Bound:
-        if self.max is None and self.min is None:
-            raise problem("needs `max` or `min` (or both), e.g. {max: 10}")
-        if self.max is not None and self.min is not None and self.min > self.max:
-            raise problem(f"`min <= max` must hold, but got (min={self.min:g}, max={self.max:g})")
-        return self
-
-
-class Range(SpecModel):
-    """A numeric search range: ``{low: 1, high: 64, step: 1, log: false}``."""
-
-    low: Annotated[int | float, BeforeValidator(parse_number)]
-    high: Annotated[int | float, BeforeValidator(parse_number)]
-    step: Annotated[int | float | None, BeforeValidator(parse_number)] = None
-    log: bool = False
-
-    @model_validator(mode="after")
-    def _valid(self) -> Range:
-        check_range(self.low, self.high, self.step, self.log)
-        return self
-
-    @property
-    def is_int(self) -> bool:
-        """True when low, high and step are all integers (an integer range)."""
-        return all(isinstance(v, int) for v in (self.low, self.high, self.step)
-                   if v is not None)
-
-
 SpaceValue = Annotated[
     Union[  # noqa: UP007
         Annotated[list[Scalar], Field(min_length=1), BeforeValidator(check_space_value_shape),
@@ -311,18 +291,23 @@ class SearchSection(SpecModel):
     """How configurations are chosen: the Optuna sampler, the budget and the search space."""
 
     sampler: SamplerName = "tpe"
+    """The Optuna sampler (grid: every configuration, needs a finite space)."""
     n_trials: PosInt = 20
+    """Complete trials the study should hold."""
     timeout_s: PosFloat | None = None
+    """Stop starting new trials after this many seconds."""
     seed: Annotated[int, Field(ge=0)] | None = None
+    """Sampler seed, for a repeatable sequence of trials."""
     patience: PosInt | None = None
+    """Stop after this many trials without improvement."""
     study_name: Annotated[str, Field(min_length=1)] | None = None
+    """The Optuna study name (default: the model name); name and storage resume a study."""
     storage: str | None = None
+    """An Optuna storage URL (default: optuna.db beside the MLflow sqlite database)."""
     space: dict[SpaceKey, SpaceValue] = Field(default_factory=dict)
-    # "guided": each trial's sweep starts at the best feasible trial's level (before there is
-    # one, at Model Analyzer's concurrency formula) and walks from there
-    # (tracker/search/sweep_plan.py); "full": every level from the lowest up, with the
-    # sweep's stop rules
-    sweep: Literal["guided", "full"] = "guided"
+    """Knob -> a list of choices, one pinned value or a range (default: from the model)."""
+    sweep: Literal["guided", "full"] = "guided"  # guided: tracker/search/sweep_plan.py
+    """guided: start each sweep at the best trial's level; full: every level from the lowest."""
 
     @field_validator("storage")
     @classmethod
@@ -367,8 +352,11 @@ class MlflowSection(SpecModel):
     """Where results are tracked and which registered model receives the winner."""
 
     tracking_uri: str | None = None
+    """Where runs are logged (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."""
     experiment: Annotated[str, Field(min_length=1)] | None = None
+    """The experiment of the study's parent run (default: the model name)."""
     registered_model: Annotated[str, Field(min_length=1)] | None = None
+    """The registered model that receives the winner (default: the model name)."""
 
     def resolved_tracking_uri(self) -> str:
         """``tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``."""
@@ -382,13 +370,19 @@ class ConfirmSection(SpecModel):
     re-measured in interleaved rounds (docs/tuning.md, "Confirmation")."""
 
     enabled: bool = True
+    """Confirm when the search stops (tracker confirm runs it on demand)."""
     top_k: PosInt = 3
-    rounds: PosInt = 10                 # the most rounds; they stop once the verdict is decided
+    """Distinct feasible configurations re-measured besides the default."""
+    rounds: PosInt = 10
+    """The most rounds; they stop as soon as the verdict is decided."""
     min_rounds: PosInt = 3
-    tie_margin_pct: Annotated[float, Field(gt=0, lt=100)] = 5.0  # "equivalent" within it
-    budget_s: PosFloat | None = None    # measuring time of one confirmation; None: a
-                                        # third of the search's (a quarter of the whole)
-    design: Literal["auto", "paired", "rounds"] = "auto"  # auto: paired where it can hold
+    """Rounds before the confirmation may stop (min_rounds <= rounds)."""
+    tie_margin_pct: Annotated[float, Field(gt=0, lt=100)] = 5.0
+    """equivalent: no configuration beats the default by more than this percent."""
+    budget_s: PosFloat | None = None
+    """Measuring time of one confirmation (default: a third of the search's trials' time)."""
+    design: Literal["auto", "paired", "rounds"] = "auto"
+    """paired (best and default side by side in one server), rounds, or auto (paired if it can)."""
 
     @model_validator(mode="after")
     def _rounds(self) -> ConfirmSection:

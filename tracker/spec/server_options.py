@@ -83,13 +83,21 @@ class ServerOptions(SpecModel):
     """The tritonserver flags of a study (module docstring)."""
 
     cache_size: NonNeg | None = None
+    """Response cache bytes: --cache-config local,size=N (models enable it per config)."""
     rate_limit: Literal["off", "execution_count"] | None = None
+    """The rate limiter: --rate-limit (execution_count: instances wait for resources)."""
     rate_limit_resources: dict[str, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)
+    """Resource counts the rate limiter hands out: --rate-limit-resource=NAME:COUNT."""
     backend_config: dict[str, dict[str, Scalar]] = Field(default_factory=dict)
+    """Per backend settings: --backend-config=BACKEND,KEY=VALUE."""
     pinned_memory_pool_byte_size: NonNeg | None = None
+    """Pinned host memory pool bytes: --pinned-memory-pool-byte-size."""
     cuda_memory_pool_byte_size: NonNeg | None = None
+    """CUDA memory pool bytes of each GPU: --cuda-memory-pool-byte-size=GPU:N."""
     model_load_thread_count: Annotated[int, Field(ge=1)] | None = None
+    """Threads that load models: --model-load-thread-count."""
     flags: dict[str, Scalar | None] = Field(default_factory=dict)
+    """Any other tritonserver flag (checked against the server's --help; None: no value)."""
 
     @field_validator("rate_limit_resources", "backend_config")
     @classmethod

@@ -22,7 +22,7 @@ PosInt = Annotated[int, Field(ge=1)]
 
 
 class SpecModel(BaseModel):  # sections.SpecModel's rules (sections.py imports this module)
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
 
 
 def _as_length(value: object) -> object:
@@ -38,9 +38,13 @@ class TokenLength(SpecModel):
     """A length per request: ``128``, ``{low: 32, high: 256}`` or ``{mean: 128, stddev: 16}``."""
 
     low: PosInt | None = None
+    """A uniform range's smallest length."""
     high: PosInt | None = None
+    """A uniform range's largest length."""
     mean: Annotated[float, Field(gt=0)] | None = None
+    """A normal length's mean (rounded, at least 1)."""
     stddev: Annotated[float, Field(ge=0)] | None = None
+    """A normal length's standard deviation."""
 
     @model_validator(mode="after")
     def _one_form(self) -> TokenLength:
@@ -88,7 +92,9 @@ class LengthInput(SpecModel):
     many words); for the output length, the input holds the number itself."""
 
     input: Annotated[str, Field(min_length=1)]
+    """The model input that carries the length."""
     length: Length
+    """A number, {low, high} (uniform) or {mean, stddev} (normal)."""
 
 
 class StreamSection(SpecModel):
@@ -96,13 +102,20 @@ class StreamSection(SpecModel):
 
     # auto: stream when the model is decoupled; true: stream any model over gRPC streams
     enabled: bool | Literal["auto"] = "auto"
+    """auto: stream decoupled models; true: stream any model over gRPC streams; false."""
     # what counts as a token: "responses" (each response with outputs), or an output's name
     # (its element count per response)
     tokens: Annotated[str, Field(min_length=1)] = "responses"
+    """What counts as a token: responses (each response with outputs), or an output's name (its
+    element count per response)."""
     input_tokens: LengthInput | None = None
+    """Draw each request's prompt length into this input."""
     output_tokens: LengthInput | None = None
-    samples: PosInt = 100          # requests drawn (and cycled) when lengths are drawn
+    """Draw each request's output length into this input."""
+    samples: PosInt = 100
+    """Requests drawn (and cycled) when lengths are drawn."""
     seed: Annotated[int, Field(ge=0)] = 0
+    """Seed of the drawn lengths."""
 
     @model_validator(mode="after")
     def _distinct(self) -> StreamSection:

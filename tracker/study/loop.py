@@ -28,18 +28,19 @@ from tracker.errors import TrackerError
 from tracker.measure.host import machine_tags
 from tracker.search import study as optuna_study
 from tracker.search.baseline import fit_baseline
-from tracker.search.space import check_space, distributions, resolve_space
+from tracker.search.space import distributions, resolve_space
 from tracker.search.storage import make_storage, storage_lock, worker_identity
 from tracker.search.workers import ask_within_budget, budget, heartbeat
 from tracker.spec import StudySpec
 from tracker.spec.server_options import server_knobs
 from tracker.study.conclude import finish_study
-from tracker.study.measured import check_servable, resolve_serving
+from tracker.study.measured import resolve_serving
 from tracker.study.progress import Progress
 from tracker.study.session import (
     Session,
     StudyContext,
     TuneOptions,
+    check_study,
     received_signal,
     shielded,
 )
@@ -161,8 +162,12 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
     spec, info, uri, storage_url = (session.spec, session.info, session.tracking_uri,
                                     session.storage_url)
     conf = session.configuration
+    try:  # tracker check's checks, before anything is stored or measured (not started yet)
+        check_study(spec, conf, session.start_server())
+    except TrackerError:
+        session.close()
+        raise
     space = resolve_space(spec.search.space, conf)
-    check_space(space, conf, batch_size=spec.load.batch_size)
     dists, base = fit_baseline(distributions(space), info.config if conf.single else conf,
                                {**(json_knobs.defaults(info, space) if conf.single else {}),
                                 **{k: spec.server.options.value_of(k)
@@ -207,7 +212,6 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
                 server = session.start_server()
                 machine = machine_tags(server.gpu_set())  # also on every trial's run
                 record_machine(parent.client, parent.run_id, machine)
-                check_servable(spec, conf, server)  # before trial 1, never a late failure
                 progress = Progress(spec.search.n_trials, budget(study).complete,
                                     bar=options.bar)
                 progress.line(f"study {spec.study_name}: {spec.search.n_trials} trials, sampler "

@@ -261,3 +261,16 @@ class StudyContext:
     @property
     def workdir(self) -> Path:
         return self.session.workdir
+
+
+def check_study(spec: StudySpec, conf: Configuration, server: TritonServer) -> str:
+    """What ``tracker check`` checks, and ``tracker tune`` before anything is measured: the
+    spec against the model (knobs, input data, streaming), then whether ``server`` (not
+    started) can serve it. SpecError or ModelError (the CLI prints it and exits 1); else the
+    study in words, as ``tracker check`` prints it."""
+    from tracker.search.summary import check
+    from tracker.study.measured import check_servable  # measured.py: one measured config
+
+    text = check(spec, conf)
+    check_servable(spec, conf, server)
+    return text
