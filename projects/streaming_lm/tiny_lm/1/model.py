@@ -40,7 +40,8 @@ class TritonPythonModel:
         self.per_seq_s = param("step_ms_per_sequence", 0.15) * 1e-3
         # one lock per model repository: the instances of one server share the "device"
         key = hashlib.sha1(args["model_repository"].encode()).hexdigest()[:16]
-        self.lock = open(os.path.join(tempfile.gettempdir(), f"tiny_lm-{key}.lock"), "a+")
+        # held for the instance's life and closed in finalize(), so no context manager
+        self.lock = open(os.path.join(tempfile.gettempdir(), f"tiny_lm-{key}.lock"), "a+")  # noqa: SIM115
 
     def _device(self, seconds):
         fcntl.flock(self.lock, fcntl.LOCK_EX)
