@@ -191,6 +191,16 @@ class StudySpec(SpecModel):
             raise Problems(items)
         return self
 
+    @model_validator(mode="after")
+    def _shared_memory_here(self) -> StudySpec:
+        """System shared memory is a region in this machine's /dev/shm that the server maps:
+        only a server started here (local mode) can see it."""
+        if self.load.shared_memory != "none" and self.server.mode != "local":
+            raise Problems([("load.shared_memory", f"'{self.load.shared_memory}' needs a server "
+                             f"on this machine that shares its /dev/shm (server.mode 'local'), "
+                             f"but server.mode is {self.server.mode!r}: use 'none'")])
+        return self
+
     def resolved_storage(self) -> str:
         """The Optuna storage URL: ``search.storage``, else ``optuna.db`` beside the MLflow
         sqlite database, else in the current working directory."""

@@ -1,0 +1,56 @@
+"""How the tool connects to a server that wants TLS or headers (``server.tls``,
+``server.headers``), and the load's client transports (``load.shared_memory``,
+``load.perf_analyzer_flags``); tracker/triton/tls.py and tracker/measure/shm.py use them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from tracker.spec.messages import problem, show
+from tracker.spec.model_section import SpecModel, resolve_path
+
+HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+
+
+class TlsSection(SpecModel):
+    """TLS to the server (gRPC: Triton's ``--grpc-use-ssl``; HTTP: an ``https://`` proxy in
+    front of Triton). Every file is PEM; ``server_name`` is the name the server's certificate
+    must carry when it differs from the URL's host."""
+
+    root_cert: Annotated[Path | None, Field(strict=False)] = None
+    client_cert: Annotated[Path | None, Field(strict=False)] = None
+    client_key: Annotated[Path | None, Field(strict=False)] = None
+    server_name: Annotated[str, Field(min_length=1)] | None = None
+
+    @field_validator("root_cert", "client_cert", "client_key")
+    @classmethod
+    def _file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        value = resolve_path(value, info)
+        if value is not None and not value.is_file():
+            raise problem(f"must be an existing PEM file, but {str(value)!r} does not exist")
+        return value
+
+    @model_validator(mode="after")
+    def _pair(self) -> TlsSection:
+        if (self.client_cert is None) != (self.client_key is None):
+            raise problem("client_cert and client_key go together (mutual TLS), but got "
+                          f"client_cert={show(self.client_cert and str(self.client_cert))}, "
+                          f"client_key={show(self.client_key and str(self.client_key))}")
+        return self
+
+
+def check_headers(value: dict[str, object]) -> dict[str, str]:
+    """Header name -> value, each a non-empty string (a header without a value is a mistake,
+    not an empty header)."""
+    for name, text in value.items():
+        if not HEADER_NAME.fullmatch(str(name)):
+            raise problem(f"header names are HTTP tokens (letters, digits, '-'), but got "
+                          f"{show(name)}")
+        if not isinstance(text, str) or not text:
+            raise problem(f"header {name!r} needs a value (a non-empty string), but got "
+                          f"{show(text)}")
+    return {str(k): str(v) for k, v in value.items()}
