@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.support.tls import Certs, TlsProxy, make_certs, triton_tls_args
-from tracker.errors import ServerError
+from tracker.errors import DeployError, ServerError
 from tracker.measure.sweep import sweep
 from tracker.spec import LoadSection
 from tracker.triton import model_config
@@ -135,3 +135,31 @@ def test_missing_files_and_empty_headers_are_refused(tmp_path: Path) -> None:
         Security(tls=True, root_cert=tmp_path / "nope.pem")
     with pytest.raises(ServerError, match="needs a name and a value"):
         Security(headers=(("authorization", ""),))
+
+
+def test_the_deploy_target_reaches_a_tls_server(
+        mutual: LocalTritonServer, oneway: LocalTritonServer, certs: Certs,
+        tmp_path: Path) -> None:
+    """The `triton` deployment target's client: grpcs:// with the client pair, https://
+    through the proxy, headers sent; bad settings are DeployErrors."""
+    from tracker.deploy.settings import resolve_settings
+    from tracker.deploy.transport import make_client
+
+    pair = {"repository": str(tmp_path), "root_cert": str(certs.ca),
+            "client_cert": str(certs.client.cert), "client_key": str(certs.client.key),
+            "headers": "x-team: tuning"}
+    settings = resolve_settings(f"triton:/grpcs://{mutual.endpoints.grpc}", pair)
+    assert settings.endpoint == f"grpcs://{mutual.endpoints.grpc}"
+    with make_client(settings) as client:
+        assert "quickstart" in {m["name"] for m in client.repository_index()}
+    http_port = oneway.endpoints.http_port
+    assert http_port is not None
+    with TlsProxy(http_port, certs) as proxy:
+        settings = resolve_settings(f"triton:/https://127.0.0.1:{proxy.port}", pair)
+        with make_client(settings) as client:
+            assert client.model_ready("quickstart")
+    assert any(b"x-team: tuning" in seen.lower() for seen in proxy.seen)
+    with pytest.raises(DeployError, match="a value"):
+        resolve_settings("triton", {**pair, "headers": "authorization:"})
+    with pytest.raises(DeployError, match="does not exist"):
+        resolve_settings("triton", {**pair, "root_cert": str(tmp_path / "none.pem")})
