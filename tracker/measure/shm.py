@@ -31,6 +31,7 @@ from tracker.measure.transport import Payload, raw_bytes
 from tracker.triton.client import DTYPES, Endpoints, TritonClient
 
 if TYPE_CHECKING:
+    from tracker.spec.sections import LoadSection
     from tracker.triton.model_config import ModelConfig
 
 PREFIX = "tracker_shm_"
@@ -69,6 +70,13 @@ def output_bytes(config: ModelConfig, batch: int) -> dict[str, int]:
         out[o.name] = (int(np.prod(dims)) * np.dtype(np_type).itemsize if fixed
                        else VARIABLE_OUTPUT_BYTES)
     return out
+
+
+def pa_output_bytes(config: ModelConfig, load: LoadSection) -> int:
+    """perf_analyzer's ``--output-shared-memory-size``: the largest output (0: no shm)."""
+    if load.shared_memory == "none":
+        return 0
+    return max(output_bytes(config, load.batch_size).values(), default=0)
 
 
 def _grpc_request(model: str, inputs: list[tuple[str, str, list[int], int, int]],
