@@ -163,3 +163,16 @@ def test_the_deploy_target_reaches_a_tls_server(
         resolve_settings("triton", {**pair, "headers": "authorization:"})
     with pytest.raises(DeployError, match="does not exist"):
         resolve_settings("triton", {**pair, "root_cert": str(tmp_path / "none.pem")})
+
+
+def test_a_local_server_with_tls_settings_gives_them_to_its_clients(certs: Certs) -> None:
+    """server.tls in local (or docker) mode: the Triton started with TLS options (e.g. in its
+    extra arguments) is reached with the spec's certificates."""
+    from tracker.spec.sections import ServerSection
+    from tracker.triton.server.modes import make_server
+
+    made = make_server(ServerSection.model_validate(
+        {"mode": "local", "tls": {"root_cert": str(certs.ca)}, "headers": {"x-a": "b"}}))
+    assert isinstance(made, LocalTritonServer) and made.security is not None
+    assert made.security.tls and made.security.root_cert == certs.ca
+    assert made.security.headers == (("x-a", "b"),)
