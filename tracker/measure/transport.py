@@ -139,7 +139,7 @@ class GrpcTransport:
         """The per-request call: the channel's multicallable with the deadline bound (a
         stream's: :class:`~tracker.measure.stream.StreamCaller`)."""
         if self.stream is not None:
-            return StreamCaller(self._channel, self.stream, self.timeout_s)
+            return StreamCaller(self._channel, self.stream, self.timeout_s, self.metadata)
         if self.metadata:
             return functools.partial(self._infer, timeout=self.timeout_s,
                                      metadata=self.metadata)
