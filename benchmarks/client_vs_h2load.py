@@ -64,6 +64,7 @@ def _children_cpu_s() -> float:
 async def builtin(ep: Any, model: str, payloads: list[Any], concurrency: int, seconds: float,
                   processes: int) -> tuple[float, float]:
     """(server infer/s, client CPU s) of the built-in load over ``seconds`` after warm-up."""
+    from tracker.measure.kinds import Concurrency
     from tracker.measure.loadgen import Level, LocalLoad
     from tracker.measure.procs import InProcessLoad, Load, ProcessLoad
     from tracker.measure.transport import make_transport
@@ -71,11 +72,11 @@ async def builtin(ep: Any, model: str, payloads: list[Any], concurrency: int, se
     transport = make_transport("grpc", ep.grpc, model, 30.0)
     load: Load
     if processes > 1:
-        procs = ProcessLoad(processes, "grpc", ep.grpc, model, 30.0, payloads)
+        procs = ProcessLoad(processes, "grpc", ep.grpc, model, 30.0, payloads, (Concurrency(),))
         await procs.open()
         load = procs
     else:
-        load = InProcessLoad(LocalLoad(transport, payloads))
+        load = InProcessLoad(LocalLoad(transport, payloads, (Concurrency(),)))
     try:
         await load.start(Level(concurrency=concurrency))
         await asyncio.sleep(WARMUP_S)

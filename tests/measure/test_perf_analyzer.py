@@ -153,14 +153,14 @@ def test_tls_headers_and_shared_memory_flags() -> None:
 
 def test_perf_analyzer_flags_are_checked_against_its_help(fake_pa: Path) -> None:
     load = LoadSection(concurrency=[1], perf_analyzer_flags=["--async", "-x", "1"])
-    res = sweep(ENDPOINTS, "m", CFG, load, backend="perf_analyzer")
+    res = sweep(ENDPOINTS, {"m": EntryLoad(CFG, load)}, backend="perf_analyzer")
     assert res.measurements[0].valid
     call = json.loads(fake_pa.read_text().splitlines()[-1])
     assert call[-3:] == ["--async", "-x", "1"]
     with pytest.raises(MeasurementError, match=r"--no-such-flag, which `.*perf_analyzer --help` "
                                                "does not list"):
-        sweep(ENDPOINTS, "m", CFG, LoadSection(perf_analyzer_flags=["--no-such-flag=3"]),
-              backend="perf_analyzer")
+        sweep(ENDPOINTS, {"m": EntryLoad(CFG, LoadSection(
+            perf_analyzer_flags=["--no-such-flag=3"]))}, backend="perf_analyzer")
     with pytest.raises(MeasurementError, match="must not set --concurrency-range"):
-        sweep(ENDPOINTS, "m", CFG, LoadSection(perf_analyzer_flags=["--concurrency-range=1:4"]),
-              backend="perf_analyzer")
+        sweep(ENDPOINTS, {"m": EntryLoad(CFG, LoadSection(
+            perf_analyzer_flags=["--concurrency-range=1:4"]))}, backend="perf_analyzer")

@@ -10,6 +10,7 @@ import pytest
 
 from tracker.errors import MeasurementError
 from tracker.measure import shm
+from tracker.measure.entry import EntryLoad
 from tracker.measure.sweep import sweep
 from tracker.spec import LoadSection
 from tracker.triton import model_config
@@ -46,7 +47,8 @@ def test_a_sweep_over_shared_memory(served: tuple[LocalTritonServer, TrialReposi
                                     protocol: str) -> None:
     server, repo = served
     load = LoadSection(**{**LOAD, "protocol": protocol, "batch_size": 2})
-    got = sweep(server.endpoints, repo.model_name, repo.served_config, load)
+    got = sweep(server.endpoints, {repo.model_name: EntryLoad(
+        repo.served_config, load)})
     for m in got.measurements:
         assert m.valid and m.errors == 0, m.invalid_reason
         assert m.throughput > 0
@@ -66,9 +68,10 @@ def test_regions_go_away_when_the_sweep_fails(
         seen.append(shm.leftovers())
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("tracker.measure.sweep.measure_level", broken)
+    monkeypatch.setattr("tracker.measure.sweep.measure_parts", broken)
     with pytest.raises(RuntimeError, match="boom"):
-        sweep(server.endpoints, repo.model_name, repo.served_config, LoadSection(**LOAD))
+        sweep(server.endpoints, {repo.model_name: EntryLoad(
+            repo.served_config, LoadSection(**LOAD))})
     assert len(seen[0]) == 2  # one input region, one output region while it ran
     _nothing_left(server.endpoints)
 
@@ -77,7 +80,8 @@ def test_a_remote_server_is_refused(served: tuple[LocalTritonServer, TrialReposi
     server, repo = served
     far = Endpoints("10.255.255.1", None, server.endpoints.grpc_port, None)
     with pytest.raises(MeasurementError, match="needs the server on this machine"):
-        sweep(far, repo.model_name, repo.served_config, LoadSection(**LOAD))
+        sweep(far, {repo.model_name: EntryLoad(
+            repo.served_config, LoadSection(**LOAD))})
     assert shm.leftovers() == []
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.tls import Certs, TlsProxy, make_certs, triton_tls_args
 from tracker.errors import DeployError, ServerError
+from tracker.measure.entry import EntryLoad
 from tracker.measure.sweep import sweep
 from tracker.spec import LoadSection
 from tracker.triton import model_config
@@ -65,8 +66,8 @@ def _with(server: LocalTritonServer, security: Security, http: str | None = None
 
 
 def _measure(endpoints: Endpoints, repo: TrialRepository, **load: Any) -> float:
-    result = sweep(endpoints, repo.model_name, repo.served_config,
-                   LoadSection(**{**LOAD, **load}))
+    result = sweep(endpoints, {repo.model_name: EntryLoad(
+        repo.served_config, LoadSection(**{**LOAD, **load}))})
     m = result.measurements[0]
     assert m.valid, m.invalid_reason
     return m.throughput
