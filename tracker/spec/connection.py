@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
 
 from tracker.spec.messages import problem, show
 from tracker.spec.model_section import SpecModel, resolve_path
@@ -54,3 +54,19 @@ def check_headers(value: dict[str, object]) -> dict[str, str]:
             raise problem(f"header {name!r} needs a value (a non-empty string), but got "
                           f"{show(text)}")
     return {str(k): str(v) for k, v in value.items()}
+
+
+class ServerConnection(SpecModel):
+    """The server section's connection fields (tracker/triton/tls.py uses them)."""
+
+    tls: TlsSection | None = None
+    headers: Annotated[dict[str, str], BeforeValidator(check_headers)] = Field(
+        default_factory=dict)
+
+
+class ClientTransports(SpecModel):
+    """The load section's client transports: system shared memory for inputs and outputs
+    (tracker/measure/shm.py) and extra perf_analyzer flags (checked against its --help)."""
+
+    shared_memory: Literal["none", "system"] = "none"
+    perf_analyzer_flags: list[str] = Field(default_factory=list)

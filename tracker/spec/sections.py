@@ -38,7 +38,7 @@ from tracker.spec.checks import (
     knob_value_problems,
     parse_number,
 )
-from tracker.spec.connection import TlsSection, check_headers
+from tracker.spec.connection import ClientTransports, ServerConnection
 from tracker.spec.fields import config_field
 from tracker.spec.load_repeat import RepeatSection
 from tracker.spec.messages import Problems, join_path, problem, show
@@ -74,7 +74,7 @@ else:  # the registered launch modes and samplers (tracker/launch_modes.py, samp
     SamplerName = Literal[SAMPLER_NAMES]
 
 
-class ServerSection(SpecModel):
+class ServerSection(ServerConnection):
     """Which Triton serves the trials and how a trial's config reaches it."""
 
     mode: LaunchModeName = "local"
@@ -95,9 +95,6 @@ class ServerSection(SpecModel):
     ort_intra_op_threads: Annotated[int, Field(ge=0)] | None = None
     ort_inter_op_threads: Annotated[int, Field(ge=0)] | None = None
     options: ServerOptions = Field(default_factory=ServerOptions)  # spec/server_options.py
-    tls: TlsSection | None = None  # spec/connection.py
-    headers: Annotated[dict[str, str], BeforeValidator(check_headers)] = Field(
-        default_factory=dict)
 
     @field_validator("binary")
     @classmethod
@@ -190,7 +187,7 @@ def _tag(loc: object) -> bool:
     return isinstance(loc, str) and (loc.startswith("@") or "[" in loc)
 
 
-class LoadSection(SpecModel):
+class LoadSection(ClientTransports):
     """How each configuration is measured: the concurrency sweep and its stability windows."""
 
     concurrency: Concurrency = Field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
@@ -209,8 +206,6 @@ class LoadSection(SpecModel):
     max_error_pct: Annotated[float, Field(ge=0, le=100)] = 1.0
     request_timeout_s: PosFloat = 10.0
     stream: StreamSection = Field(default_factory=StreamSection)  # spec/streaming.py
-    shared_memory: Literal["none", "system"] = "none"  # inputs and outputs (measure/shm.py)
-    perf_analyzer_flags: list[str] = Field(default_factory=list)  # checked at its --help
     #: several independent models: each one's changes to this load (docs/pipelines.md)
     models: dict[str, dict[str, object]] = Field(default_factory=dict)
 
