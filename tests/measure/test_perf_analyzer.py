@@ -23,6 +23,11 @@ from tracker.triton.client import Endpoints
 FAKE = r'''#!PYTHON
 import json, sys, time
 args = sys.argv[1:]
+if args == ["--help"]:  # a few lines of perf_analyzer's usage text
+    print("Usage: perf_analyzer [options]\n  -m <model name>\n  -x <model version>\n"
+          "  --async\n  --shared-memory <'system'|'cuda'|'none'>\n"
+          "  --output-shared-memory-size <size in bytes>\n  -H <HTTP/gRPC header>")
+    sys.exit(0)
 with open("CALLS", "a") as f:
     f.write(json.dumps(args) + "\n")
 opt = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("-")}
@@ -121,3 +126,41 @@ def test_missing_binary_and_npz_data_are_errors(tmp_path: Path,
     data.write_bytes(b"")
     with pytest.raises(MeasurementError, match="only JSON input data"):
         PerfAnalyzer("pa", ENDPOINTS, "m", LoadSection(input_data=data))
+
+
+def test_tls_headers_and_shared_memory_flags() -> None:
+    from tracker.measure.loadgen import Level
+    from tracker.triton.tls import Security
+
+    sec = Security(tls=True, root_cert=Path(__file__), client_cert=Path(__file__),
+                   client_key=Path(__file__), headers=(("authorization", "Bearer t"),))
+    ep = Endpoints("127.0.0.1", 8000, 8001, 8002, security=sec)
+    load = LoadSection(concurrency=[1], shared_memory="system")
+    cmd = PerfAnalyzer("pa", ep, "m", load, output_bytes=128).command(Level(1), Path("x.csv"))
+    here = str(Path(__file__))
+    for flag in ("--ssl-grpc-use-ssl", f"--ssl-grpc-root-certifications-file={here}",
+                 f"--ssl-grpc-private-key-file={here}",
+                 f"--ssl-grpc-certificate-chain-file={here}",
+                 "--output-shared-memory-size=128"):
+        assert flag in cmd
+    assert cmd[cmd.index("-H") + 1] == "authorization:Bearer t"
+    assert cmd[cmd.index("--shared-memory") + 1] == "system"
+    http = PerfAnalyzer("pa", ep, "m", LoadSection(protocol="http")).command(Level(1),
+                                                                             Path("x.csv"))
+    assert f"--ssl-https-ca-certificates-file={here}" in http
+    assert "--ssl-grpc-use-ssl" not in http
+
+
+def test_perf_analyzer_flags_are_checked_against_its_help(fake_pa: Path) -> None:
+    load = LoadSection(concurrency=[1], perf_analyzer_flags=["--async", "-x", "1"])
+    res = sweep(ENDPOINTS, {"m": EntryLoad(CFG, load)}, backend="perf_analyzer")
+    assert res.measurements[0].valid
+    call = json.loads(fake_pa.read_text().splitlines()[-1])
+    assert call[-3:] == ["--async", "-x", "1"]
+    with pytest.raises(MeasurementError, match=r"--no-such-flag, which `.*perf_analyzer --help` "
+                                               "does not list"):
+        sweep(ENDPOINTS, {"m": EntryLoad(CFG, LoadSection(
+            perf_analyzer_flags=["--no-such-flag=3"]))}, backend="perf_analyzer")
+    with pytest.raises(MeasurementError, match="must not set --concurrency-range"):
+        sweep(ENDPOINTS, {"m": EntryLoad(CFG, LoadSection(
+            perf_analyzer_flags=["--concurrency-range=1:4"]))}, backend="perf_analyzer")

@@ -76,6 +76,8 @@ def test_several_entries_get_weighted_gain_and_their_own_loads(tmp_path: Path) -
     ({"weights": {"c": 1}}, "model.weights.c: names no entry model"),
     ({"weights": {"a": 0}}, "model.weights.a"),
     ({"composing": ["x"]}, "model.composing: lists the models one BLS entry calls"),
+    ({"load": {"shared_memory": "system"}},
+     "load.shared_memory: 'system' is for one entry model; several measured together (a, b)"),
 ])
 def test_several_entries_refuse_what_does_not_fit(tmp_path: Path, change: dict[str, object],
                                                   message: str) -> None:

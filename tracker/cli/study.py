@@ -98,11 +98,15 @@ def check_command(spec_path: Path) -> None:
 @click.option("--grace-period", "--grace_period", "grace_period", type=_Optional(int),
               help="Seconds without heartbeat after which another worker fails a trial and "
               "retries it (default 2 x interval).")
+@click.option("--perf-analyzer", "use_perf_analyzer", is_flag=True,
+              help="Measure every trial (and the confirmation) with the perf_analyzer binary on "
+              "PATH instead of the built-in load generator (load.perf_analyzer_flags added).")
 def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
                  study_name: str | None, storage: str | None, sampler: str | None,
                  seed: int | None, patience: int | None, mode: str | None, strategy: str | None,
                  url: str | None, image: str | None, no_bar: bool, gpus: str | None,
-                 heartbeat_interval: int | None, grace_period: int | None) -> None:
+                 heartbeat_interval: int | None, grace_period: int | None,
+                 use_perf_analyzer: bool) -> None:
     """Run (or resume) the tuning study of SPEC: one MLflow child run per trial under the
     study's parent run. Ctrl-C stops cleanly (exit 130); the same command resumes."""
     from tracker.study.loop import tune
@@ -114,7 +118,8 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
         server={"mode": _blank(mode), "strategy": _blank(strategy), "url": _blank(url),
                 "image": _blank(image), "gpus": _gpu_list(gpus)},
         bar=False if no_bar else None, heartbeat_interval=heartbeat_interval,
-        grace_period=grace_period)
+        grace_period=grace_period,
+        backend="perf_analyzer" if use_perf_analyzer else "builtin")
     try:
         tune(spec_path, options)
     except Interrupted as stop:

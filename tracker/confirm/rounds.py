@@ -97,8 +97,8 @@ def measure_one(ctx: StudyContext, params: dict[str, Any], *, baseline: bool, le
                                      ctx.workdir / f"confirm-{label}", serving=ctx.serving,
                                      levels=[level], files=file_values(params, baseline),
                                      server_values=server_values(params, baseline),
-                                     model_levels={k: [v] for k, v in
-                                                   (model_levels or {}).items()} or None)
+                                     backend=ctx.backend, model_levels={
+                                         k: [v] for k, v in (model_levels or {}).items()} or None)
     except ConfigFailed as failed:
         raise MeasurementError(failed.reason) from failed.cause
     return Measured(done.choice, done.measurements, done.served_text, done.log)

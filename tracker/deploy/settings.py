@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from tracker.errors import DeployError
+from tracker.errors import DeployError, ServerError
 from tracker.serving import CHOICES as SERVING_CHOICES
+from tracker.triton.tls import Security
 
 ENV: dict[str, str] = {
     "url": "TRACKER_TRITON_URL",
@@ -25,6 +26,11 @@ ENV: dict[str, str] = {
     "serving": "TRACKER_TRITON_SERVING",
     "timeout_s": "TRACKER_TRITON_TIMEOUT_S",
     "log": "TRACKER_TRITON_LOG",
+    "root_cert": "TRACKER_TRITON_ROOT_CERT",
+    "client_cert": "TRACKER_TRITON_CLIENT_CERT",
+    "client_key": "TRACKER_TRITON_CLIENT_KEY",
+    "server_name": "TRACKER_TRITON_SERVER_NAME",
+    "headers": "TRACKER_TRITON_HEADERS",
 }
 #: What NVIDIA's mlflow-triton plugin reads; ours (ENV) win when both are set.
 NVIDIA_ENV: dict[str, str] = {"url": "TRITON_URL", "repository": "TRITON_MODEL_REPO"}
@@ -32,7 +38,8 @@ DEFAULTS: dict[str, str] = {"url": "localhost:8001", "serving": "auto", "timeout
 NVIDIA_DEFAULT_URL = "http://localhost:8000"  # NVIDIA's default, used in NVIDIA-only setups
 HELP: dict[str, str] = {
     "url": "endpoint of the Triton server: host:port or grpc://host:port (gRPC, default "
-           "localhost:8001), http://host:port or https://host:port (HTTP; https = TLS). "
+           "localhost:8001; grpcs:// = TLS), http://host:port or https://host:port (HTTP; "
+           "https = TLS). "
            "TRITON_URL (NVIDIA's) is HTTP: host:port means http://host:port",
     "repository": "the server's model repository, a local folder (required; also read from "
                   "TRITON_MODEL_REPO)",
@@ -44,6 +51,13 @@ HELP: dict[str, str] = {
     "log": "the server's log file, when this machine can read it (optional): a config Triton "
            "refuses while reading the repository is answered with only 'failed to poll from "
            "model repository'; the reason is taken from this log",
+    "root_cert": "PEM file of the CA that signed the server's certificate (TLS; default: the "
+                 "system's CAs)",
+    "client_cert": "PEM client certificate for mutual TLS (with client_key)",
+    "client_key": "PEM key of client_cert",
+    "server_name": "the name the server's certificate carries, when not the url's host",
+    "headers": "extra headers on every request, 'name: value; name2: value2' (e.g. a gateway's "
+               "authorization)",
     "version": "create/update only: the Triton version for a model URI that is not a registry "
                "version (models:/NAME/VERSION and models:/NAME@ALIAS use the registry's number)",
 }
@@ -58,14 +72,15 @@ class TargetSettings:
     version: int | None = None
     log: Path | None = None
     protocol: str = "grpc"  #: "grpc" or "http"
-    ssl: bool = False  #: HTTP over TLS (an https:// url)
+    ssl: bool = False  #: TLS (an https:// or grpcs:// url, or a certificate setting)
+    security: Security = field(default_factory=Security)  #: certificates and headers
 
     @property
     def endpoint(self) -> str:
         """The url with its protocol: ``host:port`` (gRPC) or ``http[s]://host:port``."""
         if self.protocol == "http":
             return f"{'https' if self.ssl else 'http'}://{self.url}"
-        return self.url
+        return f"grpcs://{self.url}" if self.ssl else self.url
 
     def describe(self) -> str:
         """What the registry's ``tracker.deploy.target`` tag records."""
@@ -85,14 +100,15 @@ def _endpoint(url: str, source: str) -> tuple[str, str, bool]:
     if not sep:
         scheme, rest = ("http" if source == NVIDIA_ENV["url"] else "grpc"), url
     scheme = scheme.lower()
-    if scheme not in ("grpc", "http", "https"):
+    if scheme not in ("grpc", "grpcs", "http", "https"):
         raise DeployError(f"url must be host:port, grpc://, http:// or https://host:port, but "
                           f"{source} is {url!r}")
     host, sep, port = rest.rstrip("/").rpartition(":")
     if not sep or not host or not port.isdigit() or "/" in host:
         raise DeployError(f"url must be the server's endpoint host:port (gRPC) or "
                           f"http[s]://host:port (HTTP), but {source} is {url!r}")
-    return f"{host}:{port}", "grpc" if scheme == "grpc" else "http", scheme == "https"
+    return (f"{host}:{port}", "grpc" if scheme.startswith("grpc") else "http",
+            scheme in ("https", "grpcs"))
 
 
 def _local_repository(value: str, source: str) -> Path:
@@ -160,10 +176,29 @@ def resolve_settings(target_uri: str | None = "triton",
             raise DeployError(f"version must be a positive integer, but got {raw!r}")
         version = int(raw)
     log = pick("log")
+    security = _security(pick, ssl)
     return TargetSettings(url=host_port, repository=_local_repository(repository, repo_source),
                           serving=serving, timeout_s=timeout_s, version=version,
                           log=Path(log).expanduser() if log else None, protocol=protocol,
-                          ssl=ssl)
+                          ssl=security.tls, security=security)
+
+
+def _security(pick: Callable[[str], str | None], ssl: bool) -> Security:
+    """TLS when the url says so or a certificate is given; headers 'name: value; ...'."""
+    paths = {k: Path(v).expanduser() if (v := pick(k)) else None
+             for k in ("root_cert", "client_cert", "client_key")}
+    headers = []
+    for item in filter(str.strip, (pick("headers") or "").split(";")):
+        name, _, value = item.partition(":")
+        if not name.strip() or not value.strip():
+            raise DeployError(f"headers must be 'name: value; ...', each with a value, but got "
+                              f"{item.strip()!r}")
+        headers.append((name.strip().lower(), value.strip()))
+    try:
+        return Security(tls=ssl or any(paths.values()), server_name=pick("server_name"),
+                        headers=tuple(headers), **paths)
+    except ServerError as exc:
+        raise DeployError(exc.reason) from exc
 
 
 def help_text() -> str:

@@ -50,5 +50,7 @@ def make_client(settings: TargetSettings) -> TritonClient | HttpTritonClient:
     """The client for ``settings.url`` over its protocol (use it as a context manager)."""
     timeout_s = min(settings.timeout_s, 60)
     if settings.protocol == "http":
-        return HttpTritonClient(settings.url, ssl=settings.ssl, timeout_s=timeout_s)
-    return TritonClient(Endpoints.from_urls(settings.url), timeout_s=timeout_s)
+        return HttpTritonClient(settings.url, ssl=settings.ssl, timeout_s=timeout_s,
+                                security=settings.security)
+    return TritonClient(Endpoints.from_urls(settings.url, security=settings.security),
+                        timeout_s=timeout_s)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tracker.errors import MeasurementError
@@ -24,6 +24,7 @@ from tracker.measure.level import LevelSettings, Part
 from tracker.measure.loadgen import Level, LocalLoad
 from tracker.measure.procs import InProcessLoad, Load, ProcessLoad
 from tracker.measure.repeats import repeated
+from tracker.measure.shm import shared_payloads
 from tracker.measure.stats import ServerStats
 from tracker.measure.stream_inputs import samples_for
 from tracker.measure.transport import Transport, make_transport
@@ -106,6 +107,8 @@ class Opened:
     settings: LevelSettings
     transport: Transport
     driver: Load
+    #: load.shared_memory's regions (measure/shm.py), removed on close
+    regions: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     def part(self, i: int) -> Part:
         """This entry's part of the sweep's level ``i`` (a shorter list stays at its last)."""
@@ -118,6 +121,7 @@ class Opened:
                 await self.driver.close()
         with contextlib.suppress(Exception):
             await self.transport.close()
+        self.regions.close()
 
 
 async def open_entry(endpoints: Endpoints, name: str, entry: EntryLoad,
@@ -127,21 +131,30 @@ async def open_entry(endpoints: Endpoints, name: str, entry: EntryLoad,
     load, kinds = entry.load, entry.kinds()
     url = endpoint_url(endpoints, load)
     options = {k: v for kind in kinds for k, v in kind.caller_options().items()}
-    transport = make_transport(load.protocol, url, name, load.request_timeout_s, **options)
+    transport = make_transport(load.protocol, url, name, load.request_timeout_s, **options,
+                               security=endpoints.security)
     transports.append(transport)
     levels = load_levels(load, entry.levels, kinds)
     datatypes = {s.name: s.datatype for s in input_specs(entry.config)}
-    payloads = repeated(transport.payloads(samples_for(entry.config, load), datatypes),
-                        load.repeat)  # load.repeat: one pass of repeats (repeats.py)
-    driver: Load
-    if load.processes > 1:
-        procs = ProcessLoad(load.processes, load.protocol, url, name, load.request_timeout_s,
-                            payloads, kinds)
-        await procs.open()
-        driver = procs
-    else:
-        driver = InProcessLoad(LocalLoad(transport, payloads, kinds))
-    return Opened(name, entry, levels, settings_from(load, kinds), transport, driver)
+    samples = samples_for(entry.config, load)
+    regions = contextlib.ExitStack()
+    try:
+        payloads = repeated(shared_payloads(
+            regions, load.shared_memory, endpoints, load.protocol, name, entry.config, samples,
+            datatypes, load.batch_size) or transport.payloads(samples, datatypes),
+            load.repeat)  # load.repeat: one pass of repeats (repeats.py)
+        driver: Load
+        if load.processes > 1:
+            procs = ProcessLoad(load.processes, load.protocol, url, name,
+                                load.request_timeout_s, payloads, kinds, transport.security)
+            await procs.open()
+            driver = procs
+        else:
+            driver = InProcessLoad(LocalLoad(transport, payloads, kinds))
+    except BaseException:
+        regions.close()
+        raise
+    return Opened(name, entry, levels, settings_from(load, kinds), transport, driver, regions)
 
 
 def stats_fn(transport: Transport, models: Sequence[str],

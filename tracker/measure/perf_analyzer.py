@@ -11,10 +11,12 @@ invalid Measurement with the tail of its output.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,6 +33,36 @@ if TYPE_CHECKING:
 UNSTABLE_TEXT = "Failed to obtain stable measurement"
 
 
+#: what the tool sets itself: a user flag may not change it behind the measurement's back
+OWNED = frozenset({"-m", "-u", "-i", "-b", "-s", "-f", "--max-trials", "--percentile",
+                   "--verbose-csv", "--concurrency-range", "--request-rate-range",
+                   "--request-distribution", "--measurement-mode", "--measurement-interval",
+                   "--measurement-request-count", "--input-data", "--shared-memory",
+                   "--ssl-grpc-use-ssl", "-H"})
+
+
+def check_flags(binary: str, flags: Sequence[str]) -> None:
+    """MeasurementError unless every option in ``flags`` is one ``binary --help`` lists and
+    none is one the tool sets itself (a value after an option is left alone)."""
+    names = [f.split("=", 1)[0] for f in flags if f.startswith("-")]
+    if not names:
+        return
+    owned = [n for n in names if n in OWNED]
+    if owned:
+        raise MeasurementError(f"load.perf_analyzer_flags must not set {', '.join(owned)}: the "
+                               "tool sets it from the spec (load.*, server.tls/headers)")
+    try:
+        got = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise MeasurementError(f"cannot read `{binary} --help` to check "
+                               f"load.perf_analyzer_flags: {exc}") from exc
+    known = set(re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", got.stdout + got.stderr))
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise MeasurementError(f"load.perf_analyzer_flags has {', '.join(unknown)}, which "
+                               f"`{binary} --help` does not list")
+
+
 def _tail(text: str, lines: int = 15) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
@@ -39,12 +71,14 @@ class PerfAnalyzer:
     """Runs ``binary`` against ``endpoints`` with the settings of a LoadSection."""
 
     def __init__(self, binary: str, endpoints: Endpoints, model_name: str,
-                 load: LoadSection) -> None:
+                 load: LoadSection, output_bytes: int = 0) -> None:
         self.binary, self.endpoints, self.model_name, self.load = binary, endpoints, model_name, \
             load
         if load.input_data is not None and Path(load.input_data).suffix != ".json":
             raise MeasurementError(f"perf_analyzer reads only JSON input data, but "
                                    f"load.input_data is {load.input_data}")
+        self.output_bytes = output_bytes
+        check_flags(binary, load.perf_analyzer_flags)
 
     def command(self, level: Level, csv_path: Path) -> list[str]:
         load = self.load
@@ -69,7 +103,35 @@ class PerfAnalyzer:
             cmd += ["--measurement-interval", str(load.window_ms)]
         if load.input_data is not None:
             cmd += ["--input-data", str(load.input_data)]
-        return cmd
+        return cmd + self.transport_flags() + list(load.perf_analyzer_flags)
+
+    def transport_flags(self) -> list[str]:
+        """TLS, headers and shared memory, as perf_analyzer spells them."""
+        sec, load, out = self.endpoints.security, self.load, []
+        if sec.tls and load.protocol == "grpc":
+            out.append("--ssl-grpc-use-ssl")
+            for flag, path in (("--ssl-grpc-root-certifications-file", sec.root_cert),
+                               ("--ssl-grpc-private-key-file", sec.client_key),
+                               ("--ssl-grpc-certificate-chain-file", sec.client_cert)):
+                if path is not None:
+                    out.append(f"{flag}={path}")
+        elif sec.tls:
+            out += ["--ssl-https-verify-peer=1", "--ssl-https-verify-host=2"]
+            for flag, path in (("--ssl-https-ca-certificates-file", sec.root_cert),
+                               ("--ssl-https-client-certificate-file", sec.client_cert),
+                               ("--ssl-https-private-key-file", sec.client_key)):
+                if path is not None:
+                    out.append(f"{flag}={path}")
+            if sec.client_cert is not None:
+                out += ["--ssl-https-client-certificate-type=PEM",
+                        "--ssl-https-private-key-type=PEM"]
+        for name, value in sec.headers:
+            out += ["-H", f"{name}:{value}"]
+        if load.shared_memory != "none":
+            out += ["--shared-memory", load.shared_memory]
+            if self.output_bytes:
+                out.append(f"--output-shared-memory-size={self.output_bytes}")
+        return out
 
     def timeout_s(self) -> float:
         """Generous: every try a full window plus request timeouts, and start-up."""

@@ -22,6 +22,7 @@ from tracker.errors import MeasurementError
 from tracker.measure.kinds.base import LoadKind
 from tracker.measure.loadgen import Chunk, Level, LocalLoad, split_level
 from tracker.measure.transport import Payload, make_transport
+from tracker.triton.tls import Security
 
 SPAWN_TIMEOUT_S = 120.0
 
@@ -99,20 +100,23 @@ class _AsyncConn:
 
 
 def _child_main(conn: Connection, protocol: str, url: str, model_name: str, timeout_s: float,
-                payloads: list[Payload], kinds: tuple[LoadKind, ...]) -> None:
+                payloads: list[Payload], kinds: tuple[LoadKind, ...],
+                security: Security | None = None) -> None:
     """Entry point of a load process: serve the parent's commands until "close"."""
     try:
-        asyncio.run(_child(conn, protocol, url, model_name, timeout_s, payloads, kinds))
+        asyncio.run(_child(conn, protocol, url, model_name, timeout_s, payloads, kinds,
+                           security))
     except Exception:
         with contextlib.suppress(OSError):
             conn.send(("error", traceback.format_exc(limit=3)))
 
 
 async def _child(conn: Connection, protocol: str, url: str, model_name: str, timeout_s: float,
-                 payloads: list[Payload], kinds: tuple[LoadKind, ...]) -> None:
+                 payloads: list[Payload], kinds: tuple[LoadKind, ...],
+                 security: Security | None = None) -> None:
     options = {k: v for kind in kinds for k, v in kind.caller_options().items()}
-    load = LocalLoad(make_transport(protocol, url, model_name, timeout_s, **options), payloads,
-                     kinds)
+    load = LocalLoad(make_transport(protocol, url, model_name, timeout_s, **options,
+                                    security=security), payloads, kinds)
     loop = asyncio.get_running_loop()
     inbox: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -149,11 +153,11 @@ class ProcessLoad:
 
     def __init__(self, processes: int, protocol: str, url: str, model_name: str,
                  timeout_s: float, payloads: Sequence[Payload],
-                 kinds: tuple[LoadKind, ...]) -> None:
+                 kinds: tuple[LoadKind, ...], security: Security | None = None) -> None:
         if processes < 2:
             raise MeasurementError(f"ProcessLoad needs >= 2 processes, but got {processes}")
         self.processes = processes
-        self._args = (protocol, url, model_name, timeout_s, list(payloads), kinds)
+        self._args = (protocol, url, model_name, timeout_s, list(payloads), kinds, security)
         self.kinds = kinds
         self.timeout_s = timeout_s
         self._procs: list[Any] = []

@@ -118,7 +118,8 @@ def _count_responses(response: Any) -> int:
 class StreamCaller:
     """The per-request call of a streaming transport: open a stream, send, read to the end."""
 
-    def __init__(self, channel: Any, count: TokenCount, timeout_s: float) -> None:
+    def __init__(self, channel: Any, count: TokenCount, timeout_s: float,
+                 metadata: tuple[tuple[str, str], ...] | None = None) -> None:
         from tritonclient.grpc import service_pb2
 
         self._open = channel.stream_stream(STREAM_METHOD)  # bytes in, bytes out
@@ -126,11 +127,12 @@ class StreamCaller:
         self._count = (_count_responses if count.output is None
                        else _count_outputs(count.output))
         self.timeout_s = timeout_s
+        self.metadata = metadata  # the server's headers (server.headers)
 
     async def __call__(self, payload: bytes) -> StreamRecord:
         now, parse, count = time.perf_counter_ns, self._parse, self._count
         first = last = final = tokens = 0
-        call = self._open(iter((payload,)), timeout=self.timeout_s)
+        call = self._open(iter((payload,)), timeout=self.timeout_s, metadata=self.metadata)
         async for raw in call:  # read to the stream's end: the server closes it after final
             t = now()
             msg = parse(raw)

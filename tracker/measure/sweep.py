@@ -38,6 +38,7 @@ from tracker.measure.entry import (
 )
 from tracker.measure.level import measure_parts
 from tracker.measure.monitors import Monitor, Sampler
+from tracker.measure.shm import pa_output_bytes
 from tracker.measure.transport import Transport
 from tracker.measure.types import Measurement, SweepLevel, SweepResult
 from tracker.triton.client import Endpoints
@@ -164,7 +165,8 @@ def _perf_analyzer(endpoints: Endpoints, entries: Mapping[str, EntryLoad],
     if binary is None:
         raise MeasurementError("backend 'perf_analyzer' needs the perf_analyzer binary "
                                "on PATH, but it was not found")
-    pa = PerfAnalyzer(binary, endpoints, name, entry.load)
+    pa = PerfAnalyzer(binary, endpoints, name, entry.load,
+                      pa_output_bytes(entry.config, entry.load))
     levels = load_levels(entry.load, entry.levels, entry.kinds())
 
     async def measure(i: int) -> SweepLevel:

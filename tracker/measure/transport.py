@@ -27,6 +27,7 @@ from tracker.measure.stats import (
     stats_from_proto,
 )
 from tracker.measure.stream import StreamCaller, StreamFailed, TokenCount, with_final_flag
+from tracker.triton.tls import Security
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 STATS_METHOD = "/inference.GRPCInferenceService/ModelStatistics"
@@ -38,7 +39,7 @@ class RequestFailed(Exception):
     """An HTTP request that the server answered with an error (the message is Triton's)."""
 
 
-def _raw(arr: np.ndarray[Any, Any], datatype: str) -> bytes:
+def raw_bytes(arr: np.ndarray[Any, Any], datatype: str) -> bytes:
     if datatype == "BYTES":
         from tritonclient.utils import serialize_byte_tensor
 
@@ -73,7 +74,7 @@ def grpc_payloads(model_name: str, samples: Sequence[Sample],
             tensor = req.inputs.add()
             tensor.name, tensor.datatype = name, datatypes[name]
             tensor.shape.extend(int(d) for d in arr.shape)
-            req.raw_input_contents.append(_raw(arr, datatypes[name]))
+            req.raw_input_contents.append(raw_bytes(arr, datatypes[name]))
         out.append(req.SerializeToString())
     return out
 
@@ -109,15 +110,19 @@ class GrpcTransport:
     protocol = "grpc"
 
     def __init__(self, url: str, model_name: str, timeout_s: float,
-                 stream: TokenCount | None = None) -> None:
+                 stream: TokenCount | None = None, security: Security | None = None) -> None:
         import grpc
         from tritonclient.grpc import MAX_GRPC_MESSAGE_SIZE, service_pb2
 
         self.url, self.model_name, self.timeout_s = url, model_name, timeout_s
         self.stream = stream
-        opts = [("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
-                ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE)]
-        self._channel = grpc.aio.insecure_channel(url, options=opts)
+        self.security = sec = security or Security()
+        self.metadata = sec.grpc_metadata()
+        opts: list[tuple[str, Any]] = [
+            ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+            ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE), *sec.grpc_options()]
+        self._channel = (grpc.aio.secure_channel(url, sec.grpc_credentials(), options=opts)
+                         if sec.tls else grpc.aio.insecure_channel(url, options=opts))
         # bytes in, bytes out: no per-request (de)serialization in Python
         self._infer = self._channel.unary_unary(INFER_METHOD)
         self._stats = self._channel.unary_unary(
@@ -134,17 +139,22 @@ class GrpcTransport:
         """The per-request call: the channel's multicallable with the deadline bound (a
         stream's: :class:`~tracker.measure.stream.StreamCaller`)."""
         if self.stream is not None:
-            return StreamCaller(self._channel, self.stream, self.timeout_s)
+            return StreamCaller(self._channel, self.stream, self.timeout_s, self.metadata)
+        if self.metadata:
+            return functools.partial(self._infer, timeout=self.timeout_s,
+                                     metadata=self.metadata)
         return functools.partial(self._infer, timeout=self.timeout_s)
 
     async def stats(self, timeout_s: float | None = None) -> ServerStats:
-        response = await self._stats(self._stats_request, timeout=timeout_s or self.timeout_s)
+        response = await self._stats(self._stats_request, timeout=timeout_s or self.timeout_s,
+                                     metadata=self.metadata)
         return stats_from_proto(response, self.model_name)
 
     async def all_stats(self, timeout_s: float | None = None) -> dict[str, ServerStats]:
         """Every model's counters from one request (the statistics API without a name)."""
         response = await self._stats(self._all_stats_request,
-                                     timeout=timeout_s or self.timeout_s)
+                                     timeout=timeout_s or self.timeout_s,
+                                     metadata=self.metadata)
         return all_stats_from_proto(response)
 
     async def close(self) -> None:
@@ -157,17 +167,22 @@ class HttpTransport:
     protocol = "http"
     stream = None
 
-    def __init__(self, url: str, model_name: str, timeout_s: float) -> None:
+    def __init__(self, url: str, model_name: str, timeout_s: float,
+                 security: Security | None = None) -> None:
         import aiohttp
 
-        base = url if "://" in url else f"http://{url}"
+        self.security = sec = security or Security()
+        base = url if "://" in url else f"{'https' if sec.tls else 'http'}://{url}"
+        self._headers = sec.http_headers()
         self.url, self.model_name, self.timeout_s = base.rstrip("/"), model_name, timeout_s
         self._infer_url = f"{self.url}/v2/models/{model_name}/infer"
         self._stats_url = f"{self.url}/v2/models/{model_name}/stats"
         self._all_stats_url = f"{self.url}/v2/models/stats"
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session = aiohttp.ClientSession(
-            timeout=self._timeout, connector=aiohttp.TCPConnector(limit=0))
+            timeout=self._timeout, headers=self._headers,
+            connector=aiohttp.TCPConnector(
+                limit=0, ssl=sec.ssl_context() if base.startswith("https://") else True))
 
     def payloads(self, samples: Sequence[Sample], datatypes: dict[str, str]) -> list[Payload]:
         return http_payloads(samples, datatypes)
@@ -217,15 +232,17 @@ Transport = GrpcTransport | HttpTransport
 
 
 def make_transport(protocol: str, url: str, model_name: str, timeout_s: float,
-                   stream: TokenCount | None = None) -> Transport:
+                   stream: TokenCount | None = None,
+                   security: Security | None = None) -> Transport:
     """The transport for ``protocol`` ("grpc": ``host:port``; "http": ``[http://]host:port``);
-    ``stream``: each request one gRPC stream, tokens counted by that rule (gRPC only)."""
+    ``stream``: each request one gRPC stream, tokens counted by that rule (gRPC only);
+    ``security``: TLS and headers (tracker/triton/tls.py)."""
     if protocol == "grpc":
-        return GrpcTransport(url, model_name, timeout_s, stream)
+        return GrpcTransport(url, model_name, timeout_s, stream, security)
     if protocol == "http":
         if stream is not None:
             raise MeasurementError("load.protocol must be 'grpc' for a streaming (decoupled) "
                                    "model: Triton streams a request's responses over gRPC "
                                    "only, but got 'http'")
-        return HttpTransport(url, model_name, timeout_s)
+        return HttpTransport(url, model_name, timeout_s, security)
     raise MeasurementError(f"load.protocol must be 'grpc' or 'http', but got {protocol!r}")

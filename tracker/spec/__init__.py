@@ -199,6 +199,21 @@ class StudySpec(SpecModel):
             raise Problems(items)
         return self
 
+    @model_validator(mode="after")
+    def _shared_memory_here(self) -> StudySpec:
+        """System shared memory is a region in this machine's /dev/shm that the server maps:
+        only a server started here (local mode) can see it."""
+        memory = self.load.shared_memory
+        if memory != "none" and self.server.mode != "local":
+            raise Problems([("load.shared_memory", f"'{memory}' needs a server on this "
+                             f"machine that shares its /dev/shm (server.mode 'local'), but "
+                             f"server.mode is {self.server.mode!r}: use 'none'")])
+        if memory != "none" and len(self.model.names) > 1:
+            raise Problems([("load.shared_memory", f"'{memory}' is for one entry model; "
+                             f"several measured together ({', '.join(self.model.names)}) "
+                             "send their tensors in the requests: use 'none'")])
+        return self
+
     def resolved_storage(self) -> str:
         """The Optuna storage URL: ``search.storage``, else ``optuna.db`` beside the MLflow
         sqlite database, else in the current working directory."""

@@ -36,6 +36,7 @@ from tracker.spec.checks import (
     knob_path,
     knob_value_problems,
 )
+from tracker.spec.connection import ClientTransports, ServerConnection
 from tracker.spec.fields import config_field
 from tracker.spec.load_repeat import RepeatSection
 from tracker.spec.messages import Problems, join_path, problem, show
@@ -74,7 +75,7 @@ else:  # the registered launch modes and samplers (tracker/launch_modes.py, samp
     SamplerName = Literal[SAMPLER_NAMES]
 
 
-class ServerSection(SpecModel):
+class ServerSection(ServerConnection):
     """Which Triton serves the trials and how a trial's config reaches it."""
 
     mode: LaunchModeName = "local"
@@ -184,7 +185,7 @@ def _tag(loc: object) -> bool:
     return isinstance(loc, str) and (loc.startswith("@") or "[" in loc)
 
 
-class LoadSection(SpecModel):
+class LoadSection(ClientTransports):
     """How each configuration is measured: the concurrency sweep and its stability windows."""
 
     concurrency: Concurrency = Field(default_factory=lambda: list(DEFAULT_CONCURRENCY))

@@ -76,6 +76,7 @@ class TuneOptions:
     store_model: bool = True  # store the model file once and point each trial's run at it
     heartbeat_interval: int | None = None  # seconds; None: search/storage.py's default
     grace_period: int | None = None        # seconds; None: twice the interval
+    backend: str = "builtin"  # the load generator: "builtin" or "perf_analyzer" (on PATH)
 
 
 def apply_overrides(spec: StudySpec, options: TuneOptions) -> StudySpec:
@@ -245,6 +246,7 @@ class StudyContext:
     worker_tags: dict[str, str] = field(default_factory=dict)
     store_model: bool = True  # point each trial's run at the study's model file, stored once
     stored_model: StoredModel | None = None
+    backend: str = "builtin"  # the load generator of trials and confirmation
 
     @property
     def spec(self) -> StudySpec:

@@ -16,73 +16,17 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tracker.errors import ModelLoadError, ServerError, TrackerError
+from tracker.triton.endpoints import Endpoints as Endpoints  # re-exported
 from tracker.triton.statistics import ServerStats, stats_from_proto
 
 if TYPE_CHECKING:
     from tritonclient.grpc import InferenceServerClient
     from tritonclient.grpc.model_config_pb2 import ModelConfig
-
-
-@dataclass(frozen=True)
-class Endpoints:
-    """Where a server listens. ``http_port``/``metrics_port`` may be unknown (remote servers)."""
-
-    host: str
-    http_port: int | None
-    grpc_port: int
-    metrics_port: int | None
-    http_host: str | None = None
-    metrics_host: str | None = None
-    http_scheme: str = "http"
-
-    @property
-    def grpc(self) -> str:
-        """``host:port`` as tritonclient.grpc wants it."""
-        return f"{self.host}:{self.grpc_port}"
-
-    @property
-    def http(self) -> str | None:
-        """``http://host:port`` or None when the HTTP endpoint is unknown."""
-        if self.http_port is None:
-            return None
-        return f"{self.http_scheme}://{self.http_host or self.host}:{self.http_port}"
-
-    @property
-    def metrics(self) -> str | None:
-        """The Prometheus URL (``http://host:port/metrics``) or None when unknown."""
-        if self.metrics_port is None:
-            return None
-        return f"http://{self.metrics_host or self.host}:{self.metrics_port}/metrics"
-
-    @classmethod
-    def from_urls(cls, grpc: str, http: str | None = None,
-                  metrics: str | None = None) -> Endpoints:
-        """Endpoints of a server someone else runs: ``grpc`` is ``host:port``; ``http`` and
-        ``metrics`` are ``[http://]host:port`` (a path on the metrics URL is ignored)."""
-        host, grpc_port = _host_port(grpc, "url")
-        http_host = http_port = scheme = None
-        if http:
-            scheme = "https" if http.startswith("https://") else "http"
-            http_host, http_port = _host_port(http, "http_url")
-        metrics_host = metrics_port = None
-        if metrics:
-            metrics_host, metrics_port = _host_port(metrics, "metrics_url")
-        return cls(host, http_port, grpc_port, metrics_port, http_host=http_host,
-                   metrics_host=metrics_host, http_scheme=scheme or "http")
-
-
-def _host_port(url: str, what: str) -> tuple[str, int]:
-    rest = url.split("://", 1)[-1].split("/", 1)[0]
-    host, sep, port = rest.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ServerError(f"server {what} must look like host:port, but got {url!r}")
-    return host, int(port)
 
 
 # config data type -> (Triton wire datatype, numpy dtype); the one table the package uses
@@ -148,6 +92,8 @@ class TritonClient:
         self.endpoints = endpoints
         self.timeout_s = timeout_s
         self._grpc: InferenceServerClient | None = None
+        self._headers = endpoints.security.http_headers() or None
+        self._call = {"client_timeout": timeout_s, "headers": self._headers}  # every call's
 
     # -- connection ----------------------------------------------------------------------
     @property
@@ -156,7 +102,8 @@ class TritonClient:
         if self._grpc is None:
             import tritonclient.grpc as grpcclient
 
-            self._grpc = grpcclient.InferenceServerClient(self.endpoints.grpc)
+            self._grpc = grpcclient.InferenceServerClient(
+                self.endpoints.grpc, **self.endpoints.security.grpc_client_kwargs())
         return self._grpc
 
     def close(self) -> None:
@@ -176,13 +123,14 @@ class TritonClient:
         if self.endpoints.http is not None:
             url = self.endpoints.http + "/v2/health/ready"
             try:
-                with urllib.request.urlopen(url, timeout=1.0) as resp:
+                with self.endpoints.security.urlopen(url, 1.0) as resp:
                     return bool(resp.status == 200)
             except (OSError, urllib.error.URLError):
                 return False
         try:
             with triton_errors():
-                return bool(self.grpc.is_server_ready(client_timeout=1.0))
+                return bool(self.grpc.is_server_ready(headers=self._headers,
+                                                      client_timeout=1.0))
         except ServerError:
             return False
 
@@ -199,7 +147,7 @@ class TritonClient:
         """Whether model ``name`` (``version``, or any version when None) is READY."""
         with triton_errors(f"cannot ask {self.endpoints.grpc} whether model {name!r} is ready"):
             return bool(self.grpc.is_model_ready(name, "" if version is None else str(version),
-                                                 client_timeout=self.timeout_s))
+                                                 **self._call))
 
     @property
     def address(self) -> str:
@@ -227,7 +175,7 @@ class TritonClient:
         with triton_errors(f"inference on {name!r} failed"):
             result = self.grpc.infer(name, request, model_version="" if version is None
                                      else str(version), outputs=wanted or None,
-                                     client_timeout=self.timeout_s)
+                                     **self._call)
         got: dict[str, np.ndarray[Any, Any]] = {}
         for out in outputs:
             try:
@@ -249,13 +197,14 @@ class TritonClient:
         if config is not None:
             override = json_format.MessageToJson(config, preserving_proto_field_name=True)
         with triton_errors(error=ModelLoadError):
-            self.grpc.load_model(name, config=override, client_timeout=None)
+            self.grpc.load_model(name, config=override, headers=self._headers,
+                                 client_timeout=None)
 
     def unload_model(self, name: str, wait_s: float = 30.0) -> None:
         """Unload ``name`` and wait (up to ``wait_s``) until Triton has finished unloading it
         (its instances gone: the server is not READY while a model is UNLOADING)."""
         with triton_errors(f"unloading model {name!r} failed"):
-            self.grpc.unload_model(name, client_timeout=self.timeout_s)
+            self.grpc.unload_model(name, **self._call)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             states = {m.get("state") for m in self.repository_index() if m.get("name") == name}
@@ -267,28 +216,43 @@ class TritonClient:
     def repository_index(self) -> list[dict[str, str]]:
         """The server's model repository index: dicts with name, version, state, reason."""
         with triton_errors("reading the repository index failed"):
-            index = self.grpc.get_model_repository_index(as_json=True,
-                                                         client_timeout=self.timeout_s)
+            index = self.grpc.get_model_repository_index(as_json=True, **self._call)
         return [dict(m) for m in index.get("models", [])]
 
     def model_config(self, name: str) -> ModelConfig:
         """The configuration the server is using for ``name``."""
         with triton_errors(f"reading the config of model {name!r} failed"):
-            return self.grpc.get_model_config(name, client_timeout=self.timeout_s).config
+            return self.grpc.get_model_config(name, **self._call).config
 
     # -- numbers -------------------------------------------------------------------------
     def statistics(self, name: str) -> ServerStats:
         """Cumulative statistics of ``name`` (all versions summed)."""
         with triton_errors(f"statistics of model {name!r} failed"):
-            resp = self.grpc.get_inference_statistics(name, client_timeout=self.timeout_s)
+            resp = self.grpc.get_inference_statistics(name, **self._call)
         return stats_from_proto(resp, name)
 
     def server_metadata(self) -> dict[str, Any]:
         """The server's name, version and extensions (Triton's server metadata)."""
         with triton_errors("server metadata failed"):
-            resp = self.grpc.get_server_metadata(client_timeout=self.timeout_s)
+            resp = self.grpc.get_server_metadata(**self._call)
         return {"name": resp.name, "version": resp.version,
                 "extensions": list(resp.extensions)}
+
+    def register_system_shm(self, name: str, key: str, byte_size: int) -> None:
+        """Register the system shared-memory region ``key`` (in /dev/shm) as ``name``."""
+        with triton_errors(f"registering shared memory {name!r} on {self.endpoints.grpc}"):
+            self.grpc.register_system_shared_memory(name, key, byte_size, **self._call)
+
+    def unregister_system_shm(self, name: str = "") -> None:
+        """Unregister region ``name`` ("" : every system region of the server)."""
+        with triton_errors(f"unregistering shared memory {name!r} on {self.endpoints.grpc}"):
+            self.grpc.unregister_system_shared_memory(name, **self._call)
+
+    def system_shm_regions(self) -> list[str]:
+        """The names of the system shared-memory regions the server has registered."""
+        with triton_errors(f"shared memory status of {self.endpoints.grpc}"):
+            got = self.grpc.get_system_shared_memory_status(as_json=True, **self._call)
+        return sorted(got.get("regions", {}))
 
     def metrics_text(self) -> str:
         """The Prometheus text from the metrics endpoint."""
@@ -322,7 +286,7 @@ class TritonClient:
         with triton_errors(f"inference on model {name!r} failed"):
             result = self.grpc.infer(name, req, model_version="" if version is None
                                      else str(version), outputs=outputs or None,
-                                     client_timeout=self.timeout_s)
+                                     **self._call)
         out: dict[str, np.ndarray[Any, Any]] = {}
         for o in config.output:
             try:

@@ -17,6 +17,7 @@ import numpy as np
 
 from tracker.errors import ModelLoadError, ServerError
 from tracker.triton.client import triton_errors
+from tracker.triton.tls import Security
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -28,9 +29,12 @@ Array = np.ndarray[Any, Any]
 class HttpTritonClient:
     """Talks to one Triton server over HTTP (``ssl``: HTTPS). Not shared between threads."""
 
-    def __init__(self, host_port: str, *, ssl: bool = False, timeout_s: float = 30.0) -> None:
+    def __init__(self, host_port: str, *, ssl: bool = False, timeout_s: float = 30.0,
+                 security: Security | None = None) -> None:
         self.host_port = host_port
         self.ssl = ssl
+        self.security = security or Security(tls=ssl)
+        self._headers = self.security.http_headers() or None
         self.timeout_s = timeout_s
         self._http: InferenceServerClient | None = None
 
@@ -44,8 +48,10 @@ class HttpTritonClient:
         if self._http is None:
             import tritonclient.http as httpclient
 
+            sec = self.security
             self._http = httpclient.InferenceServerClient(
                 self.host_port, ssl=self.ssl, connection_timeout=self.timeout_s,
+                ssl_context_factory=(lambda: sec.ssl_context()) if self.ssl else None,
                 network_timeout=max(self.timeout_s, 600.0))  # a load may take minutes
         return self._http
 
@@ -62,17 +68,17 @@ class HttpTritonClient:
 
     def repository_index(self) -> list[dict[str, str]]:
         with triton_errors(f"reading the repository index from {self.address} failed"):
-            index = self.http.get_model_repository_index()
+            index = self.http.get_model_repository_index(headers=self._headers)
         return [{k: str(v) for k, v in m.items()} for m in index]
 
     def load_model(self, name: str) -> None:
         with triton_errors("", ModelLoadError):
-            self.http.load_model(name)
+            self.http.load_model(name, headers=self._headers)
 
     def unload_model(self, name: str, wait_s: float = 30.0) -> None:
         """Unload ``name`` and wait (up to ``wait_s``) until Triton has finished unloading it."""
         with triton_errors(f"unloading model {name!r} failed"):
-            self.http.unload_model(name)
+            self.http.unload_model(name, headers=self._headers)
         deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             states = {m.get("state") for m in self.repository_index() if m.get("name") == name}
@@ -86,7 +92,7 @@ class HttpTritonClient:
         from tritonclient.grpc.model_config_pb2 import ModelConfig
 
         with triton_errors(f"reading the config of model {name!r} failed"):
-            raw = self.http.get_model_config(name)
+            raw = self.http.get_model_config(name, headers=self._headers)
         try:
             return json_format.ParseDict(raw, ModelConfig(), ignore_unknown_fields=True)
         except json_format.ParseError as exc:
@@ -98,7 +104,8 @@ class HttpTritonClient:
 
     def version_ready(self, name: str, version: int | None) -> bool:
         with triton_errors(f"cannot ask {self.address} whether model {name!r} is ready"):
-            return bool(self.http.is_model_ready(name, "" if version is None else str(version)))
+            return bool(self.http.is_model_ready(name, "" if version is None else str(version),
+                                                 headers=self._headers))
 
     def infer_tensors(self, name: str, tensors: Mapping[str, tuple[str, Array]], *,
                       version: int | None = None,
@@ -115,7 +122,8 @@ class HttpTritonClient:
         wanted = [httpclient.InferRequestedOutput(o, binary_data=True) for o in outputs]
         with triton_errors(f"inference on {name!r} failed"):
             result = self.http.infer(name, request, model_version="" if version is None
-                                     else str(version), outputs=wanted or None)
+                                     else str(version), outputs=wanted or None,
+                                     headers=self._headers)
         got: dict[str, Array] = {}
         for out in outputs:
             try:

@@ -10,6 +10,7 @@ is done here, once.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -24,6 +25,7 @@ from tracker.errors import ModelLoadError, ServerError, ServerStartError
 from tracker.triton.client import Endpoints, TritonClient
 from tracker.triton.server import live, logs
 from tracker.triton.server.base import Strategy, TritonServer
+from tracker.triton.tls import Security
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -39,6 +41,8 @@ class Launcher(TritonServer):
     restart_grace_s: float = 0.0
     #: the server only runs in explicit model-control mode (someone else's server)
     explicit_only: bool = False
+    #: TLS and headers its clients use (server.tls/headers; None: the launcher's own)
+    security: Security | None = None
 
     def __init__(self, *, strategy: Strategy = "restart", startup_timeout_s: float = 120.0) -> None:
         if strategy not in ("restart", "reload"):
@@ -141,6 +145,9 @@ class Launcher(TritonServer):
                 self._running = True
                 try:
                     self._endpoints = self._launch(repository, explicit)
+                    if self.security is not None:  # a server started with TLS options
+                        self._endpoints = dataclasses.replace(self._endpoints,
+                                                              security=self.security)
                     self._wait_ready()
                     return
                 except ServerStartError as err:

@@ -24,4 +24,10 @@ def make_server(server: ServerSection) -> TritonServer:
     cls = getattr(importlib.import_module(module), name)
     made: TritonServer = cls.from_spec(server)
     made.option_args = trial_args(server)  # server.options; a trial may change them
+    if (server.tls is not None or server.headers) and server.mode != "remote":
+        from tracker.triton.server.launcher import Launcher  # started with TLS options
+        from tracker.triton.tls import Security
+
+        if isinstance(made, Launcher):
+            made.security = Security.of(server.tls, server.headers)
     return made

@@ -17,6 +17,7 @@ from tracker.errors import ModelLoadError, ServerError, ServerStartError
 from tracker.triton.client import Endpoints, TritonClient
 from tracker.triton.gpus import GpuSet, reported_gpu_set
 from tracker.triton.server.launcher import Launcher
+from tracker.triton.tls import Security, probe
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -32,9 +33,10 @@ class RemoteTritonServer(Launcher):
     explicit_only = True
 
     def __init__(self, url: str, *, http_url: str | None = None, metrics_url: str | None = None,
-                 startup_timeout_s: float = 30.0, backends: frozenset[str] | None = None) -> None:
+                 startup_timeout_s: float = 30.0, backends: frozenset[str] | None = None,
+                 security: Security | None = None) -> None:
         super().__init__(strategy="reload", startup_timeout_s=startup_timeout_s)
-        self._remote = Endpoints.from_urls(url, http_url, metrics_url)
+        self._remote = Endpoints.from_urls(url, http_url, metrics_url, security)
         self._backends = backends
         self._auto_ports = False
 
@@ -49,7 +51,8 @@ class RemoteTritonServer(Launcher):
         elif server.backend == "onnxruntime":
             backends = frozenset({"python", "onnxruntime"})
         return cls(server.url, http_url=server.http_url, metrics_url=server.metrics_url,
-                   startup_timeout_s=server.startup_timeout_s, backends=backends)
+                   startup_timeout_s=server.startup_timeout_s, backends=backends,
+                   security=Security.of(server.tls, server.headers))
 
     def check_options(self, args: tuple[str, ...]) -> None:
         if args:
@@ -73,7 +76,17 @@ class RemoteTritonServer(Launcher):
         return repo.path  # the files are on the remote server already; nothing to copy
 
     def _launch(self, repository: Path, explicit: bool) -> Endpoints:
-        return self._remote  # attach
+        """Attach; with TLS, one handshake first, so that a wrong certificate or a port that
+        does not answer is an error now rather than a READY that never comes."""
+        remote = self._remote
+        try:
+            probe(remote.host, remote.grpc_port, remote.security)
+            if remote.http_port is not None and remote.http_scheme == "https":
+                probe(remote.http_host or remote.host, remote.http_port, remote.security,
+                      protocol="http")
+        except ServerError as exc:
+            raise ServerStartError(f"remote server not reachable: {exc.reason}") from exc
+        return remote
 
     def _exit_reason(self) -> str | None:
         return None  # someone else's server: it is "gone" only as far as READY never comes

@@ -1,0 +1,80 @@
+"""How the tool connects to a server that wants TLS or headers (``server.tls``,
+``server.headers``), and the load's client transports (``load.shared_memory``,
+``load.perf_analyzer_flags``); tracker/triton/tls.py and tracker/measure/shm.py use them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+
+from tracker.spec.messages import problem, show
+from tracker.spec.model_section import SpecModel, resolve_path
+
+HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+
+
+class TlsSection(SpecModel):
+    """TLS to the server (gRPC: Triton's ``--grpc-use-ssl``; HTTP: an ``https://`` proxy in
+    front of Triton). Every file is PEM; ``server_name`` is the name the server's certificate
+    must carry when it differs from the URL's host."""
+
+    root_cert: Annotated[Path | None, Field(strict=False)] = None
+    """PEM file of the CA that signed the server's certificate (default: the system's)."""
+    client_cert: Annotated[Path | None, Field(strict=False)] = None
+    """PEM file of the client's certificate, for mutual TLS (with client_key)."""
+    client_key: Annotated[Path | None, Field(strict=False)] = None
+    """PEM file of the client's private key, for mutual TLS (with client_cert)."""
+    server_name: Annotated[str, Field(min_length=1)] | None = None
+    """The name the server's certificate must carry, when it is not the URL's host."""
+
+    @field_validator("root_cert", "client_cert", "client_key")
+    @classmethod
+    def _file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        value = resolve_path(value, info)
+        if value is not None and not value.is_file():
+            raise problem(f"must be an existing PEM file, but {str(value)!r} does not exist")
+        return value
+
+    @model_validator(mode="after")
+    def _pair(self) -> TlsSection:
+        if (self.client_cert is None) != (self.client_key is None):
+            raise problem("client_cert and client_key go together (mutual TLS), but got "
+                          f"client_cert={show(self.client_cert and str(self.client_cert))}, "
+                          f"client_key={show(self.client_key and str(self.client_key))}")
+        return self
+
+
+def check_headers(value: dict[str, object]) -> dict[str, str]:
+    """Header name -> value, each a non-empty string (a header without a value is a mistake,
+    not an empty header)."""
+    for name, text in value.items():
+        if not HEADER_NAME.fullmatch(str(name)):
+            raise problem(f"header names are HTTP tokens (letters, digits, '-'), but got "
+                          f"{show(name)}")
+        if not isinstance(text, str) or not text:
+            raise problem(f"header {name!r} needs a value (a non-empty string), but got "
+                          f"{show(text)}")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+class ServerConnection(SpecModel):
+    """The server section's connection fields (tracker/triton/tls.py uses them)."""
+
+    tls: TlsSection | None = None
+    """TLS for every client of the server (gRPC; HTTP through a TLS proxy); None: plain."""
+    headers: Annotated[dict[str, str], BeforeValidator(check_headers)] = Field(
+        default_factory=dict)
+    """Extra headers sent with every request (e.g. an auth token at a gateway)."""
+
+
+class ClientTransports(SpecModel):
+    """The load section's client transports: system shared memory for inputs and outputs
+    (tracker/measure/shm.py) and extra perf_analyzer flags (checked against its --help)."""
+
+    shared_memory: Literal["none", "system"] = "none"
+    """system: inputs and outputs in registered system shared memory (local/docker only)."""
+    perf_analyzer_flags: list[str] = Field(default_factory=list)
+    """Extra perf_analyzer flags (with --perf-analyzer), checked against its --help."""
