@@ -33,7 +33,6 @@ PENDING = {
     "tracker/study/joint.py": "is_joint is kept for tracker/confirm/rounds.py only",
     # issue 35: a pipeline's copies (steps renamed) are not served side by side yet
     "tracker/confirm/paired.py": "issue 35: pairing holds for one model only",
-    "tracker/tracking/report.py": "item 9 (several-model output)",
     # Configuration.single (one model, no pipeline) still chooses the file-knob and pipeline
     # paths here: item 4's remainder
     "tracker/search/space.py": "item 4",

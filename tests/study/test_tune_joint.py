@@ -133,6 +133,15 @@ def test_two_models_are_measured_together_and_the_weighted_gain_is_optimised(
     assert best_trial == (chosen[1] if verdict in ("better", "tied") else base.number)
     files = {f.path for f in client.list_artifacts(parent.info.run_id, "best")}
     assert {"best/pipe", "best/other", "best/prep"} <= files
+    # the report: each entry model's throughput, p99 and level, a column and a trace each
+    head = Path(client.download_artifacts(parent.info.run_id, "trials.csv", str(tmp_path / "r"))
+                ).read_text().splitlines()[0].split(",")
+    each = [f"{m}/{f}" for m in WEIGHTS for f in ("perf_throughput", "perf_latency_p99",
+                                                  "concurrency")]
+    assert [h for h in head if h in each] == each and "concurrency" not in head
+    plot = Path(client.download_artifacts(parent.info.run_id, "plots/tradeoff.html",
+                                          str(tmp_path / "r"))).read_text()
+    assert all(f'"legendgroup":"{m}"' in plot for m in WEIGHTS)
 
     # promoted as one registry version that holds both entry models and the ensemble's steps
     # (--force: the verdict may keep the default; deploying it: tests/deploy/test_entries_*)

@@ -6,11 +6,17 @@ import csv
 import io
 from pathlib import Path
 
+from tracker.measure.types import Measurement, SweepLevel
+from tracker.metrics import WEIGHTED_GAIN
+from tracker.search.objective import Scoring, pick_best_level
 from tracker.tracking.report import best_row, shown, summary, trials_csv, write_report
-from tracker.tracking.rows import TrialRow
+from tracker.tracking.rows import TrialRow, entry_names
+from tracker.triton.configuration import Configuration
 
 MAX = {"perf_throughput": "maximize"}
 P99 = {"perf_latency_p99": {"max": 10.0}}
+#: the one entry model of ROWS, its figures named as a one-entry study names them
+ONE = entry_names(["densenet"], Configuration((), ("densenet",)).metric_name)
 
 
 def row(n: int, thr: float | None, p99: float = 5.0, *, feasible: bool = True,
@@ -62,7 +68,7 @@ def test_trials_csv_has_a_line_per_trial_with_params_and_metrics() -> None:
 
 
 def test_report_files_png_and_html_without_network(tmp_path: Path) -> None:
-    files = write_report(ROWS, MAX, P99, tmp_path, title="densenet")
+    files = write_report(ROWS, MAX, P99, tmp_path, entries=ONE, title="densenet")
     for name in ("history", "tradeoff", "parallel"):
         png = files[f"plots/{name}.png"].read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
@@ -74,7 +80,8 @@ def test_report_files_png_and_html_without_network(tmp_path: Path) -> None:
 
 
 def test_no_plots_before_the_first_complete_trial(tmp_path: Path) -> None:
-    files = write_report([row(0, None, levels=0, fail_reason="x")], MAX, {}, tmp_path)
+    files = write_report([row(0, None, levels=0, fail_reason="x")], MAX, {}, tmp_path,
+                         entries=ONE)
     assert set(files) == {"trials.csv", "report.html"}
 
 
@@ -82,7 +89,7 @@ def test_both_plots_mark_the_confirmed_medians_with_their_intervals(tmp_path: Pa
     rows = [row(0, 168.0, baseline=True, confirmed=(170.0, 160.0, 181.0), confirmed_p99=6.5),
             row(1, 250.0, count=2), row(3, 323.0, 8.0, count=3,
                                         confirmed=(301.0, 290.5, 312.0), confirmed_p99=8.25)]
-    files = write_report(rows, MAX, P99, tmp_path)
+    files = write_report(rows, MAX, P99, tmp_path, entries=ONE)
     for name in ("history", "tradeoff"):
         page = files[f"plots/{name}.html"].read_text()
         assert "confirmed median, 95% CI" in page, name
@@ -90,10 +97,10 @@ def test_both_plots_mark_the_confirmed_medians_with_their_intervals(tmp_path: Pa
     tradeoff = files["plots/tradeoff.html"].read_text()
     assert "8.25" in tradeoff                                 # at the confirmed p99
     plain = write_report([row(0, 168.0, baseline=True), row(1, 250.0)], MAX, P99,
-                         tmp_path / "plain")
+                         tmp_path / "plain", entries=ONE)
     assert "confirmed median" not in plain["plots/tradeoff.html"].read_text()
     latency = {"perf_latency_p99": "minimize"}   # `confirmed` then holds p99, not throughput
-    other = write_report(rows, latency, {}, tmp_path / "latency")
+    other = write_report(rows, latency, {}, tmp_path / "latency", entries=ONE)
     assert "confirmed median" not in other["plots/tradeoff.html"].read_text()
 
 
@@ -106,7 +113,7 @@ def test_the_report_says_the_confirmed_outcome_with_figures_rounded(tmp_path: Pa
             row(3, 31.891234, 8.0, count=3, confirmed=(21.16, 20.28, 23.01),
                 confirmed_p99=295.3)]
     said = "In 11 measurements across 2 configurations, inconclusive after 3 interleaved rounds"
-    files = write_report(rows, MAX, P99, tmp_path, text=said,
+    files = write_report(rows, MAX, P99, tmp_path, entries=ONE, text=said,
                          caption="confirmed: inconclusive after 3 rounds, default kept")
     report = files["report.html"].read_text()
     assert said in report and "better than the default" not in report
@@ -119,3 +126,73 @@ def test_the_report_says_the_confirmed_outcome_with_figures_rounded(tmp_path: Pa
         assert "confirmed: inconclusive after 3 rounds, default kept" in page, name
     assert shown("3") == "3" and shown("306.17") == "306.2" and shown("0.01234") == "0.012"
     assert shown("trial-3") == "trial-3" and shown("inf") == "unbounded"
+
+
+# ---- several entry models: rows as the study writes them -----------------------------------
+
+def _measured(conf: Configuration, n: int, levels: dict[str, tuple[int, float, float]],
+              objectives: dict[str, str], reference: dict[str, float] | None = None,
+              ) -> TrialRow:
+    """Trial ``n`` as the study records it: each entry's Measurement (concurrency, infer/s,
+    p99 ms) at one level, the level chosen and named by the study's own code (pick_best_level
+    with ``conf.metric_name``); its headline metrics are the row's."""
+    level = SweepLevel({entry: Measurement(concurrency=c, throughput=thr, latency_p99_ms=p99)
+                        for entry, (c, thr, p99) in levels.items()})
+    choice = pick_best_level([level], {}, objectives,
+                             Scoring(conf.entries, conf.metric_name, reference=reference))
+    return TrialRow(number=n, state="COMPLETE", params={"b/max_batch_size": n + 1},
+                    values=choice.values, metrics={**choice.metrics},
+                    feasible=choice.feasible, baseline=reference is None,
+                    concurrency=choice.concurrency, measurements=1)
+
+
+def _study(conf: Configuration, objectives: dict[str, str]) -> list[TrialRow]:
+    base = _measured(conf, 0, {"a": (2, 40.0, 5.0), "b": (8, 300.0, 9.0)}, objectives)
+    best = _measured(conf, 1, {"a": (2, 52.0, 6.0), "b": (4, 310.0, 7.0)}, objectives,
+                     base.metrics)
+    return [base, best]
+
+
+TWO = Configuration((), ("a", "b"))
+GAIN = {WEIGHTED_GAIN: "maximize"}
+
+
+def test_trials_csv_has_each_entry_models_throughput_latency_and_level() -> None:
+    entries = entry_names(TWO.entries, TWO.metric_name)
+    head = trials_csv(_study(TWO, GAIN), GAIN, entries).splitlines()[0].split(",")
+    each = [f"{m}/{f}" for m in ("a", "b")
+            for f in ("perf_throughput", "perf_latency_p99", "concurrency")]
+    assert [h for h in head if h in each] == each  # entry by entry, in this order
+    assert "concurrency" not in head  # not the entries' levels summed into one column
+    table = list(csv.DictReader(io.StringIO(trials_csv(_study(TWO, GAIN), GAIN, entries))))
+    assert [r["a/concurrency"] for r in table] == ["2.0", "2.0"]
+    assert [r["b/concurrency"] for r in table] == ["8.0", "4.0"]
+    one = Configuration((), ("a",))
+    head = trials_csv(_study(one, MAX), MAX, entry_names(one.entries, one.metric_name))
+    # one entry is the one-entry case: the same columns, bare, each once
+    assert head.splitlines()[0].split(",").count("concurrency") == 1
+
+
+def test_the_summary_names_each_entry_models_throughput_and_level() -> None:
+    entries = entry_names(TWO.entries, TWO.metric_name)
+    text = summary(_study(TWO, GAIN), GAIN, entries)
+    assert "trial-1 gives weighted_gain +0." in text
+    assert "the default configuration (weighted_gain +0.000)" in text
+    assert "; a 52.00 infer/s at concurrency 2 (the default: 40.00 infer/s)" in text
+    assert "; b 310.0 infer/s at concurrency 4 (the default: 300.0 infer/s)." in text
+
+
+def test_the_report_of_several_entry_models_has_a_trace_and_a_column_per_entry(
+        tmp_path: Path) -> None:
+    entries = entry_names(TWO.entries, TWO.metric_name)
+    constraints = {"a/perf_latency_p99": {"max": 5.5}}
+    files = write_report(_study(TWO, GAIN), GAIN, constraints, tmp_path, entries=entries)
+    page = files["plots/tradeoff.html"].read_text()
+    for entry in ("a", "b"):
+        assert f'"name":"{entry}: feasible"' in page
+        assert f'"legendgroup":"{entry}"' in page
+    assert "a: p99 limit 5.5 ms" in page
+    assert files["plots/tradeoff.png"].read_bytes()[:4] == b"\x89PNG"
+    report = files["report.html"].read_text()
+    for column in ("a/perf_throughput", "a/concurrency", "b/perf_latency_p99", "b/concurrency"):
+        assert f"<th>{column}</th>" in report

@@ -10,7 +10,10 @@ from mlflow import MlflowClient
 from tracker.measure.types import Measurement
 from tracker.tracking import runs, stream_plots, view
 from tracker.tracking.report import write_report
-from tracker.tracking.rows import TrialRow
+from tracker.tracking.rows import TrialRow, entry_names
+from tracker.triton.configuration import Configuration
+
+ONE = entry_names(["storyteller"], Configuration((), ("storyteller",)).metric_name)
 
 
 def _trial_run(client: MlflowClient, experiment: str, ttft: list[float]) -> str:
@@ -37,12 +40,12 @@ def test_ttft_and_itl_against_concurrency_per_trial(mlflow_uri: str, tmp_path: P
     assert curves["trial 0 (default)"][stream_plots.ITL] == [(1, 2.125), (4, 2.5), (16, 4.0)]
     files = write_report(rows, {"perf_output_token_throughput": "maximize"},
                          {"perf_time_to_first_token_p99": {"max": 200}}, tmp_path / "r",
-                         curves=curves)
+                         entries=ONE, curves=curves)
     assert files["plots/streaming.png"].read_bytes()[:4] == b"\x89PNG"
     assert "cdn.plot.ly" in files["plots/streaming.html"].read_text()
     assert "streaming" in files["report.html"].read_text()
     assert "plots/streaming.png" not in write_report(rows, {"perf_throughput": "maximize"}, {},
-                                                     tmp_path / "plain")
+                                                     tmp_path / "plain", entries=ONE)
 
 
 def test_view_adds_token_columns_and_charts_for_streams() -> None:

@@ -35,7 +35,7 @@ from tracker.study.session import StudyContext
 from tracker.study.trial import configs, production_texts
 from tracker.tracking import runs, steps_plot, stream_plots, study_record, view
 from tracker.tracking.report import best_row, improvement_pct, summary, write_report
-from tracker.tracking.rows import TrialRow, trial_rows
+from tracker.tracking.rows import TrialRow, entry_names, trial_rows
 from tracker.triton import model_config
 from tracker.triton.repository import served_configs
 
@@ -56,7 +56,8 @@ def finish_study(ctx: StudyContext, *, status: str, owner: bool, stop_reason: st
     client = parent.client
     rows = trial_rows(ctx.study)
     objectives = dict(spec.objectives)
-    text = summary(rows, objectives)
+    entries = entry_names(ctx.configuration.entries, ctx.configuration.metric_name)
+    text = summary(rows, objectives, entries)
     best = best_row(rows, objectives)
     record = confirmed.load(ctx.study)
     verdict = confirmed.verdict(record, objectives)
@@ -130,6 +131,8 @@ def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, 
                   if stream_plots.is_streaming(rows) else None)
         files: dict[str, str | bytes | Path] = dict(
             write_report(rows, objectives, spec.constraints, Path(tmp),
+                         entries=entry_names(ctx.configuration.entries,
+                                             ctx.configuration.metric_name),
                          title=f"Study {ctx.study.study_name}", curves=curves, text=text,
                          caption=caption, extra=_steps(ctx, rows, best, Path(tmp))))
         if best is not None:

@@ -1,8 +1,8 @@
-"""The study's three plots, each as PNG (matplotlib, Agg canvas: no display, no network) and
-HTML (plotly, plotly.js from its CDN):
+"""Two of the study's plots, each as PNG (matplotlib, Agg canvas: no display, no network) and
+HTML (plotly, plotly.js from its CDN), and the helpers every study plot shares (the trade-off
+plot is tradeoff_plot.py):
 
 - ``history``: the first objective per trial, best-so-far line, the default config's level;
-- ``tradeoff``: throughput vs p99 latency per trial, the Pareto front and the constraint lines;
 - ``parallel``: parallel coordinates of the parameters, coloured by the first objective.
 """
 
@@ -21,31 +21,29 @@ from tracker.metrics import unit
 if TYPE_CHECKING:
     from tracker.tracking.rows import TrialRow
 
-THROUGHPUT, P99 = "perf_throughput", "perf_latency_p99"
 
-
-def _label(metric: str) -> str:
+def axis_label(metric: str) -> str:
     u = unit(metric)
     return f"{metric} ({u})" if u else metric
 
 
-def _bound(spec: object, side: str) -> float | None:
+def bound(spec: object, side: str) -> float | None:
     value = spec.get(side) if isinstance(spec, Mapping) else getattr(spec, side, None)
     return None if value is None else float(value)
 
 
-def _save_png(fig: Figure, path: Path) -> Path:
+def save_png(fig: Figure, path: Path) -> Path:
     FigureCanvasAgg(fig)
     fig.savefig(path, dpi=110, bbox_inches="tight")
     return path
 
 
-def _save_html(fig: Any, path: Path) -> Path:
+def save_html(fig: Any, path: Path) -> Path:
     fig.write_html(str(path), include_plotlyjs="cdn", full_html=True)
     return path
 
 
-def _complete(rows: Sequence[TrialRow]) -> list[TrialRow]:
+def complete_rows(rows: Sequence[TrialRow]) -> list[TrialRow]:
     return sorted((r for r in rows if r.complete), key=lambda r: r.number)
 
 
@@ -66,7 +64,7 @@ def _best_so_far(rows: Sequence[TrialRow], maximize: bool) -> tuple[list[int], l
     return xs, ys
 
 
-def _titled(title: str, caption: str | None) -> str:
+def titled(title: str, caption: str | None) -> str:
     return f"{title}\n{caption}" if caption else title
 
 
@@ -83,7 +81,7 @@ def history(rows: Sequence[TrialRow], objectives: Mapping[str, str], out: Path,
     import plotly.graph_objects as go
 
     metric, direction = next(iter(objectives.items()))
-    done = _complete(rows)
+    done = complete_rows(rows)
     feas = [r for r in done if r.feasible]
     infeas = [r for r in done if not r.feasible]
     bx, by = _best_so_far(done, direction == "maximize")
@@ -107,17 +105,17 @@ def history(rows: Sequence[TrialRow], objectives: Mapping[str, str], out: Path,
         ax.errorbar([r.number + 0.15 for r in conf], mid, yerr=err, fmt="D", color="tab:red",
                     capsize=4, label="confirmed median, 95% CI")
     ax.set_xlabel("trial")
-    ax.set_ylabel(_label(metric))
-    ax.set_title(_titled("Optimization history", caption), fontsize="medium")
+    ax.set_ylabel(axis_label(metric))
+    ax.set_title(titled("Optimization history", caption), fontsize="medium")
     ax.legend(loc="best", fontsize="small")
 
     pf = go.Figure()
     pf.add_trace(go.Scatter(x=[r.number for r in feas], y=[r.values[0] for r in feas if r.values],
-                            mode="markers", name="feasible", text=[_hover(r) for r in feas]))
+                            mode="markers", name="feasible", text=[hover(r) for r in feas]))
     pf.add_trace(go.Scatter(x=[r.number for r in infeas],
                             y=[r.values[0] for r in infeas if r.values], mode="markers",
                             marker_symbol="x", name="violates constraints",
-                            text=[_hover(r) for r in infeas]))
+                            text=[hover(r) for r in infeas]))
     if bx:
         pf.add_trace(go.Scatter(x=bx, y=by, mode="lines", line_shape="hv", name="best so far"))
     if base is not None and base.values:
@@ -127,111 +125,16 @@ def history(rows: Sequence[TrialRow], objectives: Mapping[str, str], out: Path,
                                 marker_symbol="diamond", name="confirmed median, 95% CI",
                                 error_y={"type": "data", "symmetric": False,
                                          "array": err[1], "arrayminus": err[0]}))
-    pf.update_layout(title=_titled("Optimization history", caption).replace("\n", "<br>"),
+    pf.update_layout(title=titled("Optimization history", caption).replace("\n", "<br>"),
                      xaxis_title="trial",
-                     yaxis_title=_label(metric))
-    return {"history.png": _save_png(fig, out / "history.png"),
-            "history.html": _save_html(pf, out / "history.html")}
+                     yaxis_title=axis_label(metric))
+    return {"history.png": save_png(fig, out / "history.png"),
+            "history.html": save_html(pf, out / "history.html")}
 
 
-def _hover(r: TrialRow) -> str:
+def hover(r: TrialRow) -> str:
     params = ", ".join(f"{k}={v}" for k, v in sorted(r.params.items()))
     return f"{r.name}: {params}"
-
-
-# ---- throughput vs p99 latency -------------------------------------------------------------
-
-def _front(points: list[tuple[float, float, TrialRow]]) -> list[tuple[float, float, TrialRow]]:
-    """Points no other point beats on both (lower latency, higher throughput), by latency."""
-    front = []
-    best = -math.inf
-    for lat, thr, r in sorted(points, key=lambda p: (p[0], -p[1])):
-        if thr > best:
-            front.append((lat, thr, r))
-            best = thr
-    return front
-
-
-def _confirmed_points(rows: Sequence[TrialRow], objectives: Mapping[str, str]
-                      ) -> list[tuple[float, float, float, float, TrialRow]]:
-    """(median p99, median throughput, its 95% CI low and high, row) of the confirmed
-    trials; none unless the first objective, the one ``confirmed`` holds, is throughput."""
-    if next(iter(objectives), None) != THROUGHPUT:
-        return []
-    return [(r.confirmed_p99, *r.confirmed, r) for r in rows
-            if r.confirmed is not None and r.confirmed_p99 is not None]
-
-
-def tradeoff(rows: Sequence[TrialRow], objectives: Mapping[str, str],
-             constraints: Mapping[str, object], out: Path,
-             caption: str | None = None) -> dict[str, Path]:
-    import plotly.graph_objects as go
-
-    done = [r for r in _complete(rows) if THROUGHPUT in r.metrics and P99 in r.metrics]
-    if not done:
-        return {}
-    pts = [(r.metrics[P99], r.metrics[THROUGHPUT], r) for r in done]
-    front = _front([p for p in pts if p[2].feasible])
-    p99_max = _bound(constraints[P99], "max") if P99 in constraints else None
-    thr_min = _bound(constraints[THROUGHPUT], "min") if THROUGHPUT in constraints else None
-
-    fig = Figure(figsize=(7, 4.5))
-    ax = fig.add_subplot()
-    for feasible, color, marker, label in ((True, "tab:blue", "o", "feasible"),
-                                           (False, "tab:orange", "x", "violates constraints")):
-        sel = [p for p in pts if bool(p[2].feasible) == feasible]
-        if sel:
-            ax.scatter([p[0] for p in sel], [p[1] for p in sel], color=color, marker=marker,
-                       label=label)
-    for lat, thr, r in pts:
-        ax.annotate(str(r.number) + ("*" if r.baseline else ""), (lat, thr), fontsize=7,
-                    xytext=(3, 3), textcoords="offset points")
-    if front:
-        ax.plot([p[0] for p in front], [p[1] for p in front], color="tab:green",
-                drawstyle="steps-post", label="Pareto front")
-    conf = [(lat, mid, low if math.isfinite(low) else mid, high if math.isfinite(high) else mid,
-             r) for lat, mid, low, high, r in _confirmed_points(done, objectives)]
-    if conf:
-        ax.errorbar([c[0] for c in conf], [c[1] for c in conf],
-                    yerr=[[c[1] - c[2] for c in conf], [c[3] - c[1] for c in conf]], fmt="D",
-                    color="tab:red", capsize=4, label="confirmed median, 95% CI")
-    if p99_max is not None:
-        ax.axvline(p99_max, color="red", linestyle="--", label=f"p99 limit {p99_max:g} ms")
-    if thr_min is not None:
-        ax.axhline(thr_min, color="red", linestyle=":", label=f"throughput floor {thr_min:g}")
-    ax.set_xlabel(_label(P99))
-    ax.set_ylabel(_label(THROUGHPUT))
-    ax.set_title(_titled("Throughput vs p99 latency (trial number; * = default config)",
-                         caption), fontsize="medium")
-    ax.legend(loc="best", fontsize="small")
-
-    pf = go.Figure()
-    for feasible, symbol, label in ((True, "circle", "feasible"),
-                                    (False, "x", "violates constraints")):
-        sel = [p for p in pts if bool(p[2].feasible) == feasible]
-        pf.add_trace(go.Scatter(x=[p[0] for p in sel], y=[p[1] for p in sel], mode="markers",
-                                marker_symbol=symbol, name=label,
-                                text=[_hover(p[2]) for p in sel]))
-    if front:
-        pf.add_trace(go.Scatter(x=[p[0] for p in front], y=[p[1] for p in front],
-                                mode="lines", line_shape="hv", name="Pareto front"))
-    if conf:
-        pf.add_trace(go.Scatter(x=[c[0] for c in conf], y=[c[1] for c in conf], mode="markers",
-                                marker_symbol="diamond", name="confirmed median, 95% CI",
-                                text=[_hover(c[4]) for c in conf],
-                                error_y={"type": "data", "symmetric": False,
-                                         "array": [c[3] - c[1] for c in conf],
-                                         "arrayminus": [c[1] - c[2] for c in conf]}))
-    if p99_max is not None:
-        pf.add_vline(x=p99_max, line_dash="dash", line_color="red",
-                     annotation_text=f"p99 limit {p99_max:g} ms")
-    if thr_min is not None:
-        pf.add_hline(y=thr_min, line_dash="dot", line_color="red")
-    pf.update_layout(title=_titled("Throughput vs p99 latency", caption).replace("\n", "<br>"),
-                     xaxis_title=_label(P99),
-                     yaxis_title=_label(THROUGHPUT))
-    return {"tradeoff.png": _save_png(fig, out / "tradeoff.png"),
-            "tradeoff.html": _save_html(pf, out / "tradeoff.html")}
 
 
 # ---- parallel coordinates ------------------------------------------------------------------
@@ -252,7 +155,7 @@ def parallel(rows: Sequence[TrialRow], objectives: Mapping[str, str],
     import plotly.graph_objects as go
 
     metric = next(iter(objectives))
-    done = [r for r in _complete(rows) if r.values]
+    done = [r for r in complete_rows(rows) if r.values]
     keys = sorted({k for r in done for k in r.params})
     if not done or not keys:
         return {}
@@ -295,20 +198,5 @@ def parallel(rows: Sequence[TrialRow], objectives: Mapping[str, str],
     pf = go.Figure(go.Parcoords(line=dict(color=score, colorscale="Viridis", showscale=True),
                                 dimensions=dims))
     pf.update_layout(title=f"Parameters, coloured by {metric}")
-    return {"parallel.png": _save_png(fig, out / "parallel.png"),
-            "parallel.html": _save_html(pf, out / "parallel.html")}
-
-
-def make_all(rows: Sequence[TrialRow], objectives: Mapping[str, str],
-             constraints: Mapping[str, object], out: Path,
-             caption: str | None = None) -> dict[str, Path]:
-    """Every plot that the data allows (none before the first complete trial); ``caption``
-    (the confirmed verdict) goes under the titles of the history and trade-off plots."""
-    out.mkdir(parents=True, exist_ok=True)
-    if not _complete(rows):
-        return {}
-    files: dict[str, Path] = {}
-    files.update(history(rows, objectives, out, caption))
-    files.update(tradeoff(rows, objectives, constraints, out, caption))
-    files.update(parallel(rows, objectives, out))
-    return files
+    return {"parallel.png": save_png(fig, out / "parallel.png"),
+            "parallel.html": save_html(pf, out / "parallel.html")}

@@ -16,21 +16,29 @@ import io
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from tracker.metrics import WEIGHTED_GAIN
-from tracker.tracking.rows import TrialRow, fmt
-
-if TYPE_CHECKING:
-    pass
+from tracker.metrics import unit
+from tracker.tracking.rows import EntryNames, TrialRow, fmt
 
 # ---- trials.csv ----------------------------------------------------------------------------
 
-def trials_csv(rows: Sequence[TrialRow], objectives: Mapping[str, str]) -> str:
-    """One line per trial: number, state, feasibility, params, objective values, metrics."""
+def _entry_columns(rows: Sequence[TrialRow], entries: EntryNames | None) -> list[str]:
+    """Each entry model's figures, entry by entry (those some trial has), then every other
+    metric in name order."""
+    present = {k for r in rows for k in r.metrics}
+    first = [name for names in (entries or {}).values() for name in names.values()
+             if name in present]
+    return list(dict.fromkeys(first)) + sorted(present - set(first))
+
+
+def trials_csv(rows: Sequence[TrialRow], objectives: Mapping[str, str],
+               entries: EntryNames | None = None) -> str:
+    """One line per trial: number, state, feasibility, params, objective values, metrics;
+    the metrics begin with each entry model's throughput, p99 and load level
+    (:func:`tracker.tracking.rows.entry_names`), so several entry models get a column each."""
     param_keys = sorted({k for r in rows for k in r.params})
-    metric_keys = sorted({k for r in rows for k in r.metrics})
-    head = ["trial", "state", "feasible", "baseline", "duplicate_of", "concurrency",
+    metric_keys = _entry_columns(rows, entries)
+    head = ["trial", "state", "feasible", "baseline", "duplicate_of",
             *param_keys, *(f"value_{k}" for k in objectives), *metric_keys,
             "measurements", "run_id", "fail_reason"]
     out = io.StringIO()
@@ -41,7 +49,6 @@ def trials_csv(rows: Sequence[TrialRow], objectives: Mapping[str, str]) -> str:
         writer.writerow([
             r.number, r.state, "" if r.feasible is None else str(r.feasible).lower(),
             str(r.baseline).lower(), "" if r.duplicate_of is None else r.duplicate_of,
-            "" if r.concurrency is None else r.concurrency,
             *(r.params.get(k, "") for k in param_keys),
             *(values[i] if i < len(values) else "" for i in range(len(objectives))),
             *(r.metrics.get(k, "") for k in metric_keys),
@@ -90,31 +97,34 @@ def improvement_pct(best: float, base: float, direction: str) -> float | None:
     return 100.0 * gain / abs(base)
 
 
-def _joint_summary(best: TrialRow, base: TrialRow | None) -> str:
-    """Several entry models: the best's score and each model's throughput beside the
-    default's (``a 52.1 infer/s against 40.0 infer/s``)."""
-    value = (best.values or [0.0])[0]
-    models = [k.removesuffix("/perf_throughput") for k in best.metrics
-              if k.endswith("/perf_throughput") and not k.startswith("model/")]
-
-    def tp(row: TrialRow, m: str) -> str:
-        return fmt("perf_throughput", row.metrics.get(f"{m}/perf_throughput", 0.0))
-
-    own = "search's own single measurements"
-    if base is None or base is best:
-        what = ("the default configuration is the best one found (weighted_gain 0)"
-                if base is best else f"{best.name} scores weighted_gain {value:+.3f} (the "
-                "default configuration was not measured)")
-        return f"{what}: " + "; ".join(f"{m} {tp(best, m)}" for m in models) + f"; the {own}"
-    each = "; ".join(f"{m} {tp(best, m)} against {tp(base, m)}" for m in models)
-    return (f"{best.name} scores weighted_gain {value:+.3f} against the default configuration "
-            f"(0 by definition; about {100 * value:+.0f}% on the weighted average): {each}; "
-            f"the {own}")
+def _figure(metric: str, value: float) -> str:
+    """A headline figure: with its unit, or named when it has none (``weighted_gain +0.200``)."""
+    return fmt(metric, value) if unit(metric) else f"{metric} {value:+.3f}"
 
 
-def summary(rows: Sequence[TrialRow], objectives: Mapping[str, str]) -> str:
+def _each_entry(best: TrialRow, base: TrialRow | None, entries: EntryNames) -> str:
+    """Each entry model's throughput and load level at the best trial, beside the default's:
+    ``; pipe 52.1 infer/s at concurrency 2 (the default: 40.0 infer/s)``."""
+    parts = []
+    for entry, names in entries.items():
+        thr = names["perf_throughput"]
+        if thr not in best.metrics:
+            continue
+        text = f"{entry} {fmt('perf_throughput', best.metrics[thr])}"
+        level = next((f" at {figure.replace('_', ' ')} {best.metrics[names[figure]]:g}"
+                      for figure in ("concurrency", "request_rate")
+                      if names[figure] in best.metrics), "")
+        if base is not None and base is not best and thr in base.metrics:
+            level += f" (the default: {fmt('perf_throughput', base.metrics[thr])})"
+        parts.append(text + level)
+    return "".join(f"; {p}" for p in parts)
+
+
+def summary(rows: Sequence[TrialRow], objectives: Mapping[str, str],
+            entries: EntryNames | None = None) -> str:
     """"In N measurements across M configurations, trial-7 gives X infer/s, Y% better than
-    the default configuration (Z infer/s)" (and what is known when that cannot be said)."""
+    the default configuration (Z infer/s)" (and what is known when that cannot be said),
+    then, with ``entries``, each entry model's throughput and level at that trial."""
     n = sum(r.measurements for r in rows)
     m = sum(1 for r in rows if r.measurements > 0)
     head = (f"In {n} measurement{'s' if n != 1 else ''} across {m} "
@@ -126,9 +136,7 @@ def summary(rows: Sequence[TrialRow], objectives: Mapping[str, str]) -> str:
         return f"{head}, no configuration met the constraints."
     value = (best.values or [0.0])[0]
     base = next((r for r in rows if r.baseline and r.complete), None)
-    if metric == WEIGHTED_GAIN:
-        return f"{head}, {_joint_summary(best, base)}."
-    text = f"{head}, {best.name} gives {fmt(metric, value)}"
+    text = f"{head}, {best.name} gives {_figure(metric, value)}"
     if base is None:
         text += " (the default configuration was not measured)"
     elif base is best:
@@ -138,40 +146,43 @@ def summary(rows: Sequence[TrialRow], objectives: Mapping[str, str]) -> str:
         pct = improvement_pct(value, base_value, direction)
         how = "" if pct is None else (f", {pct:.0f}% better than" if pct >= 0
                                       else f", {-pct:.0f}% worse than")
-        text += f"{how or ', compared with'} the default configuration ({fmt(metric, base_value)}"
+        text += (f"{how or ', compared with'} the default configuration "
+                 f"({_figure(metric, base_value)}")
         text += ")" if base.feasible else ", which does not meet the constraints)"
     if len(objectives) > 1:
         front = pareto_rows(rows, objectives)
         text += (f"; {len(front)} configuration{'s' if len(front) != 1 else ''} form the Pareto "
                  f"front of {' and '.join(objectives)}")
-    return text + "."
+    return text + _each_entry(best, base, entries or {}) + "."
 
 
 # ---- the report files ----------------------------------------------------------------------
 
 def write_report(rows: Sequence[TrialRow], objectives: Mapping[str, str],
                  constraints: Mapping[str, object], out_dir: Path, *,
-                 title: str = "Study",
+                 entries: EntryNames, title: str = "Study",
                  curves: Mapping[str, Mapping[str, list[tuple[int, float]]]] | None = None,
                  text: str | None = None, caption: str | None = None,
                  extra: tuple[Mapping[str, Path], str] | None = None,
                  ) -> dict[str, Path]:
     """trials.csv, plots/*.png|html and report.html under ``out_dir``; returns
-    ``{artifact path: file}`` for :func:`tracker.tracking.runs.log_files`. ``curves`` (a
+    ``{artifact path: file}`` for :func:`tracker.tracking.runs.log_files`. ``entries``
+    (:func:`tracker.tracking.rows.entry_names`) names each entry model's figures: trials.csv,
+    the report's table and the trade-off plot show each entry's. ``curves`` (a
     streaming model's per-trial sweeps, stream_plots.sweep_curves) add the TTFT/ITL plot.
     ``text``: the study's sentence (default: the search's, :func:`summary`; after a
     confirmation the confirmed one, so the report says what the note and the tags say);
     ``caption``: a short line for the plots' titles (the confirmed verdict); ``extra``
     (files already written, an HTML section: a pipeline's steps_plot.write) go into the
     artifacts and the report too."""
-    from tracker.tracking import plots, stream_plots
+    from tracker.tracking import stream_plots
 
     out_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
     csv_path = out_dir / "trials.csv"
-    csv_path.write_text(trials_csv(rows, objectives))
+    csv_path.write_text(trials_csv(rows, objectives, entries))
     files["trials.csv"] = csv_path
-    figures = plots.make_all(rows, objectives, constraints, out_dir / "plots", caption=caption)
+    figures = _plots(rows, objectives, constraints, out_dir / "plots", entries, caption)
     if curves:
         figures.update(stream_plots.streaming({k: dict(v) for k, v in curves.items()},
                                               constraints, out_dir / "plots"))
@@ -179,13 +190,28 @@ def write_report(rows: Sequence[TrialRow], objectives: Mapping[str, str],
         files[f"plots/{name}"] = path
     more, section = extra or ({}, "")
     files.update(more)
-    text = text or summary(rows, objectives)
+    text = text or summary(rows, objectives, entries)
     report = out_dir / "report.html"
-    report.write_text(_html(title, text, rows, objectives,
+    report.write_text(_html(title, text, rows, objectives, entries,
                             [p for n, p in sorted(files.items()) if n.endswith(".png")],
                             section))
     files["report.html"] = report
     return files
+
+
+def _plots(rows: Sequence[TrialRow], objectives: Mapping[str, str],
+           constraints: Mapping[str, object], out: Path, entries: EntryNames,
+           caption: str | None) -> dict[str, Path]:
+    """Every plot that the data allows (none before the first complete trial); ``caption``
+    (the confirmed verdict) goes under the titles of the history and trade-off plots."""
+    from tracker.tracking import plots, tradeoff_plot
+
+    out.mkdir(parents=True, exist_ok=True)
+    if not plots.complete_rows(rows):
+        return {}
+    return {**plots.history(rows, objectives, out, caption),
+            **tradeoff_plot.tradeoff(rows, objectives, constraints, out, entries, caption),
+            **plots.parallel(rows, objectives, out)}
 
 
 def shown(cell: str) -> str:
@@ -204,13 +230,13 @@ def shown(cell: str) -> str:
 
 
 def _html(title: str, text: str, rows: Sequence[TrialRow], objectives: Mapping[str, str],
-          pngs: Sequence[Path], section: str = "") -> str:
+          entries: EntryNames, pngs: Sequence[Path], section: str = "") -> str:
     images = "".join(
         f'<figure><img alt="{html.escape(p.stem)}" style="max-width:100%" '
         f'src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}"></figure>'
         for p in pngs)
     table_rows = [[shown(c) for c in row]
-                  for row in csv.reader(io.StringIO(trials_csv(rows, objectives)))]
+                  for row in csv.reader(io.StringIO(trials_csv(rows, objectives, entries)))]
     by_number = {r.number: r for r in rows}
     if any(r.confirmed is not None for r in rows):  # the confirmation's figures beside them
         metric = next(iter(objectives))

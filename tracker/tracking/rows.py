@@ -1,9 +1,11 @@
 """One trial as the report, the plots and promotion see it: :class:`TrialRow`, made from the
-study's trial attributes, and :func:`fmt` for its figures. Plain data, so the report
-(report.py) and the plots (plots.py) both read it without importing each other."""
+study's trial attributes, :func:`fmt` for its figures, and :func:`entry_names`: what each
+entry model's figures are called. Plain data, so the report (report.py) and the plots
+(plots.py) both read it without importing each other."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -12,6 +14,22 @@ from tracker.trial_attrs import TrialRecord, shown_params
 
 if TYPE_CHECKING:
     import optuna
+
+#: an entry model's figures that trials.csv, the report and the trade-off plot show, in
+#: order: its throughput, its p99 latency and its load level (one of the two, by load kind)
+ENTRY_FIGURES = ("perf_throughput", "perf_latency_p99", "concurrency", "request_rate")
+
+#: entry model -> figure (an :data:`ENTRY_FIGURES` name) -> the metric the study logs it as
+EntryNames = Mapping[str, Mapping[str, str]]
+
+
+def entry_names(entries: Sequence[str],
+                name: Callable[[str, str], str]) -> dict[str, dict[str, str]]:
+    """Each entry model's :data:`ENTRY_FIGURES` as the study names them; ``name`` is the
+    study's one naming rule, ``Configuration.metric_name`` (bare for one entry,
+    ``<entry>/<metric>`` among several)."""
+    return {entry: {figure: name(entry, figure) for figure in ENTRY_FIGURES}
+            for entry in entries}
 
 
 @dataclass
