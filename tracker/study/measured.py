@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 LOG_HEAD, LOG_TAIL = 200_000, 300_000
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): \S")
 MonitorsFactory = Callable[["TritonServer"], Sequence[Monitor]]
+#: called once the configuration is served, before it is measured (study/check_outputs.py)
+Check = Callable[["TritonServer", str, "ModelConfig"], None]
 
 
 class ConfigFailed(Exception):
@@ -303,6 +305,7 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
                           reference: Mapping[str, float] | None = None,
                           model_levels: Mapping[str, Sequence[float]] | None = None,
                           server_values: Mapping[str, object] | None = None,
+                          check: Check | None = None,
                           ) -> ConfigMeasurement:
     """Measure ``cfg`` (a ModelConfig of ``info``'s model, or every model's config by name)
     on ``server``: write the repository into ``workdir`` (removed again when the measurement
@@ -314,7 +317,9 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
     measuring the default). ``serving``: None resolves it; ``monitors_factory(server)``: the
     monitors sampled (default: process tree, metrics endpoint, NVML); ``on_phase``: called
     before the server is served; ``files``: the ``FILE:KEY`` values written into the copy of
-    the model directory. Raises :class:`ConfigFailed`; the server is left as it is.
+    the model directory; ``check(server, entry model, its loaded config)``: the output check,
+    run before the sweep (one entry model), a TrackerError from it fails the configuration.
+    Raises :class:`ConfigFailed`; the server is left as it is.
     """
     conf = as_configuration(info)
     repo = _write(spec, conf, cfg, workdir, serving or resolve_serving(spec, server, conf),
@@ -325,6 +330,11 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
         mark = len(server.log_text()) if server.strategy == "reload" else 0
         loaded, said = _serve(server, repo, conf, mark, spec, server_values, on_phase)
         text = model_config.dumps(loaded) if conf.entry_info.auto_complete else text
+        if check is not None and len(conf.entries) == 1:
+            try:
+                check(server, repo.model_name, loaded)
+            except TrackerError as err:
+                raise ConfigFailed(str(err), err, server.log_text()[mark:]) from err
         monitors = (monitors_factory or _monitors)(server)
         try:
             served = {**dict(repo.models), conf.entry: loaded}

@@ -1,0 +1,50 @@
+"""``check``: how a configuration's answers are compared with the default configuration's
+(docs/tuning.md, "Every proposal computes what the model computes").
+
+``check.outputs`` is ``{rtol, atol, ignore, probes}`` or ``false`` (no check at all). Integer,
+bool and string outputs must be equal; a floating output ``got`` passes against the default's
+``expected`` when ``|got - expected| <= atol + rtol * |expected|`` element by element (numpy's
+``allclose``). ``ignore`` names outputs that are not compared (a timestamp, a sampled token);
+whether each names an output of the model is checked against the model (``tracker check``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field
+
+from tracker.spec.streaming import SpecModel
+
+#: measured on ONNX Runtime CPU (docs/tuning.md): instance counts, thread counts and batch
+#: sizes moved float32 outputs by at most ~1e-6 relative; these leave a wide margin
+DEFAULT_RTOL = 1e-4
+DEFAULT_ATOL = 1e-5
+DEFAULT_PROBES = 8
+
+
+class OutputsCheck(SpecModel):
+    """The tolerances of the output check, the outputs it leaves out, how many probes."""
+
+    enabled: bool = True
+    rtol: Annotated[float, Field(ge=0, strict=False)] = DEFAULT_RTOL
+    atol: Annotated[float, Field(ge=0, strict=False)] = DEFAULT_ATOL
+    ignore: list[str] = Field(default_factory=list)
+    #: how many probes (input_data rows, or generated ones) at most
+    probes: Annotated[int, Field(ge=1, le=64)] = DEFAULT_PROBES
+
+
+def _outputs(value: object) -> object:
+    """``false`` turns the check off; ``true`` is the defaults."""
+    if value is False:
+        return {"enabled": False}
+    if value is True or value is None:
+        return {}
+    return value
+
+
+class CheckSection(SpecModel):
+    """``check.outputs``: see the module doc."""
+
+    outputs: Annotated[OutputsCheck, BeforeValidator(_outputs)] = Field(
+        default_factory=OutputsCheck)
