@@ -23,7 +23,7 @@ _CONFIRM_RECORD = ("tracker.triton", "tracker.measure", "tracker.search", "track
 
 #: the study package, bottom first: each module may import those before it, never one after
 STUDY_ORDER = ("progress", "model_store", "joint", "measured", "check_outputs", "session",
-               "trial", "conclude", "loop", "profile")
+               "check_default", "trial", "conclude", "loop", "profile")
 
 
 def _study_above(name: str) -> tuple[str, ...]:

@@ -76,8 +76,8 @@ def output_names(spec: StudySpec, config: ModelConfig) -> list[str]:
     names = [str(o.name) for o in config.output]
     wrong = [n for n in spec.check.outputs.ignore if n not in names]
     if wrong:
-        raise SpecError(f"check.outputs.ignore: {wrong[0]!r} is no output of model "
-                        f"{str(config.name)!r} (its outputs: {names})")
+        raise SpecError([f"check.outputs.ignore: {wrong[0]!r} is no output of model "
+                         f"{str(config.name)!r} (its outputs: {names})"])
     return names
 
 
