@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import TrialState
 
+from tracker import tags
 from tracker.errors import MeasurementError, SpecError, TrackerError
 from tracker.measure.inputs import input_specs, load_samples, random_samples
 from tracker.tracking import runs
@@ -42,9 +43,9 @@ if TYPE_CHECKING:
     from tracker.triton.model_config import ModelConfig
     from tracker.triton.server.base import TritonServer
 
-REFERENCE_ATTR = "tracker.check_reference_run"
-ARTIFACT = "check/reference.npz"
-PASSED, MAX_DIFF = "check/passed", "check/max_abs_diff"
+REFERENCE_ATTR = tags.CHECK_REFERENCE
+ARTIFACT = probes.ARTIFACT
+PASSED, MAX_DIFF, SECONDS = "check/passed", "check/max_abs_diff", "check/seconds"
 WAIT_S = 900.0  # how long a worker waits for another's default configuration to answer
 
 
@@ -94,8 +95,12 @@ _CACHE: dict[str, ProbeSet] = {}
 
 
 def store_reference(study: optuna.Study, client: MlflowClient, run_id: str,
-                    reference: ProbeSet) -> None:
+                    reference: ProbeSet, tol: Tolerance) -> None:
+    """The reference on the parent run; the run and the tolerances named on the study (what
+    ``tracker promote`` copies onto the registered version, for the deploy check)."""
     runs.log_files(client, run_id, {ARTIFACT: probes.dumps(reference)})
+    study.set_user_attr(tags.CHECK_TOLERANCE, {"rtol": tol.rtol, "atol": tol.atol,
+                                               "ignore": sorted(tol.ignore)})
     study.set_user_attr(REFERENCE_ATTR, run_id)
     _CACHE[run_id] = reference
 
@@ -142,15 +147,23 @@ class OutputCheck:
     changed: Mapping[str, object] = field(default_factory=dict)  # knobs unlike the default's
     verdict: Verdict | None = None
     skipped: str = ""
+    seconds: float = 0.0  # what the check cost this trial (the reference included)
 
     def __call__(self, server: TritonServer, model: str, config: ModelConfig) -> None:
+        started = time.monotonic()
+        try:
+            self._check(server, model, config)
+        finally:
+            self.seconds = time.monotonic() - started
+
+    def _check(self, server: TritonServer, model: str, config: ModelConfig) -> None:
         tol = tolerance(self.spec)
         why = "check.outputs is false" if tol is None else unchecked_reason(config)
         if tol is None or why is not None:
             self.skipped = str(why)
             return
         with server.client() as client:
-            reference = self._reference(client, model, config)
+            reference = self._reference(client, model, config, tol)
             if reference is None:
                 self.skipped = "the study has no reference answers (its default " \
                                "configuration did not answer)"
@@ -159,8 +172,8 @@ class OutputCheck:
         if not self.verdict.passed:
             raise OutputsDiffer(self.message())
 
-    def _reference(self, client: probes.Infers, model: str,
-                   config: ModelConfig) -> ProbeSet | None:
+    def _reference(self, client: probes.Infers, model: str, config: ModelConfig,
+                   tol: Tolerance) -> ProbeSet | None:
         if not self.baseline:
             return find_reference(self.study, self.client)
         known = self.study.user_attrs.get(REFERENCE_ATTR)
@@ -172,7 +185,7 @@ class OutputCheck:
             raise MeasurementError(f"cannot make the output check's probes: {err}") from err
         outputs = output_names(self.spec, config)
         reference = ProbeSet(inputs, outputs, probes.ask(client, model, inputs, outputs))
-        store_reference(self.study, self.client, self.parent_run_id, reference)
+        store_reference(self.study, self.client, self.parent_run_id, reference, tol)
         return reference
 
     def message(self) -> str:
@@ -182,13 +195,15 @@ class OutputCheck:
                 f"default's: {knobs}): {self.verdict.detail}")
 
     def metrics(self) -> dict[str, float]:
-        """``check/passed`` and ``check/max_abs_diff`` (none when not checked)."""
+        """``check/passed``, ``check/max_abs_diff`` and ``check/seconds`` (none when not
+        checked)."""
         if self.verdict is None:
             return {}
-        return {PASSED: float(self.verdict.passed), MAX_DIFF: self.verdict.max_abs_diff}
+        return {PASSED: float(self.verdict.passed), MAX_DIFF: self.verdict.max_abs_diff,
+                SECONDS: round(self.seconds, 4)}
 
-    def tags(self) -> dict[str, object]:
-        return {"tracker.check": f"not checked: {self.skipped}"} if self.skipped else {}
+    def run_tags(self) -> dict[str, object]:
+        return {tags.CHECK: f"not checked: {self.skipped}"} if self.skipped else {}
 
 
 def check_answers(client: probes.Infers, model: str, config: ModelConfig,

@@ -255,7 +255,7 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
         sweep=done.sweep_metrics(), files=dict(done.files()),
         tags={tags.FEASIBLE: str(choice.feasible).lower(), tags.CONCURRENCY: choice.concurrency,
               tags.STABLE: str(choice.stable).lower(), tags.SWEEP_STOP: result.stop_reason,
-              **done.tags, **configuration_tags(ctx), **check.tags(),
+              **done.tags, **configuration_tags(ctx), **check.run_tags(),
               **(_model_tags(ctx) if ctx.store_model else {})})
 
 
