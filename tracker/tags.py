@@ -33,7 +33,8 @@ STABLE = "tracker.stable"               # false: no level of the trial met the s
 SWEEP_STOP = "tracker.sweep_stop"       # why the sweep ended
 MODEL_ERROR = "tracker.model_error"     # logging the MLflow model failed (the trial counts)
 FAIL_REASON = "tracker.fail_reason"     # why the trial failed
-CHECK = "tracker.check"                 # why the trial's outputs were not checked
+CHECK = "tracker.check"  # a trial: why its outputs were not checked; the parent: what is
+# compared (probes, outputs, tolerances, the outputs ignored)
 # the output check's reference (study/check_outputs.py): the run holding check/reference.npz
 # and the tolerances as JSON {rtol, atol, ignore}; a study attribute, then a version's tags
 CHECK_REFERENCE = "tracker.check_reference_run"

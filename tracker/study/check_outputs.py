@@ -99,6 +99,10 @@ def store_reference(study: optuna.Study, client: MlflowClient, run_id: str,
     """The reference on the parent run; the run and the tolerances named on the study (what
     ``tracker promote`` copies onto the registered version, for the deploy check)."""
     runs.log_files(client, run_id, {ARTIFACT: probes.dumps(reference)})
+    ignored = f"; outputs ignored: {', '.join(sorted(tol.ignore))}" if tol.ignore else ""
+    runs.set_tags(client, run_id, {tags.CHECK: (
+        f"{len(reference.inputs)} probes, outputs {reference.outputs} within rtol "
+        f"{tol.rtol:g}, atol {tol.atol:g}{ignored}")})
     study.set_user_attr(tags.CHECK_TOLERANCE, {"rtol": tol.rtol, "atol": tol.atol,
                                                "ignore": sorted(tol.ignore)})
     study.set_user_attr(REFERENCE_ATTR, run_id)
