@@ -36,7 +36,7 @@ def test_defaults_and_false(tmp_path: Path) -> None:
     off = load_spec(_spec(tmp_path, check={"outputs": False}))
     assert not off.check.outputs.enabled
     code, out = _check(_spec(tmp_path))
-    assert code == 0 and "output check: 8 probes (inputs drawn from seed 0)" in out
+    assert code == 0 and "output check: 4 probes (inputs drawn from seed 0)" in out
     assert "['OUTPUT0']" in out
 
 

@@ -63,7 +63,7 @@ def test_configurations_that_batch_a_batch_dependent_model_fail_their_check(
     reason = batched[0].user_attrs["fail_reason"]
     assert "outputs differ from the default configuration's" in reason
     assert "dynamic_batching.max_queue_delay_microseconds=100" in reason
-    assert "output 'OUTPUT0' of probe" in reason and f"{8 * COPIES} requests sent together" \
+    assert "output 'OUTPUT0' of probe" in reason and f"{4 * COPIES} requests sent together" \
         in reason and "expected [" in reason and "largest difference" in reason
     run = client.get_run(batched[0].user_attrs["mlflow_run_id"])
     assert run.data.metrics[check_outputs.PASSED] == 0
@@ -80,7 +80,7 @@ def test_configurations_that_batch_a_batch_dependent_model_fail_their_check(
     assert study.user_attrs[check_outputs.REFERENCE_ATTR] == result.parent_run_id
     check_outputs._CACHE.clear()
     reference = check_outputs.load_reference(client, result.parent_run_id)
-    assert len(reference.inputs) == 8 and reference.outputs == ["OUTPUT0"]
+    assert len(reference.inputs) == 4 and reference.outputs == ["OUTPUT0"]
     rows = _trials_csv(client, result.parent_run_id, tmp_path / "csv")
     assert {r[check_outputs.PASSED] for r in rows} == {"1.0", "0.0"}
 

@@ -152,6 +152,7 @@ class OutputCheck:
     verdict: Verdict | None = None
     skipped: str = ""
     seconds: float = 0.0  # what the check cost this trial (the reference included)
+    fresh: bool = False   # the reference was made by this trial's answers one at a time
 
     def __call__(self, server: TritonServer, model: str, config: ModelConfig) -> None:
         started = time.monotonic()
@@ -172,7 +173,8 @@ class OutputCheck:
                 self.skipped = "the study has no reference answers (its default " \
                                "configuration did not answer)"
                 return
-            self.verdict = check_answers(client, model, config, reference, tol)
+            self.verdict = check_answers(client, model, config, reference, tol,
+                                         alone=not self.fresh)
         if not self.verdict.passed:
             raise OutputsDiffer(self.message())
 
@@ -190,6 +192,7 @@ class OutputCheck:
         outputs = output_names(self.spec, config)
         reference = ProbeSet(inputs, outputs, probes.ask(client, model, inputs, outputs))
         store_reference(self.study, self.client, self.parent_run_id, reference, tol)
+        self.fresh = True
         return reference
 
     def message(self) -> str:
@@ -211,11 +214,13 @@ class OutputCheck:
 
 
 def check_answers(client: probes.Infers, model: str, config: ModelConfig,
-                  reference: ProbeSet, tol: Tolerance) -> Verdict:
-    """The probes one at a time, then (a model that batches) all at once; the first verdict
-    that fails, else the one with the larger difference."""
+                  reference: ProbeSet, tol: Tolerance, *, alone: bool = True) -> Verdict:
+    """The probes one at a time (unless not ``alone``: the default configuration, whose
+    answers one at a time are the reference), then (a model that batches) all at once; the
+    first verdict that fails, else the one with the larger difference."""
     one = probes.compare(reference, probes.ask(client, model, reference.inputs,
-                                               reference.outputs), tol, "sent one at a time")
+                                               reference.outputs) if alone
+                         else reference.answers, tol, "sent one at a time")
     if not one.passed or config.max_batch_size < 1:
         return one
     many = probes.compare(reference, probes.ask(client, model, reference.inputs,

@@ -34,7 +34,7 @@ Tensors = dict[str, tuple[str, Array]]   # input name -> (Triton datatype, array
 Answer = dict[str, Array] | str          # the outputs by name, or why the request failed
 ARTIFACT = "check/reference.npz"         # the stored probe set on a study's parent run
 HEAD = 4                                 # values shown of an expected/got array
-COPIES = 4                               # each probe sent this many times when together
+COPIES = 8                               # each probe sent this many times when together
 
 
 class Infers(Protocol):
