@@ -13,7 +13,8 @@ run gets ``check/passed`` (1 or 0) and ``check/max_abs_diff``.
 
 Probes: the rows of ``load.input_data`` (at most ``check.outputs.probes``), else that many
 inputs drawn from the study's seed. A sequence model would send each probe as a whole sequence
-(``probes.ask``'s ``send``); decoupled models and several entry models are not checked yet.
+(``probes.ask``'s ``send``); decoupled models are not checked yet, and of several entry
+models only the configuration's entry is.
 """
 
 from __future__ import annotations
