@@ -276,9 +276,7 @@ def _serve(server: TritonServer, repo: TrialRepository, conf: Configuration, mar
            spec: StudySpec, values: Mapping[str, object] | None,
            on_phase: Callable[[str], None] | None,
            check: Check | None = None) -> tuple[ModelConfig, dict[str, str]]:
-    """Serve ``repo`` with the option ``values`` (options.py ``serve_trial``) and pass
-    ``check``: (the entry's config as the server loaded and completed it, the flags' run
-    tags); ConfigFailed if refused or the check fails."""
+    """Serve ``repo`` (option ``values``), pass ``check``: (entry's loaded config, tags)."""
     if on_phase is not None:
         on_phase("starting Triton")
     try:
