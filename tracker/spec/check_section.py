@@ -27,11 +27,15 @@ class OutputsCheck(SpecModel):
     """The tolerances of the output check, the outputs it leaves out, how many probes."""
 
     enabled: bool = True
+    """False (``check.outputs: false``): no output check at all."""
     rtol: Annotated[float, Field(ge=0, strict=False)] = DEFAULT_RTOL
+    """Relative tolerance of a floating output: ``|got - expected| <= atol + rtol x |expected|``."""
     atol: Annotated[float, Field(ge=0, strict=False)] = DEFAULT_ATOL
+    """Absolute tolerance of a floating output (see rtol)."""
     ignore: list[str] = Field(default_factory=list)
-    #: how many probes (input_data rows, or generated ones) at most
+    """Outputs not compared (not deterministic: `tracker check --outputs` names them)."""
     probes: Annotated[int, Field(ge=1, le=64)] = DEFAULT_PROBES
+    """How many probes at most: rows of load.input_data, else inputs drawn from the seed."""
 
 
 def _outputs(value: object) -> object:
@@ -48,3 +52,4 @@ class CheckSection(SpecModel):
 
     outputs: Annotated[OutputsCheck, BeforeValidator(_outputs)] = Field(
         default_factory=OutputsCheck)
+    """Each configuration answers the default's probes as it does before it is measured."""
