@@ -33,6 +33,12 @@ STABLE = "tracker.stable"               # false: no level of the trial met the s
 SWEEP_STOP = "tracker.sweep_stop"       # why the sweep ended
 MODEL_ERROR = "tracker.model_error"     # logging the MLflow model failed (the trial counts)
 FAIL_REASON = "tracker.fail_reason"     # why the trial failed
+CHECK = "tracker.check"  # a trial: why its outputs were not checked; the parent: what is
+# compared (probes, outputs, tolerances, the outputs ignored)
+# the output check's reference (study/check_outputs.py): the run holding check/reference.npz
+# and the tolerances as JSON {rtol, atol, ignore}; a study attribute, then a version's tags
+CHECK_REFERENCE = "tracker.check_reference_run"
+CHECK_TOLERANCE = "tracker.check_tolerance"
 # a configuration of several models (a pipeline, several models on one server)
 MODELS = "tracker.models"               # JSON list of every model, load order (entry last)
 ENTRY_MODEL = "tracker.entry_model"     # the entry model (the one the load drives)
@@ -65,6 +71,7 @@ DEPLOY_STATUS = "tracker.deploy.status"  # serving | replaced | failed | removed
 DEPLOY_MESSAGE = "tracker.deploy.message"
 DEPLOY_TARGET = "tracker.deploy.target"
 DEPLOY_AT = "tracker.deploy.at"
+DEPLOY_REFUSED = "tracker.deploy.refused"  # a version deploy refused: answers unlike the study's
 DEPLOY_NAME = "tracker.deploy.name"     # the deployment a registered model is served as
 WATCH_SEEN = "tracker.watch.seen"       # a registered model: the versions a watcher handled
 

@@ -141,9 +141,13 @@ def write_duplicate_of(trial: _Writable, number: int) -> None:
     trial.set_user_attr(Attr.DUPLICATE_OF, number)
 
 
-def write_failed(trial: _Writable, reason: str) -> None:
+def write_failed(trial: _Writable, reason: str,
+                 metrics: Mapping[str, float] | None = None) -> None:
+    """A failed trial: why, and what it has anyway (the output check's figures)."""
     trial.set_user_attr(Attr.FAIL_REASON, reason[:2000])
     trial.set_user_attr(Attr.MEASUREMENTS, 0)
+    for key, attr in metric_attrs(dict(metrics or {})).items():
+        trial.set_user_attr(key, attr)
 
 
 def write_abandoned(trial: _Writable, *, interrupted: bool, reason: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import mlflow
 import optuna
 import pytest
 import yaml
@@ -19,6 +20,7 @@ from mlflow import MlflowClient
 
 from tests.support.tune import all_runs
 from tracker import tags
+from tracker.deploy.promote import model_source
 from tracker.study.loop import tune
 from tracker.study.session import TuneOptions
 from tracker.tracking import runs
@@ -106,3 +108,10 @@ def test_a_key_of_the_models_json_file_is_tuned_and_acts(tmp_path: Path,
     study = optuna.load_study(study_name=result.study_name, storage=result.storage)
     assert {t.params[KNOB] for t in study.trials} == {0, DEFAULT_MS}
     assert result.best_run_id == fast.info.run_id, result.summary
+    # the registered model of the winner carries the winner's file, not the user's
+    uri, _model_id = model_source(client, fast.info.run_id)
+    registered = Path(mlflow.artifacts.download_artifacts(
+        artifact_uri=uri, dst_path=str(tmp_path / "registered")))
+    winner_files = list(registered.rglob("model.json"))
+    assert winner_files and all(json.loads(f.read_text())["delay_ms"] == 0
+                                for f in winner_files)

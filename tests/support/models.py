@@ -126,3 +126,16 @@ ALL = {
     "fp16_output": fp16_output,
     "batch_only": batch_only,
 }
+
+
+def noisy(path: Path) -> Path:
+    """INPUT0 FP32 [batch, 4] -> OUTPUT0 = 2 x INPUT0 (deterministic) and NOISE = uniform
+    random numbers of the same shape (a new draw on every call: not deterministic)."""
+    return _save(
+        path,
+        [helper.make_node("Add", ["INPUT0", "INPUT0"], ["OUTPUT0"]),
+         helper.make_node("RandomUniformLike", ["INPUT0"], ["NOISE"])],
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", 4]),
+         helper.make_tensor_value_info("NOISE", TensorProto.FLOAT, ["batch", 4])],
+    )

@@ -43,13 +43,17 @@ def config_command(model_path: Path, name: str | None, base_config: Path | None,
 # -- study spec check (tracker/spec/, tracker/search/summary.py) --
 @cli.command("check")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
-def check_command(spec_path: Path) -> None:
+@click.option("--outputs", is_flag=True, help="Also serve the default configuration, send "
+              "it the output check's probes twice and say which outputs are not "
+              "deterministic (starts Triton).")
+def check_command(spec_path: Path, outputs: bool) -> None:
     """Validate the study spec SPEC against its model and show what the study will do.
 
     Builds the model first when the spec's `model.build` script has not made it yet.
     Exit status 1, with one line per problem, when the spec is invalid.
     """
     from tracker.spec import ensure_model, load_spec
+    from tracker.study.check_default import probe_default, static_check
     from tracker.study.session import check_study
     from tracker.triton.configuration import configuration_of
     from tracker.triton.server.modes import make_server
@@ -60,6 +64,9 @@ def check_command(spec_path: Path) -> None:
     ensure_model(spec)
     conf = configuration_of(spec.model)
     click.echo(check_study(spec, conf, make_server(spec.server)))  # constructed, never started
+    click.echo(static_check(spec, conf))
+    if outputs:
+        click.echo(probe_default(spec_path))
 
 
 # -- tuning studies (tracker/study/, docs/tuning.md) --

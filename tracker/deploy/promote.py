@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -29,6 +30,7 @@ import mlflow
 import optuna
 from mlflow.exceptions import MlflowException
 
+from tracker import tags
 from tracker.confirm import record as confirmed
 from tracker.confirm import stats as confirm_stats
 from tracker.confirm import words
@@ -142,7 +144,8 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
             registry.TAG_CONSTRAINT: ("the study's constraints (give the spec to name them)"
                                       if constraints is None
                                       else constraint_text(best.metrics, constraints)),
-            **{m: repr(v) for m, v in best.metrics.items() if _headline_metric(m)}}
+            **{m: repr(v) for m, v in best.metrics.items() if _headline_metric(m)},
+            **_check_tags(study)}
     description = summary(rows, objectives)
     if verdict is not None:
         tags.update(_verdict_tags(verdict, best.name, objectives))
@@ -183,6 +186,15 @@ def _deploy(client: mlflow.MlflowClient, settings: TargetSettings, registered: s
         raise DeployError(f"{what} was not deployed: {exc}") from exc
     finally:
         record_seen(client, registered, pointers)
+def _check_tags(study: optuna.Study) -> dict[str, str]:
+    """The study's output-check reference (run and tolerances) for the version's tags: the
+    deployment sends the new version the same probes (deploy/verify.py)."""
+    attrs = study.user_attrs
+    run = attrs.get(tags.CHECK_REFERENCE)
+    if not run:
+        return {}
+    return {tags.CHECK_REFERENCE: str(run),
+            tags.CHECK_TOLERANCE: json.dumps(attrs.get(tags.CHECK_TOLERANCE) or {})}
 
 
 def _stage(client: mlflow.MlflowClient, name: str, version: int, stage: str,

@@ -33,6 +33,7 @@ from tracker.triton.formats.base import backend_of
 if TYPE_CHECKING:
     from tracker.deploy.transport import ControlClient
 
+
 SERVING_MODES: tuple[str, ...] = CHOICES
 META_FILE = "deployment.json"
 LOCK_FILE = ".tracker-deploy.lock"
@@ -147,6 +148,7 @@ class Publisher:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
+
     def modes(self, name: str, production: ModelConfig, previous: tuple[int, ...]) -> list[str]:
         backend = backend_of(production)
         if backend != "onnxruntime":  # not ONNX: served by the backend its config names
@@ -160,6 +162,7 @@ class Publisher:
             return None  # not known: native first, the shim when the backend is missing
 
         return list(serving_choices(self.serving, has_native))
+
 
     def load(self, name: str, step: str) -> None:
         steps.load(self.client, name, step, self.server_log)

@@ -21,7 +21,7 @@ from typing import Any
 
 import mlflow
 
-from tracker.deploy import nvidia, switch
+from tracker.deploy import nvidia, switch, verify
 from tracker.deploy.inference import infer_version, to_arrays, to_lists
 from tracker.deploy.pointers import Pointers, align, record_seen
 from tracker.deploy.publish import META_FILE, DeploymentState, Publisher, PublishResult
@@ -130,12 +130,13 @@ def deploy(settings: TargetSettings, name: str, model_uri: str, *,
                                              flavor=model_flavor)
             meta["flavor"] = loaded.flavor
             try:
-                result = switch.publish(publisher, name, version, loaded.source, meta=meta)
+                check = None if ref is None else verify.for_version(
+                    mlflow.MlflowClient(), ref.name, ref.version)
+                result = switch.publish(publisher, name, version, loaded.source, meta=meta,
+                                        check=check)
             except DeployError as exc:
                 if ref is not None:
-                    registry.mark_deployment(mlflow.MlflowClient(), ref.name, ref.version,
-                                             registry.FAILED, message=str(exc),
-                                             target=settings.describe())
+                    verify.mark_failed(ref.name, ref.version, exc, target=settings.describe())
                 raise
         nvidia.write_meta(settings.repository / name, name, loaded.flavor, model_uri)
         if ref is not None:

@@ -38,7 +38,7 @@ import contextlib
 import hashlib
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -117,7 +117,8 @@ def _refuse_foreign(name: str, names: list[str],
 
 
 def publish(pub: Publisher, name: str, version: int, source: TritonRepositoryDir, *,
-            meta: Mapping[str, Any] | None = None) -> PublishResult:
+            meta: Mapping[str, Any] | None = None,
+            check: Callable[[Any, str, int], None] | None = None) -> PublishResult:
     """Serve ``source`` as version ``version`` of every model, the first entry as ``name``
     (the module docstring). Raises :class:`DeployError` (with the server's message) after
     rolling every model back."""
@@ -145,7 +146,7 @@ def publish(pub: Publisher, name: str, version: int, source: TritonRepositoryDir
         entries = {name if e == source.entries[0] else e for e in source.entries}
         plan = [_plan(pub, n, src, version, states[n], entry=n in entries)
                 for n, src in zip(names, source.models, strict=True)]
-        _switch(pub, name, version, plan, before)
+        _switch(pub, name, version, plan, before, check)
         _record(pub, name, version, plan, sha, meta)
         _remove_left_behind(pub, name, before, names)
         took = time.monotonic() - start
@@ -160,7 +161,8 @@ def publish(pub: Publisher, name: str, version: int, source: TritonRepositoryDir
 
 
 def _switch(pub: Publisher, name: str, version: int, plan: list[_Model],
-            before: DeploymentState | None) -> None:
+            before: DeploymentState | None, check: Callable[[Any, str, int], None] | None
+            ) -> None:
     """Steps 1 to 5 of the module docstring: every model on ``version``, or every model as
     it was and :class:`DeployError`."""
     try:
@@ -169,6 +171,8 @@ def _switch(pub: Publisher, name: str, version: int, plan: list[_Model],
         for model in plan:
             _load_beside(pub, model, version)
         verify(pub, plan, version)
+        if check is not None:  # the output check (deploy/verify.py)
+            check(pub.client, name, version)
         for model in reversed(plan):
             _drop_old(pub, model, version)
     except (steps.StepFailed, OSError) as exc:

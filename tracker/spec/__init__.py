@@ -25,6 +25,7 @@ from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, model_
 
 from tracker import metrics as catalog
 from tracker.errors import ModelError, SpecError
+from tracker.spec.check_section import CheckSection
 from tracker.spec.checks import LOAD_KNOBS
 from tracker.spec.fields import closest
 from tracker.spec.locate import locate_spec
@@ -47,8 +48,8 @@ from tracker.spec.sections import (
 from tracker.spec.server_options import study_problems
 
 __all__ = [
-    "DEFAULT_CONCURRENCY", "LOAD_KNOBS", "METRICS", "METRIC_BETTER", "Bound", "ConcurrencyRange",
-    "ConfirmSection",
+    "DEFAULT_CONCURRENCY", "LOAD_KNOBS", "METRICS", "METRIC_BETTER", "Bound", "CheckSection",
+    "ConcurrencyRange", "ConfirmSection",
     "Direction", "LoadSection", "MlflowSection", "ModelSection", "Range", "Scalar",
     "SearchSection", "ServerSection", "Space", "StudySpec", "ensure_model", "load_spec",
     "parse_spec",
@@ -106,6 +107,8 @@ class StudySpec(SpecModel):
     """Where results are tracked and which registered model receives the winner."""
     confirm: ConfirmSection = Field(default_factory=ConfirmSection)
     """The confirmation after the search: the best and the default re-measured."""
+    check: CheckSection = Field(default_factory=CheckSection)
+    """The output check: every configuration answers the default's probes as it does."""
 
     _source: Path | None = PrivateAttr(default=None)
     _base_dir: Path | None = PrivateAttr(default=None)

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 LOG_HEAD, LOG_TAIL = 200_000, 300_000
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): \S")
 MonitorsFactory = Callable[["TritonServer"], Sequence[Monitor]]
+Check = Callable[["TritonServer", str, "ModelConfig"], None]  # study/check_outputs.py
 
 
 class ConfigFailed(Exception):
@@ -273,17 +274,20 @@ def _write(spec: StudySpec, conf: Configuration, cfg: ModelConfig | Mapping[str,
 
 def _serve(server: TritonServer, repo: TrialRepository, conf: Configuration, mark: int,
            spec: StudySpec, values: Mapping[str, object] | None,
-           on_phase: Callable[[str], None] | None) -> tuple[ModelConfig, dict[str, str]]:
-    """Serve ``repo`` with the option ``values`` (options.py ``serve_trial``): (the entry model's
-    config as the server loaded and completed it, the flags' run tags); ConfigFailed if refused."""
+           on_phase: Callable[[str], None] | None,
+           check: Check | None = None) -> tuple[ModelConfig, dict[str, str]]:
+    """Serve ``repo`` (option ``values``), pass ``check``: (entry's loaded config, tags)."""
     if on_phase is not None:
         on_phase("starting Triton")
     try:
         said = serve_trial(server, repo, spec.server, values, on_phase)
-        if not conf.entry_info.auto_complete:
-            return repo.served_config, said
-        with server.client() as client:
-            return client.model_config(repo.model_name), said
+        loaded = repo.served_config
+        if conf.entry_info.auto_complete:
+            with server.client() as client:
+                loaded = client.model_config(repo.model_name)
+        if check is not None:
+            check(server, repo.model_name, loaded)
+        return loaded, said
     except TrackerError as err:
         raise ConfigFailed(str(getattr(err, "reason", err)), err,
                            server.log_text()[mark:]) from err
@@ -303,19 +307,15 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
                           reference: Mapping[str, float] | None = None,
                           model_levels: Mapping[str, Sequence[float]] | None = None,
                           server_values: Mapping[str, object] | None = None,
+                          check: Check | None = None,
                           ) -> ConfigMeasurement:
-    """Measure ``cfg`` (a ModelConfig of ``info``'s model, or every model's config by name)
-    on ``server``: write the repository into ``workdir`` (removed again when the measurement
-    fails), serve it, sweep every entry model at once (one entry: the same code; composing
-    models' split in the same windows) at ``levels`` (None: the spec's; ``model_levels``: an
-    entry's own; ``plan``: search/sweep_plan.py picks them), and choose the level by the
-    spec's objectives and constraints (search/objective.py; a derived objective,
-    ``weighted_gain``, against ``reference``: the default's logged metrics, None while
-    measuring the default). ``serving``: None resolves it; ``monitors_factory(server)``: the
-    monitors sampled (default: process tree, metrics endpoint, NVML); ``on_phase``: called
-    before the server is served; ``files``: the ``FILE:KEY`` values written into the copy of
-    the model directory. Raises :class:`ConfigFailed`; the server is left as it is.
-    """
+    """Measure ``cfg`` (``info``'s model's config, or every model's by name) on ``server``:
+    write the repository into ``workdir`` (removed on failure), serve it, pass ``check`` (the
+    output check), sweep every entry model at once at ``levels`` (None: the spec's;
+    ``model_levels``: an entry's own; ``plan``: search/sweep_plan.py), choose the level by the
+    objectives and constraints (``weighted_gain`` against ``reference``, the default's logged
+    metrics). ``monitors_factory(server)``: the monitors (default: process tree, metrics,
+    NVML); ``files``: the ``FILE:KEY`` values. Raises :class:`ConfigFailed`."""
     conf = as_configuration(info)
     repo = _write(spec, conf, cfg, workdir, serving or resolve_serving(spec, server, conf),
                   files)
@@ -323,7 +323,7 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
         text = repo.served_config_path.read_text()
         knob_texts = {name: path.read_text() for name, path in repo.knob_files.items()}
         mark = len(server.log_text()) if server.strategy == "reload" else 0
-        loaded, said = _serve(server, repo, conf, mark, spec, server_values, on_phase)
+        loaded, said = _serve(server, repo, conf, mark, spec, server_values, on_phase, check)
         text = model_config.dumps(loaded) if conf.entry_info.auto_complete else text
         monitors = (monitors_factory or _monitors)(server)
         try:

@@ -36,6 +36,7 @@ from tracker.search.study import find_duplicate
 from tracker.search.workers import wait_for_duplicate
 from tracker.spec.server_options import server_knob
 from tracker.study import joint
+from tracker.study.check_outputs import OutputCheck, changed_knobs
 from tracker.study.measured import (
     ConfigFailed,
     clip_log,
@@ -75,11 +76,13 @@ class Outcome:
 class TrialFailed(Exception):
     """The trial has a result, and it is a failure (refused config, no measurement)."""
 
-    def __init__(self, reason: str, log: str = "", *, duplicate_of: int | None = None) -> None:
+    def __init__(self, reason: str, log: str = "", *, duplicate_of: int | None = None,
+                 metrics: dict[str, float] | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.log = log
         self.duplicate_of = duplicate_of  # the failed trial this one repeats
+        self.metrics = metrics or {}      # what it has despite failing (the output check's)
 
 
 def suggest(trial: optuna.Trial, name: str, dist: BaseDistribution) -> Any:
@@ -219,6 +222,9 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
     def on_level(m: Measurement) -> None:
         ctx.progress.measuring(trial.number, f"{m.level}: {m.throughput:,.1f} infer/s")
 
+    check = OutputCheck(spec, ctx.study, ctx.parent.client, ctx.parent.run_id, baseline,
+                        {} if baseline else changed_knobs(ctx.study, params))
+
     try:
         levels = levels_for(load)
         # the guided sweep (search.sweep): from the best trial's level (Model Analyzer's
@@ -231,10 +237,11 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
             server_values=server_values(params, baseline),
             backend=ctx.backend,
             on_phase=lambda phase: ctx.progress.measuring(trial.number, phase),
-            reference=None if baseline else default_metrics(ctx.study))
+            reference=None if baseline else default_metrics(ctx.study), check=check)
     except ConfigFailed as failed:
-        raise TrialFailed(failed.reason, failed.log) from failed.cause
+        raise TrialFailed(failed.reason, failed.log, metrics=check.metrics()) from failed.cause
     choice, result = done.choice, done.result
+    checked = {**choice.metrics, **check.metrics()}
     record_machine(ctx.parent.client, ctx.parent.run_id,  # the Triton version, on the parent
                    {k: v for k, v in done.tags.items() if k == tags.TRITON_VERSION})
     bounds = joint.constraints_of(spec, ctx.configuration)
@@ -243,12 +250,13 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
         Outcome(trial.number, "COMPLETE", params, choice.metrics, choice.feasible),
         attrs=lambda t: trial_attrs.write_measured(
             t, violations, feasible=choice.feasible, concurrency=choice.concurrency,
-            metrics=choice.metrics, measurements=len(result.measurements)),
-        values=choice.values, metrics=done.headline(), step=choice.concurrency,
+            metrics=checked, measurements=len(result.measurements)),
+        values=choice.values, metrics={**done.headline(), **check.metrics()},
+        step=choice.concurrency,
         sweep=done.sweep_metrics(), files=dict(done.files()),
         tags={tags.FEASIBLE: str(choice.feasible).lower(), tags.CONCURRENCY: choice.concurrency,
               tags.STABLE: str(choice.stable).lower(), tags.SWEEP_STOP: result.stop_reason,
-              **done.tags, **configuration_tags(ctx),
+              **done.tags, **configuration_tags(ctx), **check.run_tags(),
               **(_model_tags(ctx) if ctx.store_model else {})})
 
 
@@ -310,11 +318,11 @@ def _fail(trial: optuna.Trial, params: dict[str, Any], failed: TrialFailed) -> T
     def attrs(t: optuna.Trial) -> None:
         if dup is not None:
             trial_attrs.write_duplicate_of(t, dup)
-        trial_attrs.write_failed(t, reason)
+        trial_attrs.write_failed(t, reason, failed.metrics)
 
     return TrialResult(
         Outcome(trial.number, "FAIL", params, {}, None, note=reason.splitlines()[0][:400]),
-        attrs=attrs, values=None, status="FAILED",
+        attrs=attrs, values=None, status="FAILED", metrics=failed.metrics,
         files={"server.log": clip_log(failed.log)} if failed.log else {},
         tags={tags.FAIL_REASON: reason[:500]}, note=reason)
 

@@ -130,6 +130,26 @@ def _production_text(client: MlflowClient, run_id: str, tmp: Path) -> str:
     return Path(client.download_artifacts(run_id, name, str(tmp))).read_text()
 
 
+def put_knob_files(client: MlflowClient, run_id: str, root: Path, tmp: Path) -> list[str]:
+    """The trial's ``FILE:KEY`` files (model.json, ...) as its server loaded them, put in
+    place of the user's in the registered model directory ``root``: the registered version
+    is what was measured. Returns the files replaced."""
+    from tracker.triton.formats import json_knobs
+
+    try:
+        files = json_knobs.files_of(client.get_run(run_id).data.params)
+        for file in files:
+            text = Path(client.download_artifacts(run_id, file, str(tmp))).read_text()
+            target = json_knobs.locate(root, file)
+            fresh = target.with_name(f".{target.name}.winner")
+            fresh.write_text(text)
+            fresh.replace(target)  # a new file, never through a hard link to the user's
+    except MlflowException as exc:
+        raise DeployError(f"cannot read the trial's knob files from run {run_id}: "
+                          f"{exc.message}") from exc
+    return files
+
+
 def log_winner_model(client: MlflowClient, run_id: str, stored: StoredModel
                      ) -> flavor.LoggedTritonModel:
     """Build the registered model of trial run ``run_id`` from the stored model file and the
@@ -144,6 +164,7 @@ def log_winner_model(client: MlflowClient, run_id: str, stored: StoredModel
             raise DeployError(f"cannot read the trial's model files ({stored.uri}): "
                               f"{exc}") from exc
         root = model_dir(local, production, Path(tmp) / "model")
+        put_knob_files(client, run_id, root, Path(tmp) / "knobs")
         cfg = model_config.parse(production)
         onnx_file = f"1/{cfg.default_model_filename or 'model.onnx'}"
 

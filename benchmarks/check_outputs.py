@@ -1,0 +1,88 @@
+"""What the output check sees and costs on ONNX Runtime CPU (docs/tuning.md).
+
+    python benchmarks/check_outputs.py [--model quickstart|densenet_onnx] [--out DIR]
+
+Runs a grid study over the knobs that change how onnxruntime computes (instance count, intra-op
+thread count and, for a model that batches, max_batch_size with a dynamic batcher) with the
+check's tolerances opened wide (rtol = atol = 1), so every trial is measured and its
+``check/max_abs_diff`` shows how far the knobs really move the outputs from the default's.
+Prints one line per trial and, last, one JSON object: the largest difference, the largest
+output value, and the check's share of the study's wall time (sum of ``check/seconds`` over
+the study's wall seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tracker.study import check_outputs  # noqa: E402
+from tracker.study.loop import tune  # noqa: E402
+from tracker.study.session import TuneOptions  # noqa: E402
+
+SPACES = {
+    "quickstart": {"instance_group.count": [1, 2], "max_batch_size": [1, 32],
+                   "dynamic_batching.max_queue_delay_microseconds": [500],
+                   "parameters.intra_op_thread_count": [1, 2]},
+    "densenet_onnx": {"instance_group.count": [1, 2],
+                      "parameters.intra_op_thread_count": [1, 2]},
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(SPACES), default="quickstart")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    folder = args.out or Path(tempfile.mkdtemp(prefix="check-bench-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    project = ROOT / "projects" / args.model
+    doc = yaml.safe_load((project / "study.yaml").read_text())
+    doc["model"]["path"] = str(project / doc["model"]["path"])
+    doc["model"]["build"] = str(project / doc["model"]["build"])
+    space = SPACES[args.model]
+    n = 1
+    for values in space.values():
+        n *= len(values)
+    doc["search"] = {"sampler": "grid", "n_trials": n + 1, "seed": 1, "space": space}
+    doc["confirm"] = {"enabled": False}
+    doc["check"] = {"outputs": {"rtol": 1.0, "atol": 1.0}}
+    spec = folder / "study.yaml"
+    spec.write_text(yaml.safe_dump(doc))
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{folder / 'mlflow.db'}"
+    os.chdir(folder)
+    result = tune(spec, TuneOptions(bar=False))
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    kids = client.search_runs([result.experiment_id],
+                              f"tags.mlflow.parentRunId = '{result.parent_run_id}'")
+    diffs, seconds = [], 0.0
+    for run in kids:
+        m = run.data.metrics
+        if check_outputs.MAX_DIFF in m:
+            diffs.append(m[check_outputs.MAX_DIFF])
+            seconds += m.get(check_outputs.SECONDS, 0.0)
+        print({k: v for k, v in run.data.params.items() if k in space},
+              m.get(check_outputs.MAX_DIFF), m.get(check_outputs.SECONDS))
+    reference = check_outputs.load_reference(client, result.parent_run_id)
+    largest = max(float(abs(a).max()) for ans in reference.answers
+                  if isinstance(ans, dict) for a in ans.values())
+    print(json.dumps({"model": args.model, "trials": len(kids), "max_abs_diff": max(diffs),
+                      "largest_output": largest, "check_s": round(seconds, 2),
+                      "study_wall_s": round(result.wall_s, 1),
+                      "check_share_pct": round(100 * seconds / result.wall_s, 2),
+                      "load": os.getloadavg()[0]}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""The output comparison (tracker/triton/probes.py): what counts as the same answer, what the
+message of a different one says, and the stored form a resumed study and a deployment read."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tracker.triton import probes
+from tracker.triton.probes import ProbeSet, Tolerance
+
+TOL = Tolerance(rtol=1e-4, atol=1e-5)
+
+
+def _ref(*answers: probes.Answer, outputs: tuple[str, ...] = ("OUT",)) -> ProbeSet:
+    inputs = [{"IN": ("FP32", np.zeros((1, 2), np.float32))} for _ in answers]
+    return ProbeSet(inputs, list(outputs), list(answers))
+
+
+def test_floats_pass_within_the_tolerance_and_fail_beyond_it() -> None:
+    ref = _ref({"OUT": np.array([[1.0, 100.0]], np.float32)})
+    close = probes.compare(ref, [{"OUT": np.array([[1.000005, 100.005]], np.float32)}], TOL)
+    assert close.passed and 0 < close.max_abs_diff < 0.01
+    far = probes.compare(ref, [{"OUT": np.array([[1.0, 100.5]], np.float32)}], TOL,
+                         "sent together")
+    assert not far.passed and math.isclose(far.max_abs_diff, 0.5, rel_tol=1e-3)
+    assert "output 'OUT' of probe 0 (sent together)" in far.detail
+    assert "expected [1, 100]" in far.detail and "got [1, 100.5]" in far.detail
+    assert "largest difference 0.5" in far.detail
+
+
+def test_integers_bools_and_strings_must_be_equal() -> None:
+    for want, got in ((np.array([3], np.int64), np.array([4], np.int64)),
+                      (np.array([True]), np.array([False])),
+                      (np.array([b"a"], np.object_), np.array([b"b"], np.object_))):
+        assert not probes.compare(_ref({"OUT": want}), [{"OUT": got}], TOL).passed
+        assert probes.compare(_ref({"OUT": want}), [{"OUT": want.copy()}], TOL).passed
+
+
+def test_shape_nan_error_and_ignored_outputs() -> None:
+    ref = _ref({"OUT": np.array([1.0, np.nan], np.float32), "T": np.array([5], np.int64)},
+               outputs=("OUT", "T"))
+    same = {"OUT": np.array([1.0, np.nan], np.float32), "T": np.array([9], np.int64)}
+    assert not probes.compare(ref, [same], TOL).passed  # T differs
+    assert probes.compare(ref, [same], Tolerance(1e-4, 1e-5, frozenset({"T"}))).passed
+    shape = probes.compare(ref, [{"OUT": np.ones(3, np.float32), "T": np.array([5])}], TOL)
+    assert not shape.passed and "shape [2], got shape [3]" in shape.detail
+    refused = probes.compare(ref, ["error: INVALID_ARGUMENT"], TOL)
+    assert not refused.passed and "INVALID_ARGUMENT" in refused.detail
+    # both refuse a probe (a sequence model without its correlation ID): no difference shown
+    assert probes.compare(_ref("error: a"), ["error: b"], TOL).passed
+    # the default refused, this configuration answers: a different function
+    assert not probes.compare(_ref("error: a"), [{"OUT": np.ones(1)}], TOL).passed
+
+
+def test_answers_to_repeated_probes_are_compared_with_their_own_probe() -> None:
+    ref = _ref({"OUT": np.array([1.0])}, {"OUT": np.array([2.0])})
+    good = [{"OUT": np.array([1.0])}, {"OUT": np.array([2.0])}] * probes.COPIES
+    assert probes.compare(ref, good, TOL).passed
+    bad = list(good)
+    bad[-1] = {"OUT": np.array([1.0])}
+    verdict = probes.compare(ref, bad, TOL)
+    assert not verdict.passed and "probe 1" in verdict.detail
+
+
+def test_stored_and_read_back_without_pickles() -> None:
+    ref = ProbeSet(
+        [{"A": ("FP32", np.arange(4, dtype=np.float32).reshape(1, 4)),
+          "S": ("BYTES", np.array([[b"hello"]], np.object_))},
+         {"A": ("FP32", np.ones((1, 4), np.float32)),
+          "S": ("BYTES", np.array([[b"x"]], np.object_))}],
+        ["OUT", "TXT"],
+        [{"OUT": np.array([[0.5]], np.float32), "TXT": np.array([[b"hi"]], np.object_)},
+         "error: refused"])
+    back = probes.loads(probes.dumps(ref))
+    assert back.outputs == ["OUT", "TXT"] and back.answers[1] == "error: refused"
+    assert back.inputs[0]["S"][0] == "BYTES" and back.inputs[0]["S"][1].dtype == np.object_
+    assert back.inputs[0]["S"][1][0, 0] == b"hello"
+    np.testing.assert_array_equal(back.inputs[1]["A"][1], np.ones((1, 4), np.float32))
+    first = back.answers[0]
+    assert isinstance(first, dict) and first["TXT"][0, 0] == b"hi"
+    assert probes.compare(ref, back.answers, TOL).passed

@@ -1,0 +1,55 @@
+"""``check``: how a configuration's answers are compared with the default configuration's
+(docs/tuning.md, "Every proposal computes what the model computes").
+
+``check.outputs`` is ``{rtol, atol, ignore, probes}`` or ``false`` (no check at all). Integer,
+bool and string outputs must be equal; a floating output ``got`` passes against the default's
+``expected`` when ``|got - expected| <= atol + rtol * |expected|`` element by element (numpy's
+``allclose``). ``ignore`` names outputs that are not compared (a timestamp, a sampled token);
+whether each names an output of the model is checked against the model (``tracker check``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BeforeValidator, Field
+
+from tracker.spec.streaming import SpecModel
+
+#: measured on ONNX Runtime CPU (docs/tuning.md): instance counts, thread counts and batch
+#: sizes moved float32 outputs by at most ~1e-6 relative; these leave a wide margin
+DEFAULT_RTOL = 1e-4
+DEFAULT_ATOL = 1e-5
+DEFAULT_PROBES = 4  # each costs one inference per trial: a DenseNet on 2 cores, ~0.3 s
+
+
+class OutputsCheck(SpecModel):
+    """The tolerances of the output check, the outputs it leaves out, how many probes."""
+
+    enabled: bool = True
+    """False (``check.outputs: false``): no output check at all."""
+    rtol: Annotated[float, Field(ge=0, strict=False)] = DEFAULT_RTOL
+    """Relative tolerance of a floating output: ``|got - expected| <= atol + rtol x |expected|``."""
+    atol: Annotated[float, Field(ge=0, strict=False)] = DEFAULT_ATOL
+    """Absolute tolerance of a floating output (see rtol)."""
+    ignore: list[str] = Field(default_factory=list)
+    """Outputs not compared (not deterministic: `tracker check --outputs` names them)."""
+    probes: Annotated[int, Field(ge=1, le=64)] = DEFAULT_PROBES
+    """How many probes at most: rows of load.input_data, else inputs drawn from the seed."""
+
+
+def _outputs(value: object) -> object:
+    """``false`` turns the check off; ``true`` is the defaults."""
+    if value is False:
+        return {"enabled": False}
+    if value is True or value is None:
+        return {}
+    return value
+
+
+class CheckSection(SpecModel):
+    """``check.outputs``: see the module doc."""
+
+    outputs: Annotated[OutputsCheck, BeforeValidator(_outputs)] = Field(
+        default_factory=OutputsCheck)
+    """Each configuration answers the default's probes as it does before it is measured."""

@@ -1,0 +1,85 @@
+"""``tracker check SPEC --outputs``: the default configuration served, asked the output
+check's probes twice (docs/tuning.md, "Every proposal computes what the model computes").
+
+What it finds before a study starts: probes the model refuses (``load.input_data`` rows it
+rejects are an error here, not 40 failed trials later), and outputs that differ between two
+calls of the same configuration (sampling, timestamps, noise), for which it proposes
+``check.outputs: {ignore: [...]}`` or ``check.outputs: false``. Without ``--outputs``,
+:func:`static_check` checks what needs no server: the probes can be built from the data and
+``check.outputs.ignore`` names outputs of the model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tracker.errors import MeasurementError, SpecError
+from tracker.spec import StudySpec
+from tracker.study.check_outputs import make_probes, output_names, tolerance
+from tracker.study.measured import resolve_serving, serve_options
+from tracker.study.session import Session
+from tracker.triton import probes
+from tracker.triton.configuration import Configuration
+from tracker.triton.probes import ProbeSet, Tolerance
+from tracker.triton.repository import write_configuration
+
+
+def static_check(spec: StudySpec, conf: Configuration) -> str:
+    """SpecError for an ``ignore`` naming no output or data rows that make no probe; else
+    the summary line of the output check."""
+    config = conf.entry_info.config
+    out = spec.check.outputs
+    if not out.enabled:
+        return "output check: off (check.outputs: false)"
+    try:
+        inputs = make_probes(spec, config)
+    except MeasurementError as err:
+        where = "load.input_data" if spec.load.input_data is not None else "the model's inputs"
+        raise SpecError([f"{where}: cannot make the output check's probes: {err}"]) from err
+    names = output_names(spec, config)
+    source = "rows of load.input_data" if spec.load.input_data is not None else \
+        f"inputs drawn from seed {spec.search.seed or 0}"
+    ignored = f"; ignored outputs: {', '.join(out.ignore)}" if out.ignore else ""
+    return (f"output check: {len(inputs)} probes ({source}), outputs {names} within "
+            f"rtol {out.rtol:g}, atol {out.atol:g}{ignored}")
+
+
+def probe_default(spec_path: str | Path) -> str:
+    """Serve the default configuration, ask the probes twice, and say what differs."""
+    session = Session.open(spec_path, work_prefix="check-")
+    with session.guarded():
+        spec, conf = session.spec, session.configuration
+        server = session.start_server()
+        repo = write_configuration(session.workdir / "default",
+                                   {n: conf.info(n) for n in conf.names}, conf.defaults(),
+                                   conf.entry, serving=resolve_serving(spec, server, conf),
+                                   options=serve_options(spec))
+        server.apply_trial(repo)
+        with server.client() as client:
+            config = client.model_config(repo.model_name)
+            inputs, names = make_probes(spec, config), output_names(spec, config)
+            first = probes.ask(client, repo.model_name, inputs, names)
+            second = probes.ask(client, repo.model_name, inputs, names)
+        return _verdict(spec, ProbeSet(inputs, names, first), second)
+
+
+def _verdict(spec: StudySpec, first: ProbeSet, second: list[probes.Answer]) -> str:
+    for i, answer in enumerate(first.answers):
+        if isinstance(answer, str):
+            where = "load.input_data" if spec.load.input_data is not None else "probe"
+            raise SpecError([f"{where}: the default configuration rejects probe {i} "
+                             f"(row {i}): {answer}"])
+    tol = tolerance(spec) or Tolerance(0.0, 0.0)
+    differ = [name for name in first.outputs
+              if not probes.compare(ProbeSet(first.inputs, [name], first.answers), second,
+                                    tol).passed]
+    if not differ:
+        return (f"the default configuration answered {len(first.inputs)} probes the same "
+                f"twice: its outputs {first.outputs} are checked on every trial")
+    if len(differ) == len(first.outputs):
+        proposal = "check.outputs: false"
+    else:
+        proposal = f"check.outputs: {{ignore: [{', '.join(differ)}]}}"
+    return (f"the default configuration answered differently on two calls in outputs "
+            f"{differ} (not deterministic); every trial would fail its output check. Add "
+            f"to the spec: `{proposal}`")
