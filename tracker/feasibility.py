@@ -29,7 +29,8 @@ from tracker.errors import StudyError
 #: the violation of a bound whose metric was not measured (always infeasible)
 UNMEASURED_VIOLATION = 1.0
 #: latencies that only grow with more load: a broken maximum stops the sweep
-LATENCY_PREFIXES = ("perf_latency", "perf_time_to_first_token", "perf_inter_token_latency")
+LATENCY_PREFIXES = ("perf_latency", "perf_time_to_first_token", "perf_inter_token_latency",
+                    "perf_sequence_latency")
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,12 @@ CATALOG: tuple[Metric, ...] = (
       for s in ("avg", "p50", "p90", "p95", "p99")),
     Metric("perf_output_token_throughput", "maximize", "tokens/s", "output_token_throughput",
            "Output Tokens/Second"),
+    # stateful models (a sequence load, measure/kinds/sequences.py): whole sequences ended per
+    # second, and a whole sequence's latency (first request sent to last answered)
+    Metric("perf_sequence_throughput", "maximize", "seq/s", "sequence_throughput",
+           "Sequences/Second"),
+    *(Metric(f"perf_sequence_latency_{s}", "minimize", "ms", f"sequence_latency_{s}_ms",
+             f"Sequence {s} latency") for s in ("avg", "p50", "p90", "p99")),
     Metric("gpu_used_memory", "minimize", "MB", column="Max GPU Memory Usage"),
     Metric("gpu_utilization", "maximize", "%", column="Avg GPU Utilization"),
     Metric("gpu_power_usage", "minimize", "W", column="Avg GPU Power Usage"),

@@ -40,9 +40,11 @@ def test_measurement_fields_give_the_catalog_metrics() -> None:
 
 
 def test_csv_columns_are_the_catalog_columns() -> None:
-    header = csvio.header([Measurement(concurrency=1, streaming=True)])
-    # a file of unary levels only has perf_analyzer's own columns, no streaming ones
-    assert not set(csvio.header([Measurement(concurrency=1)])) & set(csvio.STREAM_COLUMNS)
+    header = csvio.header([Measurement(concurrency=1, streaming=True),
+                           Measurement(concurrency=2, sequence_throughput=1.0)])
+    # a file of unary levels only has perf_analyzer's own columns, no streaming/sequence ones
+    assert not set(csvio.header([Measurement(concurrency=1)])) & {
+        *csvio.STREAM_COLUMNS, *csvio.SEQUENCE_COLUMNS}
     for m in catalog.CATALOG:
         if m.column is None:
             continue
@@ -53,7 +55,7 @@ def test_csv_columns_are_the_catalog_columns() -> None:
     assert {name for name, _, _ in csvio.GPU_COLUMNS.values()} <= set(catalog.NAMES)
     # a written value comes back as the same metric (ms -> us -> ms)
     src = Measurement(concurrency=2, throughput=10.0, latency_avg_ms=2.0,
-                      output_token_throughput=123.5, **{
+                      output_token_throughput=123.5, sequence_throughput=4.5, **{
         m.field: 1.0 + i for i, m in enumerate(catalog.CATALOG)
         if m.unit == "ms" and m.field and m.field != "latency_avg_ms"})
     (back,) = csvio.loads(csvio.dumps([src]))

@@ -116,6 +116,24 @@ def test_rate_mode_and_count_windows_command() -> None:
     assert cmd[cmd.index("--measurement-request-count") + 1] == "200"
 
 
+def test_a_stateful_model_gets_perf_analyzers_sequence_options() -> None:
+    """The lengths of load.sequence (mean and variation in percent), the open sequences of
+    request-rate mode, and an ID range of this run's own."""
+    load = LoadSection(concurrency=[4], sequence={"length": {"low": 5, "high": 15}, "active": 6})
+    from tracker.measure.sweep import load_levels
+
+    cmd = PerfAnalyzer("perf_analyzer", ENDPOINTS, "m", load, stateful=True).command(
+        load_levels(load)[0], Path("x.csv"))
+    assert cmd[cmd.index("--sequence-length") + 1] == "10"
+    assert cmd[cmd.index("--sequence-length-variation") + 1] == "50"
+    assert cmd[cmd.index("--num-of-sequences") + 1] == "6"
+    first, last = map(int, cmd[cmd.index("--sequence-id-range") + 1].split(":"))
+    assert 0 < first < last < 2**63
+    plain = PerfAnalyzer("perf_analyzer", ENDPOINTS, "m", load).command(
+        load_levels(load)[0], Path("x.csv"))
+    assert "--sequence-length" not in plain
+
+
 def test_missing_binary_and_npz_data_are_errors(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))

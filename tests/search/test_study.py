@@ -65,6 +65,15 @@ def test_default_storage_sits_beside_the_mlflow_db(tmp_path: Path) -> None:
     assert default_storage("http://mlflow:5000", cwd=tmp_path) == f"sqlite:///{tmp_path}/optuna.db"
 
 
+def test_an_instance_group_without_a_count_is_one_instance() -> None:
+    """Triton's own examples write `instance_group [{ kind: KIND_CPU }]`: one instance, not a
+    count of 0 to add to the space."""
+    cfg = parse('name: "m" max_batch_size: 4 instance_group [{ kind: KIND_CPU }]')
+    space, base = fit_baseline(SPACE, cfg)
+    assert base.params["instance_group.count"] == 1
+    assert space["instance_group.count"] == SPACE["instance_group.count"]
+
+
 def test_baseline_widens_the_space_and_is_enqueued_once(storage: Storage) -> None:
     space, base = fit_baseline(SPACE, CONFIG)
     assert base.is_exact and base.params == {"instance_group.count": 1, "max_batch_size": 4}

@@ -158,9 +158,12 @@ def test_concurrency_levels_sorted_and_unique(tmp_path: Path) -> None:
 def test_metrics_follow_design() -> None:
     # 15 of DESIGN.md plus 11 of streaming models (TTFT and ITL avg/p50/p90/p95/p99, tokens/s)
     # plus weighted_gain, the score of several entry models measured together, plus the 5 of
-    # Triton's response cache (hit ratio, hits/s, misses/s, hit and miss times)
-    assert len(METRICS) == 32 and METRICS[0] == "perf_throughput"
+    # Triton's response cache (hit ratio, hits/s, misses/s, hit and miss times), plus 5 of
+    # stateful models (sequences/s, whole-sequence latency avg/p50/p90/p99)
+    assert len(METRICS) == 37 and METRICS[0] == "perf_throughput"
     assert METRIC_BETTER["cache_hit_ratio"] == "maximize"
+    assert METRIC_BETTER["perf_sequence_throughput"] == "maximize"
+    assert METRIC_BETTER["perf_sequence_latency_p99"] == "minimize"
     assert METRIC_BETTER["weighted_gain"] == "maximize"
     assert METRIC_BETTER["perf_throughput"] == "maximize"
     assert METRIC_BETTER["perf_latency_p99"] == "minimize"

@@ -21,6 +21,7 @@ import numpy as np
 from tritonclient.grpc import model_config_pb2
 
 from tracker.errors import DeployError
+from tracker.triton import sequence
 from tracker.triton.client import DTYPES, example_inputs
 
 if TYPE_CHECKING:
@@ -94,7 +95,8 @@ def infer_version(client: ControlClient, name: str, config: ModelConfig, *,
                   version: int | None = None,
                   arrays: Mapping[str, Array] | None = None) -> dict[str, Array]:
     """One inference on ``name`` (``version``, or the newest ready one when None) with
-    ``arrays`` (random example inputs when None); every declared output comes back.
+    ``arrays`` (random example inputs when None); every declared output comes back. A
+    stateful model gets it as a whole sequence of one request (a fresh ID, start and end).
 
     Raises :class:`ServerError` with Triton's message when the request or an output fails.
     """
@@ -104,7 +106,8 @@ def infer_version(client: ControlClient, name: str, config: ModelConfig, *,
              for i in config.input}
     tensors = {inp_name: (types[inp_name], array) for inp_name, array in arrays.items()}
     return client.infer_tensors(name, tensors, version=version,
-                                outputs=[o.name for o in config.output])
+                                outputs=[o.name for o in config.output],
+                                sequence_id=sequence.one_step_id(config))
 
 
 def to_lists(outputs: Mapping[str, Array]) -> dict[str, Any]:

@@ -41,7 +41,8 @@ class ControlClient(Protocol):
 
     def infer_tensors(self, name: str, tensors: Mapping[str, tuple[str, Array]], *,
                       version: int | None = None,
-                      outputs: Sequence[str] = ()) -> dict[str, Array]: ...
+                      outputs: Sequence[str] = (),
+                      sequence_id: int | str = 0) -> dict[str, Array]: ...
 
     def close(self) -> None: ...
 

@@ -11,7 +11,9 @@ serialization apart, so its ``Client Send``, ``Client Recv`` and ``request/respo
 Streaming (decoupled) models add columns after perf_analyzer's own, in the catalog's names:
 ``Output Tokens/Second``, ``Output Tokens/Request``, ``TTFT avg`` ... ``TTFT p99`` and
 ``ITL avg`` ... ``ITL p99`` (microseconds, like the other times); a file without a streaming
-level has none of them.
+level has none of them. Stateful models (sequence loads) add ``Sequences/Second`` and
+``Sequence avg latency`` ... ``Sequence p99 latency`` (a whole sequence, microseconds) the same
+way.
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ STREAM_MS: tuple[tuple[str, str], ...] = tuple(
     if m.column and m.field and m.field.startswith(("ttft_", "itl_")))
 STREAM_COLUMNS: tuple[str, ...] = (TOKENS_PER_S, TOKENS_PER_REQUEST,
                                    *(col for col, _ in STREAM_MS))
+# stateful models (sequence loads): after the streaming ones, only when a level sent sequences
+SEQUENCES_PER_S = BY_NAME["perf_sequence_throughput"].column or "Sequences/Second"
+SEQUENCE_MS: tuple[tuple[str, str], ...] = tuple(
+    (m.column, m.field) for m in BY_NAME.values()
+    if m.column and m.field and m.field.startswith("sequence_latency_"))
+SEQUENCE_COLUMNS: tuple[str, ...] = (SEQUENCES_PER_S, *(col for col, _ in SEQUENCE_MS))
 # perf_analyzer --collect-metrics columns: "GPU-uuid:value;GPU-uuid:value;" per cell.
 GPU_COLUMNS = {
     "Avg GPU Utilization": ("gpu_utilization", 100.0, "mean"),
@@ -62,7 +70,9 @@ def header(measurements: Iterable[Measurement]) -> list[str]:
     ms = list(measurements)
     first = REQUEST_RATE if ms and all(m.concurrency is None for m in ms) else CONCURRENCY
     streamed = any(_streamed(m) for m in ms)
-    return [first, THROUGHPUT, *COLUMNS, *(STREAM_COLUMNS if streamed else ())]
+    sequenced = any(m.sequence_throughput is not None for m in ms)
+    return [first, THROUGHPUT, *COLUMNS, *(STREAM_COLUMNS if streamed else ()),
+            *(SEQUENCE_COLUMNS if sequenced else ())]
 
 
 def _streamed(m: Measurement) -> bool:
@@ -102,9 +112,12 @@ def dumps(measurements: Iterable[Measurement]) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(head)
-    streamed = len(head) > 2 + len(COLUMNS)
+    streamed, sequenced = TOKENS_PER_S in head, SEQUENCES_PER_S in head
     for m in rows:
-        writer.writerow(_row(m, head[0]) + (_stream_row(m) if streamed else []))
+        writer.writerow(_row(m, head[0]) + (_stream_row(m) if streamed else [])
+                        + ([_num(m.sequence_throughput), *(_us(getattr(m, f))
+                                                           for _, f in SEQUENCE_MS)]
+                           if sequenced else []))
     return buf.getvalue()
 
 
@@ -167,6 +180,8 @@ def loads(text: str, *, source: str = "perf_analyzer", where: str = "CSV") -> li
             m.streaming = True
             m.output_token_throughput = _float(row, TOKENS_PER_S, at)
             m.output_tokens_avg = _float(row, TOKENS_PER_REQUEST, at)
+        if SEQUENCES_PER_S in names:
+            m.sequence_throughput = _float(row, SEQUENCES_PER_S, at)
         for column, attr in _MS_FIELDS.items():
             value = _float(row, column, at)
             if value is not None:

@@ -169,6 +169,22 @@ def _known_names(given: Mapping[str, Any], config: Any, where: str) -> None:
                                f"{config.name!r} (its inputs: {names})")
 
 
+def json_sample(entry: object, config: Any, specs: Sequence[InputSpec], batch_size: int,
+                where: str) -> Sample:
+    """One request from one entry of a JSON data file (``{INPUT: value, ...}``)."""
+    if not isinstance(entry, Mapping):
+        raise MeasurementError(f"{where}: each entry must map input names to data")
+    _known_names(entry, config, where)
+    sample: Sample = {}
+    for spec in specs:
+        if spec.name not in entry:
+            raise MeasurementError(f"{where}: input {spec.name!r} is missing "
+                                   f"(the model needs {[s.name for s in specs]})")
+        item = _json_value(spec, entry[spec.name], where)
+        sample[spec.name] = _to_request(spec, item, batch_size, where)
+    return sample
+
+
 def load_samples(path: str | Path, config: Any, batch_size: int = 1) -> list[Sample]:
     """Requests built from a user data file (.json or .npz), one per sample."""
     p = Path(path)
@@ -183,21 +199,8 @@ def load_samples(path: str | Path, config: Any, batch_size: int = 1) -> list[Sam
         if not isinstance(entries, list) or not entries:
             raise MeasurementError(f"{p}: input data must be {{\"data\": [{{INPUT: ...}}, ...]}}"
                                    " with at least one entry")
-        samples = []
-        for i, entry in enumerate(entries):
-            where = f"{p} data[{i}]"
-            if not isinstance(entry, Mapping):
-                raise MeasurementError(f"{where}: each entry must map input names to data")
-            _known_names(entry, config, where)
-            sample: Sample = {}
-            for spec in specs:
-                if spec.name not in entry:
-                    raise MeasurementError(f"{where}: input {spec.name!r} is missing "
-                                           f"(the model needs {[s.name for s in specs]})")
-                item = _json_value(spec, entry[spec.name], where)
-                sample[spec.name] = _to_request(spec, item, batch_size, where)
-            samples.append(sample)
-        return samples
+        return [json_sample(entry, config, specs, batch_size, f"{p} data[{i}]")
+                for i, entry in enumerate(entries)]
     if p.suffix == ".npz":
         try:
             with np.load(p, allow_pickle=False) as npz:

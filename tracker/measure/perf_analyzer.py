@@ -71,9 +71,10 @@ class PerfAnalyzer:
     """Runs ``binary`` against ``endpoints`` with the settings of a LoadSection."""
 
     def __init__(self, binary: str, endpoints: Endpoints, model_name: str,
-                 load: LoadSection, output_bytes: int = 0) -> None:
+                 load: LoadSection, output_bytes: int = 0, stateful: bool = False) -> None:
         self.binary, self.endpoints, self.model_name, self.load = binary, endpoints, model_name, \
             load
+        self.stateful = stateful  # a sequence model: perf_analyzer's sequence options
         if load.input_data is not None and Path(load.input_data).suffix != ".json":
             raise MeasurementError(f"perf_analyzer reads only JSON input data, but "
                                    f"load.input_data is {load.input_data}")
@@ -103,6 +104,8 @@ class PerfAnalyzer:
             cmd += ["--measurement-interval", str(load.window_ms)]
         if load.input_data is not None:
             cmd += ["--input-data", str(load.input_data)]
+        if self.stateful:
+            cmd += sequence_args(load)
         return cmd + self.transport_flags() + list(load.perf_analyzer_flags)
 
     def transport_flags(self) -> list[str]:
@@ -176,3 +179,21 @@ class PerfAnalyzer:
                            batch_size=self.load.batch_size, valid=False, source="perf_analyzer",
                            invalid_reason=reason + (f"; its output ends:\n{tail}" if tail else ""),
                            first_error=tail.splitlines()[-1] if tail else None)
+
+
+def sequence_args(load: LoadSection) -> list[str]:
+    """perf_analyzer's sequence options for ``load.sequence`` (the same sequences the
+    built-in load sends): the mean length and its variation in percent, the open sequences of
+    request-rate mode, and an ID range of this run's own (sequence_steps.CorrelationIds)."""
+    from tracker.measure.sequence_steps import COUNTER_BITS, CorrelationIds
+    from tracker.spec.sequence import DEFAULT_ACTIVE, DEFAULT_LENGTH
+
+    section = load.sequence
+    low, high = ((section.length.low or 1, section.length.high or 1) if section is not None
+                 else (DEFAULT_LENGTH, DEFAULT_LENGTH))
+    mean = (low + high) / 2
+    first = CorrelationIds().next()
+    return ["--sequence-length", str(round(mean)),
+            "--sequence-length-variation", f"{100 * (high - low) / 2 / mean:g}",
+            "--num-of-sequences", str(section.active if section is not None else DEFAULT_ACTIVE),
+            "--sequence-id-range", f"{first}:{first + (1 << COUNTER_BITS) - 2}"]

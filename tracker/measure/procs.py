@@ -101,11 +101,11 @@ class _AsyncConn:
 
 def _child_main(conn: Connection, protocol: str, url: str, model_name: str, timeout_s: float,
                 payloads: list[Payload], kinds: tuple[LoadKind, ...],
-                security: Security | None = None) -> None:
-    """Entry point of a load process: serve the parent's commands until "close"."""
+                security: Security | None = None, index: int = 0) -> None:
+    """Entry point of load process ``index``: serve the parent's commands until "close"."""
     try:
-        asyncio.run(_child(conn, protocol, url, model_name, timeout_s, payloads, kinds,
-                           security))
+        asyncio.run(_child(conn, protocol, url, model_name, timeout_s, payloads,
+                           tuple(k.for_process(index) for k in kinds), security))
     except Exception:
         with contextlib.suppress(OSError):
             conn.send(("error", traceback.format_exc(limit=3)))
@@ -165,9 +165,9 @@ class ProcessLoad:
 
     async def open(self) -> None:
         ctx = multiprocessing.get_context("spawn")
-        for _ in range(self.processes):
+        for index in range(self.processes):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_child_main, args=(child, *self._args), daemon=True,
+            proc = ctx.Process(target=_child_main, args=(child, *self._args, index), daemon=True,
                                name="tracker-load")
             proc.start()
             child.close()

@@ -36,6 +36,7 @@ from tracker.measure.entry import (
     shared_windows,
     stats_fn,
 )
+from tracker.measure.kinds import Sequences
 from tracker.measure.level import measure_parts
 from tracker.measure.monitors import Monitor, Sampler
 from tracker.measure.shm import pa_output_bytes
@@ -165,8 +166,9 @@ def _perf_analyzer(endpoints: Endpoints, entries: Mapping[str, EntryLoad],
     if binary is None:
         raise MeasurementError("backend 'perf_analyzer' needs the perf_analyzer binary "
                                "on PATH, but it was not found")
+    stateful = any(isinstance(k, Sequences) for k in entry.kinds())
     pa = PerfAnalyzer(binary, endpoints, name, entry.load,
-                      pa_output_bytes(entry.config, entry.load))
+                      pa_output_bytes(entry.config, entry.load), stateful)
     levels = load_levels(entry.load, entry.levels, entry.kinds())
 
     async def measure(i: int) -> SweepLevel:

@@ -98,6 +98,13 @@ class Measurement:
     itl_p99_ms: float | None = None
     output_token_throughput: float | None = None   # tokens/s
     output_tokens_avg: float | None = None         # tokens per request (not a catalog metric)
+    # stateful models (sequence loads) only: sequences ended per second, and the latency of a
+    # whole sequence (its first request sent to its last answered)
+    sequence_throughput: float | None = None
+    sequence_latency_avg_ms: float | None = None
+    sequence_latency_p50_ms: float | None = None
+    sequence_latency_p90_ms: float | None = None
+    sequence_latency_p99_ms: float | None = None
     requests: int = 0
     server_requests: int | None = None
     errors: int = 0

@@ -23,7 +23,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from tracker.spec.fields import file_knob
+from tracker.spec.fields import SEQUENCE_STRATEGY, file_knob
 from tracker.spec.server_options import server_knob
 from tracker.triton import field_paths
 from tracker.triton.configuration import Configuration
@@ -47,6 +47,8 @@ class Baseline:
 
 
 def _enum_name(path: str, value: object) -> object:
+    if path == SEQUENCE_STRATEGY:  # already a name ("direct"/"oldest"), no schema field
+        return value
     desc = field_paths.resolve(path)
     if (isinstance(value, int) and desc is not None
             and desc.type == FieldDescriptor.TYPE_ENUM):
@@ -72,8 +74,8 @@ def config_values(cfg: ModelConfig | Configuration, keys: list[str]) -> dict[str
         value = field_paths.get_value(model_cfg, path)
         if isinstance(value, list):  # repeated scalar: one value stands for a one-element list
             value = value[0] if len(value) == 1 else (value or None)
-        if value is None:
-            value = IMPLIED.get(path)
+        if value is None or (value == 0 and path == "instance_group.count"):
+            value = IMPLIED.get(path)  # an instance group without a count has one instance
         out[key] = _enum_name(path, value)
     return out
 

@@ -30,6 +30,7 @@ from tracker.errors import SpecError
 from tracker.search.knob_rules import priority_problems
 from tracker.spec import Range, Scalar, Space
 from tracker.spec.server_options import server_knob
+from tracker.triton import sequence
 from tracker.triton.configuration import Configuration, as_configuration
 from tracker.triton.formats import format_of, json_knobs
 from tracker.triton.formats.ensemble import KNOB_PREFIX as ENSEMBLE_KNOBS
@@ -53,7 +54,17 @@ BATCHING_PREFIXES: tuple[str, ...] = ("dynamic_batching.", "sequence_batching.")
 
 
 def default_space(info: ModelInfo) -> Space:
-    """The space searched when the spec gives none (see the module constants)."""
+    """The space searched when the spec gives none (see the module constants). A stateful
+    model keeps its sequence batcher: its own knobs replace the dynamic batcher's
+    (tracker/triton/sequence.py)."""
+    if sequence.is_sequence(info.config):
+        counts = DEFAULT_INSTANCE_COUNTS if info.supports_batching else \
+            DEFAULT_INSTANCE_COUNTS_UNBATCHED
+        out: Space = {"max_batch_size": list(DEFAULT_MAX_BATCH_SIZES)} \
+            if info.supports_batching else {}
+        out.update(sequence.default_knobs(info.config, info.supports_batching))
+        out["instance_group.count"] = list(counts)
+        return out
     if info.supports_batching:
         return {
             "max_batch_size": list(DEFAULT_MAX_BATCH_SIZES),
@@ -200,6 +211,8 @@ def check_space(space: Mapping[str, Range | list[Scalar]], info: ModelInfo | Con
     problems.extend(f"search.space.{key}: {message}"
                     for key, message in json_knobs.problems(info, space))
     problems.extend(priority_problems(space, info.config))
+    problems.extend(f"search.space.{key}: {why}" for key in space
+                    if (why := sequence.scheduler_problem(info.config, key)) is not None)
     if not info.supports_batching:
         for key, knob in space.items():
             if key.startswith(BATCHING_PREFIXES):

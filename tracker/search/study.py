@@ -36,6 +36,7 @@ from tracker.samplers import SAMPLERS
 from tracker.search.objective import better
 from tracker.search.space import doublings
 from tracker.trial_attrs import Attr
+from tracker.triton import sequence
 
 # TPE setup, chosen with benchmarks/search_efficiency.py (docs/tuning.md): one random start-up
 # trial after the default config, and more EI candidates than Optuna's default, suit budgets of
@@ -213,6 +214,9 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def same_params(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """The same configuration: the same values of the knobs that act (a stateful model's
+    ``sequence_batching.oldest.*`` do not under the ``direct`` strategy)."""
+    a, b = sequence.effective(a), sequence.effective(b)
     return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
 
 

@@ -17,11 +17,13 @@ from tracker.launch_modes import describe
 from tracker.measure.stream import stream_rule
 from tracker.measure.stream_inputs import samples_for
 from tracker.search.knob_rules import resource_problems
+from tracker.search.sequence_check import knobs_of, sequence_lines
 from tracker.search.space import check_space, model_knobs, resolve_space, space_size, values
 from tracker.spec import Bound, Range, Scalar, StudySpec
 from tracker.spec.server_options import SERVER_KNOBS, server_knobs
 from tracker.triton.configuration import Configuration, as_configuration
 from tracker.triton.formats import json_knobs
+from tracker.triton.sequence import is_sequence
 
 if TYPE_CHECKING:
     from tracker.spec.sections import LoadSection
@@ -75,6 +77,8 @@ def check_input_data(spec: StudySpec, info: ModelInfo) -> str:
     if info.auto_complete:
         return ("inputs: from the model's auto_complete_config, read from Triton once it "
                 "loaded the model" + (f"; {path} is checked then" if path else ""))
+    if is_sequence(info.config):
+        return "inputs: the steps of the sequences above"
     try:
         samples = samples_for(info.config, spec.load)
     except MeasurementError as err:
@@ -121,6 +125,7 @@ def streaming_lines(spec: StudySpec, info: ModelInfo) -> list[str]:
 
 def _knob_lines(info: ModelInfo) -> list[str]:
     backend, catalog = model_knobs(info)
+    catalog = knobs_of(info.config, catalog)
     return [f"knobs the {backend} backend reads ({len(catalog)}):",
             *(f"  {k.path:<48} {k.what}" + (f" ({k.values})" if k.values else "")
               for k in catalog),
@@ -208,8 +213,8 @@ def check(spec: StudySpec, info: ModelInfo | Configuration) -> str:
     refused = resource_problems(space, spec.server.options.rate_limit_resources)
     if refused:
         raise SpecError(refused)
+    streaming = [*streaming_lines(spec, info), *sequence_lines(spec, info)]
     inputs = check_input_data(spec, info)
-    streaming = streaming_lines(spec, info)
     cfg = info.config
     batching = (f"yes (max_batch_size {cfg.max_batch_size} by default"
                 + (", dynamic batching)" if cfg.HasField("dynamic_batching") else ")")

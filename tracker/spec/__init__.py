@@ -217,6 +217,14 @@ class StudySpec(SpecModel):
                              "send their tensors in the requests: use 'none'")])
         return self
 
+    @model_validator(mode="after")
+    def _sequence_seed(self) -> StudySpec:
+        """``load.sequence.seed`` defaults to the study's ``search.seed``."""
+        seq = self.load.sequence
+        if seq is not None and seq.seed is None and self.search.seed is not None:
+            seq.seed = self.search.seed
+        return self
+
     def resolved_storage(self) -> str:
         """The Optuna storage URL: ``search.storage``, else ``optuna.db`` beside the MLflow
         sqlite database, else in the current working directory."""

@@ -235,9 +235,18 @@ def _leaf(path: str, field: FieldDescriptor) -> ConfigField:
                        minimum=0 if low == 0 else None)
 
 
+#: the sequence batcher's strategy, a choice between the two messages of one ``oneof``
+#: (``direct {}`` / ``oldest {}``): the one knob that is not a scalar field of the schema
+#: (tracker/triton/sequence.py applies it)
+SEQUENCE_STRATEGY = "sequence_batching.strategy"
+
+
 @cache
 def config_field(path: str) -> ConfigField | None:
     """The leaf field at ``path`` (dotted), or None when no scalar/enum field has that path."""
+    if path == SEQUENCE_STRATEGY:
+        return ConfigField(path=path, kind="enum", repeated=False,
+                           enum_names=("DIRECT", "OLDEST"))
     try:
         field = resolve(path)
     except ConfigError:

@@ -2,8 +2,7 @@
 
 Every model forbids unknown keys and validates strictly (YAML's types as written: ``"8"`` is
 not an integer). Validators raise :class:`~tracker.spec.messages.Problems`, which
-:mod:`tracker.spec.messages` turns into lines naming the field path and the bad value.
-"""
+:mod:`tracker.spec.messages` turns into lines naming the field path and the bad value."""
 
 from __future__ import annotations
 
@@ -43,6 +42,7 @@ from tracker.spec.messages import Problems, join_path, problem, show
 from tracker.spec.model_section import ModelSection as ModelSection  # re-exported
 from tracker.spec.model_section import SpecModel as SpecModel  # re-exported
 from tracker.spec.model_section import resolve_path
+from tracker.spec.sequence import SequenceSection
 from tracker.spec.server_options import ServerOptions, section_problems, server_field, server_knob
 from tracker.spec.streaming import StreamSection
 from tracker.spec.values import Bound as Bound  # re-exported
@@ -220,6 +220,8 @@ class LoadSection(ClientTransports):
     """A request taking longer counts as failed."""
     stream: StreamSection = Field(default_factory=StreamSection)
     """How a streaming (decoupled) model is measured (docs/streaming.md)."""
+    sequence: SequenceSection | None = None
+    """A stateful model's sequences: lengths, seed, correlation IDs (docs/stateful.md)."""
     #: several independent models: each one's changes to this load (docs/pipelines.md)
     models: dict[str, dict[str, object]] = Field(default_factory=dict)
     """Several entry models: {model: {load key: value}}, each one's changes to this load."""

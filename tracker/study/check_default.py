@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tracker.errors import MeasurementError, SpecError
 from tracker.spec import StudySpec
-from tracker.study.check_outputs import make_probes, output_names, tolerance
+from tracker.study.check_outputs import make_probes, output_names, tolerance, unchecked_reason
 from tracker.study.measured import resolve_serving, serve_options
 from tracker.study.session import Session
 from tracker.triton import probes
@@ -31,6 +31,8 @@ def static_check(spec: StudySpec, conf: Configuration) -> str:
     out = spec.check.outputs
     if not out.enabled:
         return "output check: off (check.outputs: false)"
+    if (why := unchecked_reason(config)) is not None:
+        return f"output check: off ({why})"
     try:
         inputs = make_probes(spec, config)
     except MeasurementError as err:

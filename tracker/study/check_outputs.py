@@ -35,6 +35,7 @@ from tracker.tracking import runs
 from tracker.trial_attrs import TrialRecord, shown_params
 from tracker.triton import probes
 from tracker.triton.probes import ProbeSet, Tensors, Tolerance, Verdict
+from tracker.triton.sequence import is_sequence
 
 if TYPE_CHECKING:
     import optuna
@@ -87,6 +88,8 @@ def unchecked_reason(config: ModelConfig) -> str | None:
     """Why this model's answers are not compared (None: they are)."""
     if config.model_transaction_policy.decoupled:
         return "a decoupled model's response streams are not compared yet"
+    if is_sequence(config):
+        return "a stateful model's answers depend on its sequence's earlier steps: not compared yet"
     return None
 
 

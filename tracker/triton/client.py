@@ -160,10 +160,11 @@ class TritonClient:
         return self.model_ready(name, version)
 
     def infer_tensors(self, name: str, tensors: Mapping[str, tuple[str, np.ndarray[Any, Any]]],
-                      *, version: int | None = None,
-                      outputs: Sequence[str] = ()) -> dict[str, np.ndarray[Any, Any]]:
+                      *, version: int | None = None, outputs: Sequence[str] = (),
+                      sequence_id: int | str = 0) -> dict[str, np.ndarray[Any, Any]]:
         """One request: ``tensors`` is name -> (Triton datatype, array); every name in
-        ``outputs`` must come back. Raises :class:`ServerError` with Triton's message."""
+        ``outputs`` must come back; with ``sequence_id`` (a stateful model) it is a one-step
+        sequence (start and end set). Raises :class:`ServerError` with Triton's message."""
         import tritonclient.grpc as grpcclient
 
         request = []
@@ -175,7 +176,9 @@ class TritonClient:
         with triton_errors(f"inference on {name!r} failed"):
             result = self.grpc.infer(name, request, model_version="" if version is None
                                      else str(version), outputs=wanted or None,
-                                     **self._call)
+                                     **self._call, sequence_id=sequence_id,
+                                     sequence_start=bool(sequence_id),
+                                     sequence_end=bool(sequence_id))
         got: dict[str, np.ndarray[Any, Any]] = {}
         for out in outputs:
             try:

@@ -29,18 +29,21 @@ from tracker.errors import ConfigError
 from tracker.spec.fields import (
     FLOAT_TYPES,
     INT_RANGES,
+    SEQUENCE_STRATEGY,
     enum_name,
     is_repeated,
     path_parts,
     resolve,
 )
+from tracker.triton.sequence import is_sequence, set_strategy, strategy
 
 __all__ = ["check_path", "coerce", "get_value", "resolve", "set_value"]
 
 
 def check_path(path: str) -> None:
     """Raise ConfigError unless `path` names a settable config field (used to check specs)."""
-    resolve(path)
+    if path != SEQUENCE_STRATEGY:
+        resolve(path)
 
 
 def _enum_value(path: str, enum: EnumDescriptor, value: object) -> int:
@@ -111,6 +114,9 @@ def _container(cfg: Message, parts: list[str]) -> Message:
 
 def set_value(cfg: model_config_pb2.ModelConfig, path: str, value: object) -> None:
     """Set the field at `path` in `cfg` (in place), checking the value's type."""
+    if path == SEQUENCE_STRATEGY:
+        set_strategy(cfg, value)
+        return
     field = resolve(path)
     if field is None:
         key = path.split(".", 1)[1]
@@ -136,6 +142,8 @@ def set_value(cfg: model_config_pb2.ModelConfig, path: str, value: object) -> No
 
 def get_value(cfg: model_config_pb2.ModelConfig, path: str) -> object:
     """The current value at `path` (element 0 of repeated messages; None when absent)."""
+    if path == SEQUENCE_STRATEGY:
+        return strategy(cfg) if is_sequence(cfg) else None
     field = resolve(path)
     if field is None:
         key = path.split(".", 1)[1]

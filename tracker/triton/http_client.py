@@ -109,9 +109,12 @@ class HttpTritonClient:
 
     def infer_tensors(self, name: str, tensors: Mapping[str, tuple[str, Array]], *,
                       version: int | None = None,
-                      outputs: Sequence[str] = ()) -> dict[str, Array]:
+                      outputs: Sequence[str] = (),
+                      sequence_id: int | str = 0) -> dict[str, Array]:
         """One request: ``tensors`` is name -> (Triton datatype, array); every name in
-        ``outputs`` must come back. Raises :class:`ServerError` with Triton's message."""
+        ``outputs`` must come back. Raises :class:`ServerError` with Triton's message.
+        ``sequence_id`` (a stateful model): the request is a whole sequence of one step, start
+        and end set."""
         import tritonclient.http as httpclient
 
         request = []
@@ -123,7 +126,9 @@ class HttpTritonClient:
         with triton_errors(f"inference on {name!r} failed"):
             result = self.http.infer(name, request, model_version="" if version is None
                                      else str(version), outputs=wanted or None,
-                                     headers=self._headers)
+                                     headers=self._headers,
+                                     sequence_id=sequence_id, sequence_start=bool(sequence_id),
+                                     sequence_end=bool(sequence_id))
         got: dict[str, Array] = {}
         for out in outputs:
             try:

@@ -24,7 +24,7 @@ from tracker.errors import ConfigError
 from tracker.metrics import LOAD_KNOBS
 from tracker.spec.fields import file_knob, plain_path
 from tracker.spec.server_options import server_knob
-from tracker.triton import field_paths
+from tracker.triton import field_paths, sequence
 from tracker.triton.onnx_reader import PLATFORM, rebatch_io
 
 #: Spec/Optuna parameters that are not config.pbtxt fields (they shape the load instead).
@@ -148,7 +148,10 @@ def apply(info_or_cfg: ModelInfo | ModelConfig, values: Mapping[str, object], *,
             raise TypeError("apply(ModelConfig, ...) needs supports_batching=")
         base, batching = info_or_cfg, supports_batching
     cfg = _copy(base)
-    for path, value in values.items():
+    for path, value in sequence.order_values(values):
+        problem = sequence.scheduler_problem(base, path)
+        if problem is not None:
+            raise ConfigError(f"`{path}`: {problem}")
         if path in LOAD_PARAMS:
             raise ConfigError(f"`{path}` is a load setting, not a config.pbtxt field; "
                               "separate it first with split_params()")

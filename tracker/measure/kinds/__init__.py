@@ -11,6 +11,7 @@ from tracker.errors import MeasurementError
 from tracker.measure.kinds.base import LoadKind
 from tracker.measure.kinds.concurrency import Concurrency
 from tracker.measure.kinds.rate import RequestRate
+from tracker.measure.kinds.sequences import Sequences
 from tracker.measure.kinds.streaming import Streaming
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 #: every load kind, in the order kinds_for asks them (a later level kind wins)
 KINDS: dict[str, type[LoadKind]] = {
-    kind.name: kind for kind in (Concurrency, RequestRate, Streaming)}
+    kind.name: kind for kind in (Concurrency, RequestRate, Sequences, Streaming)}
 
 
 def kinds_for(config: ModelConfig, load: LoadSection) -> tuple[LoadKind, ...]:
@@ -40,5 +41,5 @@ def level_kind(kinds: tuple[LoadKind, ...]) -> LoadKind:
     return kinds[0]
 
 
-__all__ = ["KINDS", "Concurrency", "LoadKind", "RequestRate", "Streaming", "kinds_for",
-           "level_kind"]
+__all__ = ["KINDS", "Concurrency", "LoadKind", "RequestRate", "Sequences", "Streaming",
+           "kinds_for", "level_kind"]

@@ -123,6 +123,11 @@ class LoadKind:
         """``level`` spread over ``parts`` load processes."""
         raise MeasurementError(f"load kind {self.name!r} has no levels")
 
+    def for_process(self, index: int) -> LoadKind:
+        """This kind in load process ``index`` of ``load.processes`` (a kind whose requests
+        must differ between processes, a sequence's correlation IDs, keeps the index)."""
+        return self
+
     def slots(self, gen: Slots, level: Level) -> list[Coroutine[Any, Any, None]]:
         """The coroutines that issue ``level``'s requests until ``gen.stopping``."""
         raise MeasurementError(f"load kind {self.name!r} has no levels")

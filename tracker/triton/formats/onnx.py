@@ -18,7 +18,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tracker.errors import ConfigError, ModelError
-from tracker.triton import model_config
+from tracker.triton import model_config, sequence
 from tracker.triton.formats.base import ServeOptions, link_or_copy, version_file
 from tracker.triton.formats.knobs import Knob, for_backend
 from tracker.triton.onnx_reader import BACKEND, PLATFORM, OnnxModel, default_config, read_onnx
@@ -158,6 +158,11 @@ def _complete(base: ModelConfig, model: OnnxModel, name: str) -> ModelConfig:
         if cfg.WhichOneof("scheduling_choice") is None:
             cfg.dynamic_batching.SetInParent()
     derived = default_config(model, name, batching=batching, max_batch_size=cfg.max_batch_size)
+    # a stateful model's control and state inputs are the server's to fill, not requests'
+    served = sequence.server_filled(cfg)
+    kept = [t for t in derived.input if t.name not in served]
+    del derived.input[:]
+    derived.input.extend(kept)
     for kind in ("input", "output"):
         _complete_io(kind, cfg, derived, model)
     return cfg

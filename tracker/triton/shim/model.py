@@ -131,6 +131,9 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.batching = int(config.get("max_batch_size", 0)) > 0
         self.inputs = [i["name"] for i in config.get("input", [])]
+        # a stateful model's control inputs: the server fills them, the graph reads them
+        self.inputs += [c["name"] for c in
+                        config.get("sequence_batching", {}).get("control_input", [])]
         self.outputs = [o["name"] for o in config.get("output", [])]
         self.session = make_session(args)
         self.glue = numpy_glue_works()
