@@ -74,6 +74,7 @@ def test_a_round_pairs_each_configuration_with_its_own_default(tmp_path: Path) -
     against it (weights 3:1); a configuration missing a model's figure gets no pair."""
     from tracker.confirm.rounds import JOINT, _pair_round
     from tracker.spec import parse_spec
+    from tracker.triton.configuration import Configuration
 
     spec = parse_spec({"model": {"name": ["a", "b"], "path": str(tmp_path),
                                  "weights": {"a": 3, "b": 1}}})
@@ -81,7 +82,8 @@ def test_a_round_pairs_each_configuration_with_its_own_default(tmp_path: Path) -
         "0": {JOINT: {"a/perf_throughput": 10.0, "b/perf_throughput": 100.0}},
         "3": {JOINT: {"a/perf_throughput": 20.0, "b/perf_throughput": 50.0}},
         "5": {JOINT: {"a/perf_throughput": 20.0}}}}
-    _pair_round(SimpleNamespace(spec=spec), rnd, 0)  # type: ignore[arg-type]
+    conf = Configuration((), ("a", "b"))  # only its entries and their metric names are read
+    _pair_round(SimpleNamespace(spec=spec, configuration=conf), rnd, 0)  # type: ignore[arg-type]
     got = rnd["results"]
     assert got["0"]["weighted_gain"] == 0.0
     expected = 0.75 * (20 - 10) / 15 + 0.25 * (50 - 100) / 75

@@ -26,11 +26,6 @@ QUESTIONS = {
 }
 #: modules that still ask, and who removes the question (issue 30's items)
 PENDING = {
-    # the confirmation package (item 6) still branches on several entries
-    "tracker/confirm/record.py": "item 6's follow-up",
-    "tracker/confirm/rounds.py": "item 6's follow-up",
-    "tracker/confirm/words.py": "item 6's follow-up",
-    "tracker/study/joint.py": "is_joint is kept for tracker/confirm/rounds.py only",
     # issue 35: a pipeline's copies (steps renamed) are not served side by side yet
     "tracker/confirm/paired.py": "issue 35: pairing holds for one model only",
     # Configuration.single (one model, no pipeline) still chooses the file-knob and pipeline

@@ -32,8 +32,7 @@ from tracker.confirm import record as confirmed
 from tracker.confirm import stats as confirm_stats
 from tracker.confirm.record import PAIRS_PER_ROUND, Reading, Record, RoundEntry
 from tracker.errors import MeasurementError, TrackerError
-from tracker.metrics import WEIGHTED_GAIN, model_metric
-from tracker.search.objective import weighted_gain
+from tracker.search.objective import DERIVED
 from tracker.study import joint
 from tracker.study.measured import ConfigFailed, measure_configuration
 from tracker.study.session import StudyContext
@@ -45,7 +44,8 @@ if TYPE_CHECKING:
     from tracker.search.objective import LevelChoice
 
 
-#: several entry models: a round's measurement keeps every model's figures under this key
+#: a score against the round's default (weighted_gain): a round's measurement keeps every
+#: entry model's figures under this key until the default is in
 JOINT = "models"
 
 #: the default budget: the confirmation's share of the study's measuring time (search + it)
@@ -230,7 +230,7 @@ def _loop(ctx: StudyContext, record: Record, by_number: dict[int, TrialRow],
     """Rounds (or pairs) until :func:`_next` says stop; every reading saved as it comes."""
     study, objectives = ctx.study, dict(ctx.spec.objectives)
     spent = 0.0
-    several = joint.is_joint(ctx.spec)
+    relative = next(iter(objectives)) in DERIVED
     base = next(iter(by_number))
     while True:
         rounds = record["rounds"]
@@ -258,7 +258,7 @@ def _loop(ctx: StudyContext, record: Record, by_number: dict[int, TrialRow],
             got["seconds"] = round(time.monotonic() - t0, 2)
             spent += got["seconds"]
             rnd["results"][str(n)] = got
-            if several:
+            if relative:
                 _pair_round(ctx, rnd, base)
             study.set_user_attr(confirmed.ATTR, record)
         record["spent_s"] = round(sum(float(g.get("seconds") or 0.0) for r in rounds
@@ -296,29 +296,29 @@ def _mean_seconds(record: Record) -> float:
 
 
 def _pair_round(ctx: StudyContext, rnd: RoundEntry, base: int) -> None:
-    """Several entry models: each measured configuration's weighted_gain against the default
-    measured in the same round (the default's own: 0), once both are in."""
+    """A score against the default (weighted_gain): each measured configuration's against the
+    default measured in the same round (the default's own: 0), once both are in."""
+    metric = next(iter(ctx.spec.objectives))
     results = rnd["results"]
     ref = results.get(str(base), {}).get(JOINT)
     if not isinstance(ref, dict):
         return
-    weights = joint.weights_of(ctx.spec)
+    how = joint.scoring(ctx.spec, ctx.configuration, ref)
     for n, got in results.items():
-        if not isinstance(got.get(JOINT), dict) or got.get(WEIGHTED_GAIN) is not None:
+        if not isinstance(got.get(JOINT), dict) or got.get(metric) is not None:
             continue
         try:
-            got[WEIGHTED_GAIN] = 0.0 if n == str(base) else weighted_gain(
-                got[JOINT], ref, weights)
+            got[metric] = 0.0 if n == str(base) else DERIVED[metric](got[JOINT], ref, how)
         except MeasurementError as err:  # a model without its figure: no pair this round
             got["error"] = str(err)[:500]
 
 
 def _measure_one(ctx: StudyContext, row: TrialRow, round_no: int,
                  say: Callable[[str], None]) -> Reading:
-    metric = next(iter(ctx.spec.objectives))
-    level = float(row.concurrency or 1)
-    levels = {m: float(row.metrics.get(model_metric(m, "concurrency")) or 1)
-              for m in ctx.configuration.entries} if joint.is_joint(ctx.spec) else None
+    metric, conf = next(iter(ctx.spec.objectives)), ctx.configuration
+    level = float(row.concurrency or 1)  # the fallback; each entry is at its own below
+    levels = {e: float(row.metrics.get(conf.metric_name(e, "concurrency")) or 1)
+              for e in conf.entries}
     ctx.progress.measuring(row.number, f"confirmation round {round_no}")
     try:
         got = measure_one(ctx, row.params, baseline=row.baseline, level=level,
@@ -327,14 +327,14 @@ def _measure_one(ctx: StudyContext, row: TrialRow, round_no: int,
         say(f"confirm round {round_no}: {row.name} failed: {str(err).splitlines()[0][:200]}")
         return {"error": str(err)[:500]}
     m = got.choice.metrics
-    if levels is not None:  # its weighted_gain comes once the round's default is measured
+    if metric in DERIVED:  # its score comes once the round's default is measured
         each = "; ".join(
-            f"{e} {fmt('perf_throughput', m.get(model_metric(e, 'perf_throughput'), 0.0))}"
-            for e in ctx.configuration.entries)
+            f"{e} {fmt('perf_throughput', m.get(conf.metric_name(e, 'perf_throughput'), 0.0))}"
+            for e in conf.entries)
         say(f"confirm round {round_no}: {row.name:<9} {each}"
             f"{'' if got.choice.feasible else '  violates the constraints'}")
-        return {WEIGHTED_GAIN: None, "feasible": got.choice.feasible,
-                JOINT: {k: v for k, v in m.items() if k != WEIGHTED_GAIN}}
+        return {metric: None, "feasible": got.choice.feasible,
+                JOINT: {k: v for k, v in m.items() if k not in DERIVED}}
     say(f"confirm round {round_no}: {row.name:<9} concurrency {level:g}  "
         f"{fmt(metric, m.get(metric, 0.0))}  "
         f"p99 {fmt(confirmed.LATENCY, m.get(confirmed.LATENCY, 0.0))}"

@@ -16,7 +16,8 @@ from tracker.confirm.record import (
     candidates,
     trial_of,
 )
-from tracker.metrics import BETTER, WEIGHTED_GAIN
+from tracker.metrics import BETTER
+from tracker.search.objective import DERIVED
 from tracker.tracking.rows import fmt
 
 
@@ -81,11 +82,11 @@ def sentence(v: confirm_stats.Verdict, objectives: Mapping[str, str],
     """The confirmation in words, with the intervals (docs/tuning.md). ``command``: what to run
     to measure more (said when the verdict is inconclusive)."""
     metric = next(iter(objectives))
-    several = metric == WEIGHTED_GAIN
+    relative = metric in DERIVED  # scored against each round's default (weighted_gain)
     base = next(s for s in v.scored.values() if s.baseline)
     base_text = fmt(metric, base.value.estimate) if base.value else "not measured"
     base_ci = _value(metric, base.value, inner=True) if base.value else base_text
-    if several:  # each round's figure is against that round's default: it has none itself
+    if relative:  # each round's figure is against that round's default: it has none itself
         base_text = base_ci = "each round compared with the default measured in it"
     rounds = unit(v)
     win = v.scored.get(v.winner or "")
@@ -94,7 +95,7 @@ def sentence(v: confirm_stats.Verdict, objectives: Mapping[str, str],
         how = "better" if win.improvement.estimate >= 0 else "worse"
         best = (f"the best, {win.key}, is {abs(win.improvement.estimate):.0f}% {how} "
                 f"({_pct(win.improvement)})"
-                + (" on the models' weighted throughput" if several else ""))
+                + (" on the models' weighted throughput" if relative else ""))
     if v.verdict in (confirm_stats.EQUIVALENT, confirm_stats.OLD_NO_BETTER):
         text = (f"confirmed in {rounds}: equivalent: no configuration beats the default "
                 f"configuration ({base_ci}) by more than the {v.margin_pct:g}% tie margin"
@@ -112,7 +113,7 @@ def sentence(v: confirm_stats.Verdict, objectives: Mapping[str, str],
         gain = f"{chosen.improvement.estimate:.0f}% ({_pct(chosen.improvement)}) better than"
         text = (f"confirmed in {rounds}: {v.chosen} is {gain} the default configuration on "
                 f"the models' weighted throughput (median weighted_gain {_gain(chosen.value)} "
-                "against the default of each round)" if several else
+                "against the default of each round)" if relative else
                 f"confirmed in {rounds}: {v.chosen} gives {_value(metric, chosen.value)}, "
                 f"{gain} the default configuration ({base_text})")
         others = [k for k in [v.winner or "", *v.tied] if k and k != v.chosen]
@@ -124,7 +125,7 @@ def sentence(v: confirm_stats.Verdict, objectives: Mapping[str, str],
                          "readings, then fewer instances)")
         text += "."
     why = f" Measured {v.design_reason}." if v.design_reason and v.design != "paired" else ""
-    return text + ("" if several else swing_note(v)) + why + pair_note(v)
+    return text + ("" if relative else swing_note(v)) + why + pair_note(v)
 
 
 def pair_ratios(v: confirm_stats.Verdict) -> str:
@@ -185,7 +186,7 @@ def _ci(prefix: str, iv: confirm_stats.Interval | None) -> dict[str, float]:
     ``confirm/weighted_gain`` back on the gain scale (:func:`series` keeps ratios)."""
     if iv is None:
         return {}
-    if prefix.endswith(f"/{WEIGHTED_GAIN}"):
+    if prefix.rsplit("/", 1)[-1] in DERIVED:
         iv = confirm_stats.gain_interval(iv)
     out = {prefix: iv.estimate, f"{prefix}_ci_low": iv.low, f"{prefix}_ci_high": iv.high}
     return {k: v for k, v in out.items() if math.isfinite(v)}
@@ -203,7 +204,7 @@ def scored_metrics(s: confirm_stats.Scored, metric: str) -> dict[str, float]:
            "confirm/rounds": float(s.value.n if s.value else 0)}
     if s.worst is not None:  # the worst round: lowest to maximize, highest to minimize
         out[f"confirm/{metric}_{worst_name(metric)}"] = (
-            confirm_stats.gain_of_ratio(s.worst) if metric == WEIGHTED_GAIN else s.worst)
+            confirm_stats.gain_of_ratio(s.worst) if metric in DERIVED else s.worst)
     if s.improvement is not None:
         out.update(_ci("confirm/improvement_pct", s.improvement))
     return out

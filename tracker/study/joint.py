@@ -30,12 +30,6 @@ if TYPE_CHECKING:
     from tracker.triton.model_config import ModelConfig
 
 
-def is_joint(spec: StudySpec) -> bool:
-    """Whether the study serves several independent entry models (for the confirmation,
-    which still asks; tracker/triton/configuration.py answers it for everything else)."""
-    return len(spec.model.names) > 1
-
-
 def constraints_of(spec: StudySpec, conf: Configuration) -> dict[str, object]:
     """The study's constraints as its trials are judged by: each bare bound applied to every
     entry, each named as the configuration names its metrics (bare for one entry,
