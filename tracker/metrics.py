@@ -37,6 +37,10 @@ class Metric:
     unit: str
     field: str | None = None     # Measurement attribute; None: from a monitor
     column: str | None = None    # perf_analyzer CSV column (ms figures are microseconds there)
+    #: a score against the default configuration (computed, not measured: the search's
+    #: ``DERIVED``): the confirmation computes it once the round's default is measured and
+    #: compares it as the ratio it stands for (the default: 1 in every round)
+    relative: bool = False
 
 
 WEIGHTED_GAIN = "weighted_gain"
@@ -86,13 +90,15 @@ CATALOG: tuple[Metric, ...] = (
     Metric("cache_miss_time_us", "minimize", "us"),
     # several independent models measured together: the study's one score, Model Analyzer's
     # `weighting` against the default configuration (tracker.search.objective.weighted_gain)
-    Metric(WEIGHTED_GAIN, "maximize", ""),
+    Metric(WEIGHTED_GAIN, "maximize", "", relative=True),
 )
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in CATALOG}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 BETTER: dict[str, Better] = {m.name: m.better for m in CATALOG}
 UNITS: dict[str, str] = {m.name: m.unit for m in CATALOG}
+#: the scores against the default configuration (:attr:`Metric.relative`)
+RELATIVE: frozenset[str] = frozenset(m.name for m in CATALOG if m.relative)
 #: (Measurement field, metric name) for the metrics a Measurement holds itself
 FIELD_METRICS: tuple[tuple[str, str], ...] = tuple(
     (m.field, m.name) for m in CATALOG if m.field is not None)

@@ -69,6 +69,15 @@ def test_two_rounds_leave_every_interval_unbounded_the_default_too() -> None:
     assert confirm_stats.gain_of_ratio(base.low) == -2.0
 
 
+def test_the_scores_against_the_default_are_the_derived_objectives() -> None:
+    """The catalog's relative metrics (what the confirmation scores against each round's
+    default) are the search's derived objectives (what computes them)."""
+    from tracker.metrics import RELATIVE
+    from tracker.search.objective import DERIVED
+
+    assert set(DERIVED) == RELATIVE
+
+
 def test_a_round_pairs_each_configuration_with_its_own_default(tmp_path: Path) -> None:
     """confirm.rounds._pair_round: the default 0, the others their weighted_gain
     against it (weights 3:1); a configuration missing a model's figure gets no pair."""

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from tracker import tags
 from tracker.confirm import stats as confirm_stats
-from tracker.search.objective import DERIVED
+from tracker.metrics import RELATIVE
 
 if TYPE_CHECKING:
     import optuna
@@ -95,14 +95,14 @@ def key(trial: int) -> str:
 
 def series(record: Record, trial: int, metric: str) -> list[float | None]:
     """One value per round (None: not measured, or failed, in that round); a score against
-    the round's default (a derived objective, ``weighted_gain``) as the ratio it
+    the round's default (``weighted_gain``: :data:`tracker.metrics.RELATIVE`) as the ratio it
     stands for, the default's 1."""
     out: list[float | None] = []
     for rnd in record.get("rounds", []):
         got = rnd.get("results", {}).get(str(trial), {})
         value = got.get(metric)
         number = float(value) if isinstance(value, int | float) else None
-        if number is not None and metric in DERIVED:  # a gain on the ratio scale
+        if number is not None and metric in RELATIVE:  # a gain on the ratio scale
             number = confirm_stats.ratio_of_gain(number)
         out.append(number)
     return out

@@ -32,6 +32,7 @@ from tracker.confirm import record as confirmed
 from tracker.confirm import stats as confirm_stats
 from tracker.confirm.record import PAIRS_PER_ROUND, Reading, Record, RoundEntry
 from tracker.errors import MeasurementError, TrackerError
+from tracker.metrics import RELATIVE
 from tracker.search.objective import DERIVED
 from tracker.study import joint
 from tracker.study.measured import ConfigFailed, measure_configuration
@@ -44,8 +45,7 @@ if TYPE_CHECKING:
     from tracker.search.objective import LevelChoice
 
 
-#: a score against the round's default (weighted_gain): a round's measurement keeps every
-#: entry model's figures under this key until the default is in
+#: a score against the round's default (weighted_gain): each entry's figures, under this key
 JOINT = "models"
 
 #: the default budget: the confirmation's share of the study's measuring time (search + it)
@@ -230,7 +230,7 @@ def _loop(ctx: StudyContext, record: Record, by_number: dict[int, TrialRow],
     """Rounds (or pairs) until :func:`_next` says stop; every reading saved as it comes."""
     study, objectives = ctx.study, dict(ctx.spec.objectives)
     spent = 0.0
-    relative = next(iter(objectives)) in DERIVED
+    relative = next(iter(objectives)) in RELATIVE
     base = next(iter(by_number))
     while True:
         rounds = record["rounds"]
@@ -327,14 +327,14 @@ def _measure_one(ctx: StudyContext, row: TrialRow, round_no: int,
         say(f"confirm round {round_no}: {row.name} failed: {str(err).splitlines()[0][:200]}")
         return {"error": str(err)[:500]}
     m = got.choice.metrics
-    if metric in DERIVED:  # its score comes once the round's default is measured
+    if metric in RELATIVE:  # its score comes once the round's default is measured
         each = "; ".join(
             f"{e} {fmt('perf_throughput', m.get(conf.metric_name(e, 'perf_throughput'), 0.0))}"
             for e in conf.entries)
         say(f"confirm round {round_no}: {row.name:<9} {each}"
             f"{'' if got.choice.feasible else '  violates the constraints'}")
         return {metric: None, "feasible": got.choice.feasible,
-                JOINT: {k: v for k, v in m.items() if k not in DERIVED}}
+                JOINT: {k: v for k, v in m.items() if k not in RELATIVE}}
     say(f"confirm round {round_no}: {row.name:<9} concurrency {level:g}  "
         f"{fmt(metric, m.get(metric, 0.0))}  "
         f"p99 {fmt(confirmed.LATENCY, m.get(confirmed.LATENCY, 0.0))}"

@@ -16,8 +16,7 @@ from tracker.confirm.record import (
     candidates,
     trial_of,
 )
-from tracker.metrics import BETTER
-from tracker.search.objective import DERIVED
+from tracker.metrics import BETTER, RELATIVE
 from tracker.tracking.rows import fmt
 
 
@@ -82,7 +81,7 @@ def sentence(v: confirm_stats.Verdict, objectives: Mapping[str, str],
     """The confirmation in words, with the intervals (docs/tuning.md). ``command``: what to run
     to measure more (said when the verdict is inconclusive)."""
     metric = next(iter(objectives))
-    relative = metric in DERIVED  # scored against each round's default (weighted_gain)
+    relative = metric in RELATIVE  # scored against each round's default (weighted_gain)
     base = next(s for s in v.scored.values() if s.baseline)
     base_text = fmt(metric, base.value.estimate) if base.value else "not measured"
     base_ci = _value(metric, base.value, inner=True) if base.value else base_text
@@ -186,7 +185,7 @@ def _ci(prefix: str, iv: confirm_stats.Interval | None) -> dict[str, float]:
     ``confirm/weighted_gain`` back on the gain scale (:func:`series` keeps ratios)."""
     if iv is None:
         return {}
-    if prefix.rsplit("/", 1)[-1] in DERIVED:
+    if prefix.rsplit("/", 1)[-1] in RELATIVE:
         iv = confirm_stats.gain_interval(iv)
     out = {prefix: iv.estimate, f"{prefix}_ci_low": iv.low, f"{prefix}_ci_high": iv.high}
     return {k: v for k, v in out.items() if math.isfinite(v)}
@@ -204,7 +203,7 @@ def scored_metrics(s: confirm_stats.Scored, metric: str) -> dict[str, float]:
            "confirm/rounds": float(s.value.n if s.value else 0)}
     if s.worst is not None:  # the worst round: lowest to maximize, highest to minimize
         out[f"confirm/{metric}_{worst_name(metric)}"] = (
-            confirm_stats.gain_of_ratio(s.worst) if metric in DERIVED else s.worst)
+            confirm_stats.gain_of_ratio(s.worst) if metric in RELATIVE else s.worst)
     if s.improvement is not None:
         out.update(_ci("confirm/improvement_pct", s.improvement))
     return out
