@@ -22,18 +22,19 @@ from typing import Any
 
 import mlflow
 import optuna
+from optuna.distributions import BaseDistribution
 
 from tracker.confirm import rounds as confirm_rounds
 from tracker.errors import TrackerError
 from tracker.measure.host import machine_tags
 from tracker.search import study as optuna_study
-from tracker.search.baseline import fit_baseline
+from tracker.search.baseline import Baseline, fit_baseline
 from tracker.search.space import distributions, resolve_space
 from tracker.search.storage import make_storage, storage_lock, worker_identity
 from tracker.search.workers import ask_within_budget, budget, heartbeat
 from tracker.spec import StudySpec
 from tracker.spec.server_options import server_knobs
-from tracker.study.conclude import finish_study
+from tracker.study.conclude import Conclusion, finish_study
 from tracker.study.measured import resolve_serving
 from tracker.study.progress import Progress
 from tracker.study.session import (
@@ -57,6 +58,7 @@ from tracker.tracking.scaleout import (
 )
 from tracker.trial_attrs import TrialRecord, write_worker
 from tracker.triton.formats import json_knobs
+from tracker.triton.server.base import TritonServer
 from tracker.triton.server.live import stop_all
 
 
@@ -159,68 +161,26 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
     options = options or TuneOptions()
     started = time.monotonic()
     session = Session.open(spec_path, options)
-    spec, info, uri, storage_url = (session.spec, session.info, session.tracking_uri,
-                                    session.storage_url)
-    conf = session.configuration
-    try:  # tracker check's checks, before anything is stored or measured (not started yet)
-        check_study(spec, conf, session.start_server())
-    except TrackerError:
-        session.close()
-        raise
-    space = resolve_space(spec.search.space, conf)
-    dists, base = fit_baseline(distributions(space), info.config if conf.single else conf,
-                               {**(json_knobs.defaults(info, space) if conf.single else {}),
-                                **{k: spec.server.options.value_of(k)
-                                   for k in server_knobs(list(space))}})
-    grid_size = _size(dists)
+    spec, uri, storage_url = session.spec, session.tracking_uri, session.storage_url
+    _check(session)
+    dists, base, grid_size = _search_space(session)
     if redact_url(uri) != uri:  # MLflow prints "View run ... at: <uri>" on each run's end
         os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
     worker = worker_identity(spec.server.gpus)
-
-    def on_stale(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        record = TrialRecord.of(trial)
-        fail_dead_trial_run(session.client, record.run_id, trial_number=trial.number,
-                            worker=record.worker)
-
-    beats = {k: v for k, v in (("heartbeat_interval", options.heartbeat_interval),
-                               ("grace_period", options.grace_period)) if v is not None}
-    storage = make_storage(storage_url, on_stale=on_stale, **beats)
-    sampler = optuna_study.make_sampler(spec.search.sampler, seed=spec.search.seed,
-                                        n_objectives=len(spec.objectives), distributions=dists)
-    study = optuna_study.open_study(storage, spec.study_name, objectives=spec.objectives,
-                                    sampler=sampler)
-    # "study." keeps them apart from MLproject parameters (logged as given, '' included) and
-    # from the best trial's field-path params
-    params: dict[str, object] = {f"study.{k}": v for k, v in {
-        "spec": str(spec.source or ""), "model": spec.model.label, "name": spec.study_name,
-        "sampler": spec.search.sampler, "n_trials": spec.search.n_trials,
-        "objectives": dict(spec.objectives),
-        "constraints": {k: v.model_dump(exclude_none=True) for k, v in spec.constraints.items()},
-        "storage": redact_url(storage_url), "server_mode": spec.server.mode,
-        "server_strategy": spec.server.strategy, "space_size": grid_size or "continuous",
-        "concurrency": spec.load.concurrency_levels()}.items()}
-    parent, _created = _open_parent(study, storage, spec, uri, storage_url, worker.tags(), params)
+    storage, study = _open_study(session, options, dists)
+    parent, _created = _open_parent(study, storage, spec, uri, storage_url, worker.tags(),
+                                    _study_params(spec, storage_url, grid_size))
     progress: Progress | None = None
     ctx: StudyContext | None = None
     status, stop = "FAILED", ""
     try:
         with session.guarded():
             try:
-                # one baseline however many workers start at once (check-then-enqueue)
-                with storage_lock(storage, f"tracker-baseline-{spec.study_name}"):
-                    optuna_study.enqueue_baseline(study, base.params, base.exact)
-                server = session.start_server()
-                machine = machine_tags(server.gpu_set())  # also on every trial's run
-                record_machine(parent.client, parent.run_id, machine)
-                progress = Progress(spec.search.n_trials, budget(study).complete,
-                                    bar=options.bar)
-                progress.line(f"study {spec.study_name}: {spec.search.n_trials} trials, sampler "
-                              f"{spec.search.sampler}, {grid_size or 'continuous'} "
-                              f"configurations, storage {redact_url(storage_url)}, MLflow run "
-                              f"{parent.run_id}")
+                server, machine = _start(session, storage, study, base, parent)
+                progress = _progress(spec, study, options, grid_size, storage_url, parent)
                 ctx = StudyContext(session, dists, study, parent, server,
-                                   resolve_serving(spec, server, conf), progress,
-                                   worker_tags={**worker.tags(), **machine},
+                                   resolve_serving(spec, server, session.configuration),
+                                   progress, worker_tags={**worker.tags(), **machine},
                                    store_model=options.store_model, backend=options.backend)
                 stop = _loop(ctx, storage, worker.id, started, grid_size)
                 if _last_worker(study):  # the confirmation round (tracker/confirm/rounds.py)
@@ -244,12 +204,99 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
                                       wall_s=time.monotonic() - started)
     if progress is None:  # unreachable: the loop ran, so setup did
         raise RuntimeError("internal: study finished without progress output")
+    return _ended(progress, result, session, parent, stop, study, started)
+
+
+# ---- tune's steps --------------------------------------------------------------------------
+
+def _check(session: Session) -> None:
+    """tracker check's checks, before anything is stored or measured (the session closed
+    when they fail)."""
+    try:
+        check_study(session.spec, session.configuration, session.start_server())
+    except TrackerError:
+        session.close()
+        raise
+
+
+def _search_space(session: Session) -> tuple[dict[str, BaseDistribution], Baseline, int | None]:
+    """(the space's distributions widened to hold the default configuration, the default's
+    parameters, the number of configurations of a finite space)."""
+    spec, info, conf = session.spec, session.info, session.configuration
+    space = resolve_space(spec.search.space, conf)
+    dists, base = fit_baseline(distributions(space), info.config if conf.single else conf,
+                               {**(json_knobs.defaults(info, space) if conf.single else {}),
+                                **{k: spec.server.options.value_of(k)
+                                   for k in server_knobs(list(space))}})
+    return dists, base, _size(dists)
+
+
+def _open_study(session: Session, options: TuneOptions, dists: dict[str, BaseDistribution],
+                ) -> tuple[optuna.storages.RDBStorage, optuna.Study]:
+    """The storage (heartbeats; a dead worker's trial fails its MLflow run too) and the
+    study in it, with the spec's sampler."""
+    spec = session.spec
+
+    def on_stale(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        record = TrialRecord.of(trial)
+        fail_dead_trial_run(session.client, record.run_id, trial_number=trial.number,
+                            worker=record.worker)
+
+    beats = {k: v for k, v in (("heartbeat_interval", options.heartbeat_interval),
+                               ("grace_period", options.grace_period)) if v is not None}
+    storage = make_storage(session.storage_url, on_stale=on_stale, **beats)
+    sampler = optuna_study.make_sampler(spec.search.sampler, seed=spec.search.seed,
+                                        n_objectives=len(spec.objectives), distributions=dists)
+    return storage, optuna_study.open_study(storage, spec.study_name,
+                                            objectives=spec.objectives, sampler=sampler)
+
+
+def _study_params(spec: StudySpec, storage_url: str, grid_size: int | None) -> dict[str, object]:
+    """The parent run's parameters: "study." keeps them apart from MLproject parameters
+    (logged as given, '' included) and from the best trial's field-path params."""
+    return {f"study.{k}": v for k, v in {
+        "spec": str(spec.source or ""), "model": spec.model.label, "name": spec.study_name,
+        "sampler": spec.search.sampler, "n_trials": spec.search.n_trials,
+        "objectives": dict(spec.objectives),
+        "constraints": {k: v.model_dump(exclude_none=True) for k, v in spec.constraints.items()},
+        "storage": redact_url(storage_url), "server_mode": spec.server.mode,
+        "server_strategy": spec.server.strategy, "space_size": grid_size or "continuous",
+        "concurrency": spec.load.concurrency_levels()}.items()}
+
+
+def _start(session: Session, storage: optuna.storages.RDBStorage, study: optuna.Study,
+           base: Baseline, parent: runs.StudyRun) -> tuple[TritonServer, dict[str, str]]:
+    """The default configuration queued (once however many workers start at once:
+    check-then-enqueue under a lock), the server started, the machine's tags recorded on the
+    parent run: (the server, those tags, for every trial's run too)."""
+    with storage_lock(storage, f"tracker-baseline-{session.spec.study_name}"):
+        optuna_study.enqueue_baseline(study, base.params, base.exact)
+    server = session.start_server()
+    machine = machine_tags(server.gpu_set())
+    record_machine(parent.client, parent.run_id, machine)
+    return server, machine
+
+
+def _progress(spec: StudySpec, study: optuna.Study, options: TuneOptions,
+              grid_size: int | None, storage_url: str, parent: runs.StudyRun) -> Progress:
+    """The progress output, opened with the study's line."""
+    progress = Progress(spec.search.n_trials, budget(study).complete, bar=options.bar)
+    progress.line(f"study {spec.study_name}: {spec.search.n_trials} trials, sampler "
+                  f"{spec.search.sampler}, {grid_size or 'continuous'} configurations, "
+                  f"storage {redact_url(storage_url)}, MLflow run {parent.run_id}")
+    return progress
+
+
+def _ended(progress: Progress, result: Conclusion, session: Session, parent: runs.StudyRun,
+           stop: str, study: optuna.Study, started: float) -> TuneResult:
+    """The study's closing lines, and what ``tune`` returns."""
+    uri, storage_url = session.tracking_uri, redact_url(session.storage_url)
     progress.line(result.summary)
     progress.line(f"stopped: {stop}; MLflow parent run {parent.run_id} "
                   f"(experiment {parent.experiment_id}, {redact_url(uri)})")
     if result.link:
         progress.line(result.link)
-    return TuneResult(spec.study_name, redact_url(storage_url), parent.run_id,
+    return TuneResult(session.spec.study_name, storage_url, parent.run_id,
                       parent.experiment_id, result.summary, stop, budget(study).complete,
                       result.best_trial, result.best_run_id, time.monotonic() - started)
 
