@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from optuna.storages import fail_stale_trials
 from optuna.trial import TrialState
 
 from tracker import tags
@@ -121,23 +122,27 @@ def load_reference(client: MlflowClient, run_id: str) -> ProbeSet:
     return _CACHE[run_id]
 
 
-def _baseline_pending(study: optuna.Study) -> bool:
+def _baseline_running(study: optuna.Study) -> bool:
+    """Whether another worker is running the default configuration now. A waiting default
+    does not count: this worker may be the one to run it, after the trial that waits."""
     return any(TrialRecord.of(t).baseline for t in study.get_trials(
-        deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)))
+        deepcopy=False, states=(TrialState.RUNNING,)))
 
 
 def find_reference(study: optuna.Study, client: MlflowClient,
                    wait_s: float = WAIT_S) -> ProbeSet | None:
     """The study's reference answers, waiting (up to ``wait_s``) while another worker's
-    default configuration is still answering; None when the study has none."""
+    default configuration is still answering; None when the study has none (yet)."""
     deadline = time.monotonic() + wait_s
     while True:
         run_id = study.user_attrs.get(REFERENCE_ATTR)
         if run_id:
             return load_reference(client, str(run_id))
-        if not _baseline_pending(study) or time.monotonic() > deadline:
+        if not _baseline_running(study) or time.monotonic() > deadline:
             return None
         time.sleep(1.0)
+        # a killed worker's default stops holding us up once its heartbeat is stale
+        fail_stale_trials(study)
 
 
 # ---- one trial's check --------------------------------------------------------------------
