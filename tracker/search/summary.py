@@ -213,8 +213,10 @@ def check(spec: StudySpec, info: ModelInfo | Configuration) -> str:
     refused = resource_problems(space, spec.server.options.rate_limit_resources)
     if refused:
         raise SpecError(refused)
-    streaming = [*streaming_lines(spec, info), *sequence_lines(spec, info)]
-    inputs = check_input_data(spec, info)
+    # the entry's own load (load.models.<entry> changes, streaming included) shapes its inputs
+    own = spec.model_copy(update={"load": spec.load.for_model(conf.entry)})
+    streaming = [*streaming_lines(own, info), *sequence_lines(own, info)]
+    inputs = check_input_data(own, info)
     cfg = info.config
     batching = (f"yes (max_batch_size {cfg.max_batch_size} by default"
                 + (", dynamic batching)" if cfg.HasField("dynamic_batching") else ")")
