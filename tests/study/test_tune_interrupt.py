@@ -109,7 +109,8 @@ def test_interrupt_and_resume_without_repeating_finished_trials(tmp_path: Path) 
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     got = trials(storage)
     complete = [t for t in got if t.state == TrialState.COMPLETE]
-    assert len(complete) == 3
+    # a repeated configuration completes too, but does not use up n_trials
+    assert len([t for t in complete if "duplicate_of" not in t.user_attrs]) == 3
     # trial 0 (the default config) ran once; the interrupted config was measured on resume
     assert [t.number for t in complete if t.user_attrs.get("baseline")] == [0]
     measured = [tuple(t.params.items()) for t in complete if t.user_attrs["measurements"] > 0]
@@ -123,4 +124,4 @@ def test_interrupt_and_resume_without_repeating_finished_trials(tmp_path: Path) 
     assert len(final) == 1
     kids = [r for r in found if r.data.tags.get(runs.PARENT_TAG) == final[0].info.run_id]
     assert len(kids) == len(found) - len(parents)  # earlier trials moved under the last parent
-    assert sum(k.info.status == "FINISHED" for k in kids) == 3
+    assert sum(k.info.status == "FINISHED" for k in kids) == len(complete)
