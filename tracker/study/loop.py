@@ -224,7 +224,7 @@ def _search_space(session: Session) -> tuple[dict[str, BaseDistribution], Baseli
     parameters, the number of configurations of a finite space)."""
     spec, info, conf = session.spec, session.info, session.configuration
     space = resolve_space(spec.search.space, conf)
-    dists, base = fit_baseline(distributions(space), info.config if conf.single else conf,
+    dists, base = fit_baseline(distributions(space), conf,
                                {**(json_knobs.defaults(info, space) if conf.single else {}),
                                 **{k: spec.server.options.value_of(k)
                                    for k in server_knobs(list(space))}})
