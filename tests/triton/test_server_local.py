@@ -158,8 +158,9 @@ def test_start_failure_says_why_with_the_log_tail(tmp_path: Path) -> None:
 # ---- the owner dies -------------------------------------------------------------------------
 
 OWNER = textwrap.dedent("""
-    import json, signal, sys, time
+    import faulthandler, json, signal, sys, time
     from pathlib import Path
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks for stacks
     from tracker.triton.server.local import LocalTritonServer
     if sys.argv[2] == "term":  # what the CLI does: SIGTERM unwinds like Ctrl-C
         signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
@@ -174,22 +175,35 @@ OWNER = textwrap.dedent("""
 
 def _owner(repo: Path, how: str) -> tuple[subprocess.Popen[str], list[int], str]:
     proc = subprocess.Popen([sys.executable, "-c", OWNER, str(repo), how],
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line:
-        proc.stdout.close()
-        pytest.fail(f"the owner process failed (status {proc.wait()})")
+        _, err = proc.communicate()
+        pytest.fail(f"the owner process failed (status {proc.returncode}): {err[-2000:]}")
     info = json.loads(line)
     return proc, info["pids"], info["prefix"]
+
+
+def _exits_or_shows_where_it_hangs(proc: subprocess.Popen[str], timeout_s: float) -> None:
+    """Wait for the owner to exit; if it hangs, fail with every thread's stack (faulthandler
+    on SIGUSR1), then kill it so that no process is left."""
+    try:
+        proc.communicate(timeout=timeout_s)
+        return
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+        proc.kill()
+        _, err = proc.communicate()
+    pytest.fail(f"the owner did not exit within {timeout_s} s; its threads:\n{err[-6000:]}")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_sigint_and_sigterm_leave_nothing(tmp_path: Path, sig: signal.Signals) -> None:
     proc, pids, prefix = _owner(add_repo(tmp_path), "term")
     proc.send_signal(sig)
-    proc.wait(timeout=30)
-    proc.stdout.close()  # type: ignore[union-attr]
+    _exits_or_shows_where_it_hangs(proc, 30)
     assert not _alive(pids), "server or stub survived its owner's clean exit"
     assert not list(Path("/dev/shm").glob(prefix + "*"))
     assert not [p for p in processes.state_dir().glob("*.json")
@@ -200,8 +214,7 @@ def test_sigkill_of_the_owner_leaves_nothing_the_next_start_does_not_clean(
         tmp_path: Path) -> None:
     proc, pids, prefix = _owner(add_repo(tmp_path), "plain")
     proc.kill()
-    proc.wait()
-    proc.stdout.close()  # type: ignore[union-attr]
+    proc.communicate()
     # PDEATHSIG kills tritonserver at once; its stubs notice and exit on their own
     assert not _wait_gone(pids[:1], 5), "tritonserver outlived its owner's SIGKILL"
     # shm regions and the record may be left; the next start reaps them first (another
