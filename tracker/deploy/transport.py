@@ -42,7 +42,12 @@ class ControlClient(Protocol):
     def infer_tensors(self, name: str, tensors: Mapping[str, tuple[str, Array]], *,
                       version: int | None = None,
                       outputs: Sequence[str] = (),
-                      sequence_id: int | str = 0) -> dict[str, Array]: ...
+                      sequence_id: int | str = 0, sequence_start: bool | None = None,
+                      sequence_end: bool | None = None) -> dict[str, Array]: ...
+
+    def stream_tensors(self, name: str, tensors: Mapping[str, tuple[str, Array]], *,
+                       version: int | None = None,
+                       outputs: Sequence[str] = ()) -> list[dict[str, Array]]: ...
 
     def close(self) -> None: ...
 

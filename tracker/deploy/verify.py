@@ -62,7 +62,7 @@ def for_version(client: mlflow.MlflowClient, name: str, version: int) -> Verify 
 def answers_as_reference(client: ControlClient, name: str, version: int,
                          reference: ProbeSet, tol: Tolerance) -> None:
     """StepFailed when ``version`` of ``name`` answers the probes unlike ``reference``."""
-    got = probes.ask(client, name, reference.inputs, reference.outputs, version=version)
+    got = reference.ask(client, name, version=version)
     verdict = probes.compare(reference, got, tol)
     if not verdict.passed:
         raise steps.StepFailed(STEP, f"version {version} answers differently from the "

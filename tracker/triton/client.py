@@ -71,6 +71,12 @@ def example_inputs(config: ModelConfig, batch_size: int = 1,
     return out
 
 
+def sequence_flag(given: bool | None, sequence_id: int | str) -> bool:
+    """A sequence flag of a request: as ``given``, else on for a request of a sequence (a
+    one-step sequence), off for any other."""
+    return bool(sequence_id) if given is None else given
+
+
 @contextlib.contextmanager
 def triton_errors(what: str = "", error: type[ServerError] = ServerError) -> Iterator[None]:
     """The one choke point for tritonclient's exceptions: anything the block raises that is
@@ -161,10 +167,12 @@ class TritonClient:
 
     def infer_tensors(self, name: str, tensors: Mapping[str, tuple[str, np.ndarray[Any, Any]]],
                       *, version: int | None = None, outputs: Sequence[str] = (),
-                      sequence_id: int | str = 0) -> dict[str, np.ndarray[Any, Any]]:
+                      sequence_id: int | str = 0, sequence_start: bool | None = None,
+                      sequence_end: bool | None = None) -> dict[str, np.ndarray[Any, Any]]:
         """One request: ``tensors`` is name -> (Triton datatype, array); every name in
-        ``outputs`` must come back; with ``sequence_id`` (a stateful model) it is a one-step
-        sequence (start and end set). Raises :class:`ServerError` with Triton's message."""
+        ``outputs`` must come back; with ``sequence_id`` (a stateful model) it is a step of
+        that sequence, by default a one-step sequence (``sequence_start``/``sequence_end``
+        unset: both flags on). Raises :class:`ServerError` with Triton's message."""
         import tritonclient.grpc as grpcclient
 
         request = []
@@ -177,8 +185,8 @@ class TritonClient:
             result = self.grpc.infer(name, request, model_version="" if version is None
                                      else str(version), outputs=wanted or None,
                                      **self._call, sequence_id=sequence_id,
-                                     sequence_start=bool(sequence_id),
-                                     sequence_end=bool(sequence_id))
+                                     sequence_start=sequence_flag(sequence_start, sequence_id),
+                                     sequence_end=sequence_flag(sequence_end, sequence_id))
         got: dict[str, np.ndarray[Any, Any]] = {}
         for out in outputs:
             try:
@@ -189,6 +197,15 @@ class TritonClient:
                 raise ServerError(f"output {out!r} of {name!r} is missing from the response")
             got[out] = value
         return got
+
+    def stream_tensors(self, name: str, tensors: Mapping[str, tuple[str, np.ndarray[Any, Any]]],
+                       *, version: int | None = None, outputs: Sequence[str] = (),
+                       ) -> list[dict[str, np.ndarray[Any, Any]]]:
+        """One request to a decoupled model, its whole response stream (stream_probe.py)."""
+        from tracker.triton.stream_probe import stream_tensors
+
+        return stream_tensors(self.endpoints, name, tensors, version=version, outputs=outputs,
+                              timeout_s=self.timeout_s)
 
     # -- model control -------------------------------------------------------------------
     def load_model(self, name: str, config: ModelConfig | None = None) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tracker.errors import ModelLoadError, ServerError
-from tracker.triton.client import triton_errors
+from tracker.triton.client import sequence_flag, triton_errors
 from tracker.triton.tls import Security
 
 if TYPE_CHECKING:
@@ -107,14 +107,22 @@ class HttpTritonClient:
             return bool(self.http.is_model_ready(name, "" if version is None else str(version),
                                                  headers=self._headers))
 
+    def stream_tensors(self, name: str, tensors: Mapping[str, tuple[str, Array]], *,
+                       version: int | None = None,
+                       outputs: Sequence[str] = ()) -> list[dict[str, Array]]:
+        """A decoupled model's response stream: not over HTTP (ServerError)."""
+        raise ServerError(f"model {name!r} is decoupled: its responses stream over gRPC only, "
+                          f"but this client speaks HTTP to {self.address} (use protocol grpc)")
+
     def infer_tensors(self, name: str, tensors: Mapping[str, tuple[str, Array]], *,
                       version: int | None = None,
                       outputs: Sequence[str] = (),
-                      sequence_id: int | str = 0) -> dict[str, Array]:
+                      sequence_id: int | str = 0, sequence_start: bool | None = None,
+                      sequence_end: bool | None = None) -> dict[str, Array]:
         """One request: ``tensors`` is name -> (Triton datatype, array); every name in
         ``outputs`` must come back. Raises :class:`ServerError` with Triton's message.
-        ``sequence_id`` (a stateful model): the request is a whole sequence of one step, start
-        and end set."""
+        ``sequence_id`` (a stateful model): the request is a step of that sequence, by
+        default a whole sequence of one step (start and end flags unset: both on)."""
         import tritonclient.http as httpclient
 
         request = []
@@ -127,8 +135,9 @@ class HttpTritonClient:
             result = self.http.infer(name, request, model_version="" if version is None
                                      else str(version), outputs=wanted or None,
                                      headers=self._headers,
-                                     sequence_id=sequence_id, sequence_start=bool(sequence_id),
-                                     sequence_end=bool(sequence_id))
+                                     sequence_id=sequence_id,
+                                     sequence_start=sequence_flag(sequence_start, sequence_id),
+                                     sequence_end=sequence_flag(sequence_end, sequence_id))
         got: dict[str, Array] = {}
         for out in outputs:
             try:

@@ -11,15 +11,21 @@ integer, bool and string outputs equal, floating outputs within ``atol + rtol * 
 a resumed or scaled-out study and a deployment compare against.
 
 Only this module knows the comparison; the study (study/check_outputs.py) and the deployment
-(deploy/) call it. A sequence model's probes would be whole sequences sent under correlation
-IDs: that is :func:`ask`'s ``send`` argument (one request by default).
+(deploy/) call it. A stateful model's probe is a whole sequence (:func:`send_sequence`): its
+inputs are the steps stacked on a first axis, each step sent as one request under the probe's
+own correlation ID (start flag on the first, end flag on the last), and its answer is the
+steps' outputs stacked the same way. A decoupled model's probe is one request whose answer is
+its whole response stream (:func:`send_stream`). :meth:`ProbeSet.ask` sends a probe set's
+probes the way they were made, whatever the configuration asked now is.
 """
 
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -41,17 +47,58 @@ class Infers(Protocol):
     """What :func:`ask` needs of a client (TritonClient, HttpTritonClient, the deploy one)."""
 
     def infer_tensors(self, name: str, tensors: Mapping[str, tuple[str, Array]], *,
-                      version: int | None = None,
-                      outputs: Sequence[str] = ()) -> dict[str, Array]: ...
+                      version: int | None = None, outputs: Sequence[str] = (),
+                      sequence_id: int | str = 0, sequence_start: bool | None = None,
+                      sequence_end: bool | None = None) -> dict[str, Array]: ...
+
+    def stream_tensors(self, name: str, tensors: Mapping[str, tuple[str, Array]], *,
+                       version: int | None = None,
+                       outputs: Sequence[str] = ()) -> list[dict[str, Array]]: ...
 
 
 Send = Callable[[Infers, str, Tensors, Sequence[str], "int | None"], dict[str, Array]]
+# correlation IDs of the probes' sequences: unique in this process, apart from the loads'
+_IDS = itertools.count((time.time_ns() // 1_000_000 % (1 << 40)) << 16 | 1)
+_IDS_LOCK = threading.Lock()
 
 
 def send_one(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str],
              version: int | None) -> dict[str, Array]:
-    """One probe as one request (a sequence model's probe would be a whole sequence)."""
+    """One probe as one request."""
     return client.infer_tensors(model, tensors, version=version, outputs=outputs)
+
+
+def send_stream(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str],
+                version: int | None) -> dict[str, Array]:
+    """One probe of a decoupled model: one request, its whole response stream as one answer
+    (every response's outputs stacked on a first axis)."""
+    from tracker.triton.stream_probe import joined
+
+    return joined(client.stream_tensors(model, tensors, version=version, outputs=outputs),
+                  outputs)
+
+
+def _sequence_sender(ids: str) -> Send:
+    def send(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str],
+             version: int | None) -> dict[str, Array]:
+        return send_sequence(client, model, tensors, outputs, version, string_ids=ids == "string")
+    return send
+
+
+def send_sequence(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str],
+                  version: int | None, *, string_ids: bool = False) -> dict[str, Array]:
+    """One probe as one whole sequence: step ``j`` is every input's ``[j]``, sent under a
+    new correlation ID (``string_ids``: the ID as a decimal string); the outputs of the
+    steps stacked on a first axis."""
+    steps = len(next(iter(tensors.values()))[1])
+    with _IDS_LOCK:
+        number = next(_IDS)
+    corrid: int | str = str(number) if string_ids else number
+    answers = [client.infer_tensors(model, {n: (dt, a[j]) for n, (dt, a) in tensors.items()},
+                                    version=version, outputs=outputs, sequence_id=corrid,
+                                    sequence_start=j == 0, sequence_end=j == steps - 1)
+               for j in range(steps)]
+    return {out: np.stack([a[out] for a in answers]) for out in outputs}
 
 
 @dataclass(frozen=True)
@@ -63,11 +110,27 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class ProbeSet:
-    """The probes, the outputs compared, and the default configuration's answers."""
+    """The probes, the outputs compared, and the default configuration's answers.
+    ``sequence`` (``"uint"`` or ``"string"``, the correlation IDs' kind): each probe is a
+    whole sequence, its steps stacked on the inputs' first axis."""
 
     inputs: list[Tensors]
     outputs: list[str]
     answers: list[Answer] = field(default_factory=list)
+    sequence: str = ""
+    stream: bool = False  # a decoupled model's: each answer is a whole response stream
+
+    def requests(self, i: int) -> int:
+        """How many requests probe ``i`` is (a sequence's steps; else one)."""
+        return len(next(iter(self.inputs[i].values()))[1]) if self.sequence else 1
+
+    def ask(self, client: Infers, model: str, *, version: int | None = None,
+            together: bool = False, times: list[float] | None = None) -> list[Answer]:
+        """:func:`ask` with this set's probes, sent as they were made (whole sequences)."""
+        return ask(client, model, self.inputs, self.outputs, version=version,
+                   together=together, times=times,
+                   send=_sequence_sender(self.sequence) if self.sequence
+                   else send_stream if self.stream else send_one)
 
 
 @dataclass(frozen=True)
@@ -89,15 +152,21 @@ def _answer(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str]
 
 
 def ask(client: Infers, model: str, probes: Sequence[Tensors], outputs: Sequence[str], *,
-        version: int | None = None, together: bool = False, send: Send = send_one
-        ) -> list[Answer]:
-    """The answers of ``model`` to ``probes``: one after another, or (``together``) each
-    probe :data:`COPIES` times, every request in its own thread, all released at once, so
-    that they reach the server's scheduler within microseconds of each other and the
-    instances are busy while the rest queue (the answers: ``copies x len(probes)``, probe
-    order repeated)."""
+        version: int | None = None, together: bool = False, send: Send = send_one,
+        times: list[float] | None = None) -> list[Answer]:
+    """The answers of ``model`` to ``probes``: one after another (each one's seconds
+    appended to ``times``), or (``together``) each probe :data:`COPIES` times, every
+    request in its own thread, all released at once, so that they reach the server's
+    scheduler within microseconds of each other and the instances are busy while the rest
+    queue (the answers: ``copies x len(probes)``, probe order repeated)."""
     if not together or len(probes) < 2:
-        return [_answer(client, model, p, outputs, version, send) for p in probes]
+        answers = []
+        for p in probes:
+            started = time.perf_counter()
+            answers.append(_answer(client, model, p, outputs, version, send))
+            if times is not None:
+                times.append(time.perf_counter() - started)
+        return answers
     requests = list(probes) * COPIES
     start = threading.Barrier(len(requests))
 
@@ -144,6 +213,7 @@ def compare(reference: ProbeSet, got: Sequence[Answer], tol: Tolerance,
     ``how`` names how they were sent, for the message ("sent together")."""
     largest, first = 0.0, ""
     sent = f" ({how})" if how else ""
+    kind = "sequence probe" if reference.sequence else "probe"  # a sequence: steps first
     wanted = list(reference.answers) * (len(got) // max(len(reference.answers), 1))
     for k, (want, have) in enumerate(zip(wanted, got, strict=True)):
         i = k % len(reference.answers)
@@ -151,7 +221,7 @@ def compare(reference: ProbeSet, got: Sequence[Answer], tol: Tolerance,
             if isinstance(want, str) and isinstance(have, str):
                 continue  # both refuse the probe: the same function, as far as it shows
             largest = float("inf")
-            first = first or (f"probe {i}{sent}: the default answered "
+            first = first or (f"{kind} {i}{sent}: the default answered "
                               f"{_show_answer(want)}, this configuration "
                               f"{_show_answer(have)}")
             continue
@@ -161,7 +231,7 @@ def compare(reference: ProbeSet, got: Sequence[Answer], tol: Tolerance,
             ok, diff = _difference(want[out], have[out], tol)
             largest = max(largest, diff)
             if not ok and not first:
-                first = (f"output {out!r} of probe {i}{sent}: expected {_head(want[out])}"
+                first = (f"output {out!r} of {kind} {i}{sent}: expected {_head(want[out])}"
                          f"{_shape(want[out], have[out])}, got {_head(have[out])}")
     if first:
         first += (f"; largest difference {largest:.3g} (allowed: atol {tol.atol:g} + "
@@ -193,7 +263,8 @@ def dumps(probes: ProbeSet) -> bytes:
     """The probe set as ``.npz`` bytes: ``in_<i>_<j>``/``out_<i>_<j>`` arrays and a JSON
     ``meta`` (input names and datatypes, output names, error answers)."""
     arrays: dict[str, Array] = {}
-    meta: dict[str, Any] = {"outputs": probes.outputs, "inputs": [], "errors": {}}
+    meta: dict[str, Any] = {"outputs": probes.outputs, "inputs": [], "errors": {},
+                            "sequence": probes.sequence, "stream": probes.stream}
     for i, tensors in enumerate(probes.inputs):
         meta["inputs"].append([[name, dt] for name, (dt, _) in tensors.items()])
         for j, (_, array) in enumerate(tensors.values()):
@@ -222,4 +293,5 @@ def loads(data: bytes) -> ProbeSet:
             error = meta["errors"].get(str(i))
             answers.append(error if error is not None else {
                 out: _restored(npz[f"out_{i}_{j}"]) for j, out in enumerate(meta["outputs"])})
-    return ProbeSet(inputs, list(meta["outputs"]), answers)
+    return ProbeSet(inputs, list(meta["outputs"]), answers, str(meta.get("sequence", "")),
+                    bool(meta.get("stream", False)))

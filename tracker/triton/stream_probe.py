@@ -1,0 +1,99 @@
+"""One request to a decoupled (streaming) model, its whole response stream read back: what a
+probe of such a model gets (tracker/triton/probes.py, ``send_stream``).
+
+Each call opens its own gRPC client and stream (a tritonclient stream belongs to one client,
+and probes sent together run in threads of their own), asks for an empty final response
+(``enable_empty_final_response``) so the end of the stream is known even when the model sends
+its last data without the final flag, and returns every response's outputs in order, the
+empty final one left out.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from tracker.errors import ServerError
+from tracker.triton.client import triton_errors
+from tracker.triton.endpoints import Endpoints
+
+Array = np.ndarray[Any, Any]
+FINAL = "triton_final_response"
+
+
+def stream_tensors(endpoints: Endpoints, name: str, tensors: Mapping[str, tuple[str, Array]],
+                   *, version: int | None = None, outputs: Sequence[str] = (),
+                   timeout_s: float = 30.0) -> list[dict[str, Array]]:
+    """Send ``tensors`` to decoupled model ``name`` over gRPC and read its stream to the
+    end: each response's ``outputs`` by name. ServerError with Triton's message when the
+    request or a response fails, or the stream does not end within ``timeout_s``."""
+    import tritonclient.grpc as grpcclient
+
+    got: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    security = endpoints.security
+    client = grpcclient.InferenceServerClient(endpoints.grpc, **security.grpc_client_kwargs())
+    try:
+        with triton_errors(f"streaming inference on {name!r} failed"):
+            client.start_stream(callback=lambda result, error: got.put((result, error)),
+                                headers=security.http_headers() or None)
+            inputs = []
+            for inp_name, (datatype, array) in tensors.items():
+                tensor = grpcclient.InferInput(inp_name, list(array.shape), datatype)
+                tensor.set_data_from_numpy(array)
+                inputs.append(tensor)
+            client.async_stream_infer(
+                name, inputs, model_version="" if version is None else str(version),
+                outputs=[grpcclient.InferRequestedOutput(o) for o in outputs] or None,
+                enable_empty_final_response=True)
+        return _read(got, name, outputs, time.monotonic() + timeout_s, timeout_s)
+    finally:
+        try:
+            client.stop_stream()
+        finally:
+            client.close()
+
+
+def _read(got: queue.Queue[tuple[Any, Any]], name: str, outputs: Sequence[str],
+          deadline: float, timeout_s: float) -> list[dict[str, Array]]:
+    answers: list[dict[str, Array]] = []
+    while True:
+        try:
+            result, error = got.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise ServerError(f"the response stream of {name!r} did not end within "
+                              f"{timeout_s:g} s ({len(answers)} responses)") from None
+        if error is not None:
+            raise ServerError(f"streaming inference on {name!r} failed: {error}")
+        response = result.get_response()
+        if response.outputs:
+            answers.append({o: _output(result, name, o) for o in outputs})
+        final = response.parameters.get(FINAL)
+        if final is not None and final.bool_param:
+            return answers
+
+
+def _output(result: Any, name: str, out: str) -> Array:
+    value = result.as_numpy(out)
+    if value is None:
+        raise ServerError(f"output {out!r} of {name!r} is missing from a streamed response")
+    return np.asarray(value)
+
+
+def joined(responses: Sequence[Mapping[str, Array]], outputs: Sequence[str]) -> dict[str, Array]:
+    """A stream's responses as one answer: each output's values of every response stacked on
+    a first axis (responses of one shape), else flattened end to end; so the number of
+    responses and every value are compared."""
+    out: dict[str, Array] = {}
+    for name in outputs:
+        parts = [np.asarray(r[name]) for r in responses]
+        if not parts:
+            out[name] = np.empty((0,))
+        elif len({p.shape for p in parts}) == 1:
+            out[name] = np.stack(parts)
+        else:
+            out[name] = np.concatenate([p.ravel() for p in parts])
+    return out
