@@ -7,8 +7,11 @@ thread count and, for a model that batches, max_batch_size with a dynamic batche
 check's tolerances opened wide (rtol = atol = 1), so every trial is measured and its
 ``check/max_abs_diff`` shows how far the knobs really move the outputs from the default's.
 Prints one line per trial and, last, one JSON object: the largest difference, the largest
-output value, and the check's share of the study's wall time (sum of ``check/seconds`` over
-the study's wall seconds).
+output value, and the check's share of the study's wall time: ``check_share_pct``, the sum of
+``check/seconds`` over the study's wall seconds (everything the check took, the first
+inferences of each fresh server included), and ``net_share_pct``, the same less
+``check/warmup_s``, the probes that were the sweep's first warm-up requests (the sweep sends
+that many fewer: what the check adds to the study).
 """
 
 from __future__ import annotations
@@ -66,14 +69,16 @@ def main() -> None:
     client = MlflowClient()
     kids = client.search_runs([result.experiment_id],
                               f"tags.mlflow.parentRunId = '{result.parent_run_id}'")
-    diffs, seconds = [], 0.0
+    diffs, seconds, warm = [], 0.0, 0.0
     for run in kids:
         m = run.data.metrics
         if check_outputs.MAX_DIFF in m:
             diffs.append(m[check_outputs.MAX_DIFF])
             seconds += m.get(check_outputs.SECONDS, 0.0)
+            warm += m.get(check_outputs.WARMUP, 0.0)
         print({k: v for k, v in run.data.params.items() if k in space},
-              m.get(check_outputs.MAX_DIFF), m.get(check_outputs.SECONDS))
+              m.get(check_outputs.MAX_DIFF), m.get(check_outputs.SECONDS),
+              m.get(check_outputs.WARMUP))
     reference = check_outputs.load_reference(client, result.parent_run_id)
     largest = max(float(abs(a).max()) for ans in reference.answers
                   if isinstance(ans, dict) for a in ans.values())
@@ -81,6 +86,8 @@ def main() -> None:
                       "largest_output": largest, "check_s": round(seconds, 2),
                       "study_wall_s": round(result.wall_s, 1),
                       "check_share_pct": round(100 * seconds / result.wall_s, 2),
+                      "warmup_s": round(warm, 2),
+                      "net_share_pct": round(100 * (seconds - warm) / result.wall_s, 2),
                       "load": os.getloadavg()[0]}))
 
 

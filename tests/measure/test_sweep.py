@@ -85,3 +85,23 @@ def test_unmeasured_metric_breaks_no_constraint_but_is_not_feasible() -> None:
         "gpu_used_memory.max": 1.0}
     assert broken(m(1, 10).metrics(), {"perf_throughput": {"min": 20}}) == [
         "perf_throughput 10 < min 20"]
+
+
+def test_requests_that_warmed_the_model_shorten_only_the_first_levels_warm_up() -> None:
+    """The output check's probes warmed the served model: the first level asked for waits
+    for that many fewer warm-up requests (one at least, the load's own), the next ones for
+    all of theirs."""
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from tracker.measure.entry import EntryLoad, Opened, settings_from, warmed_settings
+
+    load = LoadSection(concurrency=[1, 4], warmup_requests=5)
+    settings = settings_from(load)
+    assert warmed_settings(settings, 3).warmup_requests == 2
+    assert warmed_settings(settings, 9).warmup_requests == 1
+    assert warmed_settings(settings, 0) is settings
+    none = settings_from(LoadSection(concurrency=[1], warmup_requests=0))
+    assert warmed_settings(none, 3).warmup_requests == 0
+    opened = Opened("m", EntryLoad(ModelConfig(), load, warmed=4), load_levels(load), settings,
+                    None, None)  # type: ignore[arg-type]  # part() uses neither
+    assert [opened.part(i).settings.warmup_requests for i in (1, 0, 1)] == [1, 5, 5]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -41,12 +42,15 @@ if TYPE_CHECKING:
 class EntryLoad:
     """One entry model's part of a sweep: its served config (it shapes the requests and
     decides the load kinds), its load, its levels (None: the load's own list) and, for a
-    pipeline, its composing models (their split lands in its ``Measurement.steps``)."""
+    pipeline, its composing models (their split lands in its ``Measurement.steps``) and
+    how many requests like the load's already warmed the served model (``warmed``: the first
+    level measured waits for that many fewer warm-up requests, at least one)."""
 
     config: ModelConfig
     load: LoadSection
     levels: Sequence[float] | None = None
     models: Sequence[str] = ()
+    warmed: int = 0
 
     def kinds(self) -> tuple[LoadKind, ...]:
         return kinds_for(self.config, self.load)
@@ -70,6 +74,15 @@ def settings_from(load: LoadSection, kinds: tuple[LoadKind, ...] = ()) -> LevelS
                                max_error_pct=load.max_error_pct),
         warmup_requests=load.warmup_requests, timeout_s=load.request_timeout_s,
         batch_size=load.batch_size, processes=load.processes, kinds=kinds)
+
+
+def warmed_settings(settings: LevelSettings, warmed: int) -> LevelSettings:
+    """``settings`` for a level after ``warmed`` requests warmed the model: that many fewer
+    warm-up requests, but one at least (the load's own connection) when it asks for any."""
+    if warmed <= 0 or settings.warmup_requests <= 1:
+        return settings
+    return dataclasses.replace(settings,
+                               warmup_requests=max(1, settings.warmup_requests - warmed))
 
 
 def shared_windows(entries: Mapping[str, EntryLoad]) -> WindowSettings:
@@ -110,10 +123,16 @@ class Opened:
     driver: Load
     #: load.shared_memory's regions (measure/shm.py), removed on close
     regions: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    warmed: int = 0  # requests that warmed the model before its first level
+
+    def __post_init__(self) -> None:
+        self.warmed = self.entry.warmed
 
     def part(self, i: int) -> Part:
-        """This entry's part of the sweep's level ``i`` (a shorter list stays at its last)."""
-        return Part(self.name, self.driver, self.settings,
+        """This entry's part of the sweep's level ``i`` (a shorter list stays at its last);
+        the first one asked for warms up only as far as ``entry.warmed`` has not."""
+        settings, self.warmed = warmed_settings(self.settings, self.warmed), 0
+        return Part(self.name, self.driver, settings,
                     self.levels[min(i, len(self.levels) - 1)], self.entry.models)
 
     async def close(self) -> None:

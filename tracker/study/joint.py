@@ -53,10 +53,12 @@ def weights_of(spec: StudySpec) -> dict[str, float]:
 def loads_of(spec: StudySpec, conf: Configuration, served: Mapping[str, ModelConfig],
              levels: Sequence[float] | None = None,
              model_levels: Mapping[str, Sequence[float]] | None = None,
-             ) -> dict[str, EntryLoad]:
+             warmed: Mapping[str, int] | None = None) -> dict[str, EntryLoad]:
     """Each entry's part of the sweep: its served config, its own load (its levels:
     ``model_levels``, else ``levels``, else its load's), its composing models (their split
-    lands in its Measurement's ``steps``)."""
+    lands in its Measurement's ``steps``), the requests that warmed it already (``warmed``:
+    the output check's)."""
     return {name: EntryLoad(served[name], spec.load.for_model(name),
-                            (model_levels or {}).get(name, levels), conf.composing(name))
+                            (model_levels or {}).get(name, levels), conf.composing(name),
+                            (warmed or {}).get(name, 0))
             for name in conf.entries}

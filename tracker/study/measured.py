@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 LOG_HEAD, LOG_TAIL = 200_000, 300_000
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): \S")
 MonitorsFactory = Callable[["TritonServer"], Sequence[Monitor]]
-Check = Callable[["TritonServer", str, "ModelConfig"], None]  # study/check_outputs.py
+Check = Callable[["TritonServer", str, "ModelConfig"], int]  # check_outputs: warm-up made
 
 
 class ConfigFailed(Exception):
@@ -275,8 +275,8 @@ def _write(spec: StudySpec, conf: Configuration, cfg: ModelConfig | Mapping[str,
 def _serve(server: TritonServer, repo: TrialRepository, conf: Configuration, mark: int,
            spec: StudySpec, values: Mapping[str, object] | None,
            on_phase: Callable[[str], None] | None,
-           check: Check | None = None) -> tuple[ModelConfig, dict[str, str]]:
-    """Serve ``repo`` (option ``values``), pass ``check``: (entry's loaded config, tags)."""
+           check: Check | None = None) -> tuple[ModelConfig, dict[str, str], int]:
+    """Serve ``repo`` (option ``values``), pass ``check``: (loaded config, tags, warmed)."""
     if on_phase is not None:
         on_phase("starting Triton")
     try:
@@ -285,9 +285,8 @@ def _serve(server: TritonServer, repo: TrialRepository, conf: Configuration, mar
         if conf.entry_info.auto_complete:
             with server.client() as client:
                 loaded = client.model_config(repo.model_name)
-        if check is not None:
-            check(server, repo.model_name, loaded)
-        return loaded, said
+        warmed = check(server, repo.model_name, loaded) if check is not None else 0
+        return loaded, said, warmed
     except TrackerError as err:
         raise ConfigFailed(str(getattr(err, "reason", err)), err,
                            server.log_text()[mark:]) from err
@@ -323,13 +322,14 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
         text = repo.served_config_path.read_text()
         knob_texts = {name: path.read_text() for name, path in repo.knob_files.items()}
         mark = len(server.log_text()) if server.strategy == "reload" else 0
-        loaded, said = _serve(server, repo, conf, mark, spec, server_values, on_phase, check)
+        loaded, said, warm = _serve(server, repo, conf, mark, spec, server_values, on_phase, check)
         text = model_config.dumps(loaded) if conf.entry_info.auto_complete else text
         monitors = (monitors_factory or _monitors)(server)
         try:
             served = {**dict(repo.models), conf.entry: loaded}
             result = sweep(server.endpoints,
-                           joint.loads_of(spec, conf, served, levels, model_levels),
+                           joint.loads_of(spec, conf, served, levels, model_levels,
+                                          {conf.entry: warm}),
                            spec.constraints, monitors, backend=backend, plan=plan,
                            on_level=None if on_level is None else _each(on_level))
             choice = pick_best_level(result.levels, joint.constraints_of(spec, conf),
