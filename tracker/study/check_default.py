@@ -12,16 +12,28 @@ calls of the same configuration (sampling, timestamps, noise), for which it prop
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tracker.errors import MeasurementError, SpecError
 from tracker.spec import StudySpec
-from tracker.study.check_outputs import make_probes, output_names, tolerance, unchecked_reason
+from tracker.study.check_outputs import (
+    answers_of,
+    is_decoupled,
+    make_probes,
+    output_names,
+    sequence_kind,
+    tolerance,
+    unchecked_reason,
+)
 from tracker.study.measured import resolve_serving, serve_options
 from tracker.study.session import Session
 from tracker.triton import probes
 from tracker.triton.configuration import Configuration
 from tracker.triton.probes import ProbeSet, Tolerance
-from tracker.triton.repository import write_configuration
+from tracker.triton.repository import TrialRepository, write_configuration
+
+if TYPE_CHECKING:
+    from tracker.triton.server.base import TritonServer
 
 
 def static_check(spec: StudySpec, conf: Configuration) -> str:
@@ -41,6 +53,11 @@ def static_check(spec: StudySpec, conf: Configuration) -> str:
     names = output_names(spec, config)
     source = "rows of load.input_data" if spec.load.input_data is not None else \
         f"inputs drawn from seed {spec.search.seed or 0}"
+    if sequence_kind(config):
+        steps = sorted({len(next(iter(p.values()))[1]) for p in inputs})
+        source = f"whole sequences of {'/'.join(map(str, steps))} steps from {source}"
+    elif is_decoupled(config):
+        source = "the load's first requests, each answered by its whole response stream"
     ignored = f"; ignored outputs: {', '.join(out.ignore)}" if out.ignore else ""
     return (f"output check: {len(inputs)} probes ({source}), outputs {names} within "
             f"rtol {out.rtol:g}, atol {out.atol:g}{ignored}")
@@ -50,19 +67,26 @@ def probe_default(spec_path: str | Path) -> str:
     """Serve the default configuration, ask the probes twice, and say what differs."""
     session = Session.open(spec_path, work_prefix="check-")
     with session.guarded():
-        spec, conf = session.spec, session.configuration
+        spec = session.spec
         server = session.start_server()
-        repo = write_configuration(session.workdir / "default",
-                                   {n: conf.info(n) for n in conf.names}, conf.defaults(),
-                                   conf.entry, serving=resolve_serving(spec, server, conf),
-                                   options=serve_options(spec))
-        server.apply_trial(repo)
+        repo = serve_default(session, server)
         with server.client() as client:
             config = client.model_config(repo.model_name)
-            inputs, names = make_probes(spec, config), output_names(spec, config)
-            first = probes.ask(client, repo.model_name, inputs, names)
-            second = probes.ask(client, repo.model_name, inputs, names)
-        return _verdict(spec, ProbeSet(inputs, names, first), second)
+            first = answers_of(spec, client, repo.model_name, config)
+            second = first.ask(client, repo.model_name)
+        return _verdict(spec, first, second)
+
+
+def serve_default(session: Session, server: TritonServer,
+                  folder: str = "default") -> TrialRepository:
+    """The default configuration written under the session's work folder and served."""
+    spec, conf = session.spec, session.configuration
+    repo = write_configuration(session.workdir / folder, {n: conf.info(n) for n in conf.names},
+                               conf.defaults(), conf.entry,
+                               serving=resolve_serving(spec, server, conf),
+                               options=serve_options(spec))
+    server.apply_trial(repo)
+    return repo
 
 
 def _verdict(spec: StudySpec, first: ProbeSet, second: list[probes.Answer]) -> str:

@@ -12,13 +12,24 @@ batch. A difference fails the trial before it is measured (:class:`OutputsDiffer
 run gets ``check/passed`` (1 or 0) and ``check/max_abs_diff``.
 
 Probes: the rows of ``load.input_data`` (at most ``check.outputs.probes``), else that many
-inputs drawn from the study's seed. A sequence model would send each probe as a whole sequence
-(``probes.ask``'s ``send``); decoupled models are not checked yet, and of several entry
-models only the configuration's entry is.
+inputs drawn from the study's seed. A stateful model's probe is a whole sequence: the user's
+sequences (``load.input_data`` in perf_analyzer's sequence layout), else :data:`STEPS` steps
+drawn from the seed; every configuration is sent them as sequences, whatever its scheduler. A
+decoupled model's probes are the load's first requests (its prompt lengths and tokens to
+make), each answer the whole response stream. A stateful decoupled model is not checked yet,
+and of several entry models only the configuration's entry is.
+
+The check's probes sent one at a time are also the sweep's first warm-up requests: the
+configuration is cold when the check starts, so its first answers carry the cost of the
+model's first inferences, which the sweep's warm-up would otherwise pay. ``__call__`` returns
+how many of them stand in for the first level's warm-up (the load's ``warmup_requests``
+less one, at most; the sweep sends only the rest) and ``check/warmup_s`` is what they took:
+``check/seconds`` less that is what the check adds to the study.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 from collections.abc import Mapping
@@ -26,17 +37,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from optuna.storages import fail_stale_trials
 from optuna.trial import TrialState
 
 from tracker import tags
 from tracker.errors import MeasurementError, SpecError, TrackerError
 from tracker.measure.inputs import input_specs, load_samples, random_samples
+from tracker.measure.sequence_steps import sequence_samples
+from tracker.measure.stream_inputs import samples_for
 from tracker.tracking import runs
 from tracker.trial_attrs import TrialRecord, shown_params
 from tracker.triton import probes
 from tracker.triton.probes import ProbeSet, Tensors, Tolerance, Verdict
-from tracker.triton.sequence import is_sequence
+from tracker.triton.sequence import controls, is_sequence
 
 if TYPE_CHECKING:
     import optuna
@@ -49,6 +63,8 @@ if TYPE_CHECKING:
 REFERENCE_ATTR = tags.CHECK_REFERENCE
 ARTIFACT = probes.ARTIFACT
 PASSED, MAX_DIFF, SECONDS = "check/passed", "check/max_abs_diff", "check/seconds"
+WARMUP = "check/warmup_s"  # of check/seconds: the probes that were the sweep's warm-up
+STEPS = 4  # steps of a stateful model's drawn probe sequences
 WAIT_S = 900.0  # how long a worker waits for another's default configuration to answer
 
 
@@ -63,16 +79,48 @@ def tolerance(spec: StudySpec) -> Tolerance | None:
 
 
 def make_probes(spec: StudySpec, config: ModelConfig) -> list[Tensors]:
-    """The probe requests for the entry model's ``config``: one batch item each."""
+    """The probe requests for the entry model's ``config``: one batch item each (a stateful
+    model's: whole sequences, :func:`_sequences`)."""
     count = spec.check.outputs.probes
     types = {s.name: s.datatype for s in input_specs(config)}
     data = spec.load.input_data
-    if data is not None:
+    if is_sequence(config):
+        samples = _sequences(spec, config, count)
+    elif is_decoupled(config):  # the load's own requests (prompt lengths, tokens to make)
+        samples = samples_for(config, spec.load.model_copy(update={"batch_size": 1}))[:count]
+    elif data is not None:
         samples = load_samples(data, config, 1)[:count]
     else:
         seed = spec.search.seed or 0
         samples = [random_samples(config, 1, seed=seed + i)[0] for i in range(count)]
     return [{name: (types[name], array) for name, array in s.items()} for s in samples]
+
+
+def _sequences(spec: StudySpec, config: ModelConfig, count: int) -> list[dict[str, Any]]:
+    """``count`` whole sequences of one-item steps, each input's steps stacked on a first
+    axis: the load's sequences from ``load.input_data`` when it gives them, else its rows (or
+    inputs drawn from the seed) taken :data:`STEPS` at a time."""
+    load = spec.load.model_copy(update={"batch_size": 1})
+    steps, given = sequence_samples(config, load) if load.input_data is not None else ([], None)
+    if given is not None:
+        seqs = [[steps[k] for k in seq] for seq in given[:count]]
+    else:
+        seed = spec.search.seed or 0
+        rows = steps or [random_samples(config, 1, seed=seed + k)[0]
+                         for k in range(count * STEPS)]
+        seqs = [[rows[(i * STEPS + j) % len(rows)] for j in range(STEPS)] for i in range(count)]
+    try:
+        return [{name: np.stack([step[name] for step in seq]) for name in seq[0]}
+                for seq in seqs]
+    except ValueError as err:
+        raise MeasurementError(f"a stateful model's probe is a whole sequence whose steps "
+                               f"have one shape, but the steps' shapes differ: {err}") from err
+
+
+def sequence_kind(config: ModelConfig) -> str:
+    """How a probe set for ``config`` is sent: ``""`` one request per probe, else whole
+    sequences with correlation IDs of this kind (``"uint"``, ``"string"``)."""
+    return controls(config).corrid_type if is_sequence(config) else ""
 
 
 def output_names(spec: StudySpec, config: ModelConfig) -> list[str]:
@@ -85,13 +133,27 @@ def output_names(spec: StudySpec, config: ModelConfig) -> list[str]:
     return names
 
 
+def is_decoupled(config: ModelConfig) -> bool:
+    return bool(config.model_transaction_policy.decoupled)
+
+
 def unchecked_reason(config: ModelConfig) -> str | None:
     """Why this model's answers are not compared (None: they are)."""
-    if config.model_transaction_policy.decoupled:
-        return "a decoupled model's response streams are not compared yet"
-    if is_sequence(config):
-        return "a stateful model's answers depend on its sequence's earlier steps: not compared yet"
+    if is_decoupled(config) and is_sequence(config):
+        return "a stateful decoupled model's response streams are not compared yet"
     return None
+
+
+def summary_note(spec: StudySpec) -> str:
+    """What the study's summary sentence adds about the check: an output it ignored, or
+    that it was off ("" when every output was compared)."""
+    out = spec.check.outputs
+    if not out.enabled:
+        return " The outputs were not checked against the default's (check.outputs: false)."
+    if out.ignore:
+        return (f" The output check ignored {', '.join(out.ignore)} "
+                "(check.outputs.ignore): those outputs may differ from the default's.")
+    return ""
 
 
 # ---- the reference, stored once per study -------------------------------------------------
@@ -162,13 +224,25 @@ class OutputCheck:
     skipped: str = ""
     seconds: float = 0.0  # what the check cost this trial (the reference included)
     fresh: bool = False   # the reference was made by this trial's answers one at a time
+    times: list[float] = field(default_factory=list)  # each probe's, sent one at a time
+    warmup_s: float = 0.0  # the part of ``seconds`` that stood in for the sweep's warm-up
+    probe_set: ProbeSet | None = field(default=None, init=False)  # what it was asked
 
-    def __call__(self, server: TritonServer, model: str, config: ModelConfig) -> None:
+    def __call__(self, server: TritonServer, model: str, config: ModelConfig) -> int:
+        """Check the served configuration (OutputsDiffer when it answers differently); the
+        number of the sweep's first warm-up requests its probes stand in for."""
         started = time.monotonic()
         try:
             self._check(server, model, config)
         finally:
             self.seconds = time.monotonic() - started
+        return self._warm_up(model)
+
+    def _warm_up(self, model: str) -> int:
+        if self.probe_set is None:
+            return 0
+        done, self.warmup_s = warm_up(self.spec, model, self.probe_set, self.times)
+        return done
 
     def _check(self, server: TritonServer, model: str, config: ModelConfig) -> None:
         tol = tolerance(self.spec)
@@ -182,8 +256,9 @@ class OutputCheck:
                 self.skipped = "the study has no reference answers (its default " \
                                "configuration did not answer)"
                 return
+            self.probe_set = reference
             self.verdict = check_answers(client, model, config, reference, tol,
-                                         alone=not self.fresh)
+                                         alone=not self.fresh, times=self.times)
         if not self.verdict.passed:
             raise OutputsDiffer(self.message())
 
@@ -194,12 +269,7 @@ class OutputCheck:
         known = self.study.user_attrs.get(REFERENCE_ATTR)
         if known:  # a resumed study: its first default's answers stay the reference
             return load_reference(self.client, str(known))
-        try:
-            inputs = make_probes(self.spec, config)
-        except MeasurementError as err:
-            raise MeasurementError(f"cannot make the output check's probes: {err}") from err
-        outputs = output_names(self.spec, config)
-        reference = ProbeSet(inputs, outputs, probes.ask(client, model, inputs, outputs))
+        reference = answers_of(self.spec, client, model, config, self.times)
         store_reference(self.study, self.client, self.parent_run_id, reference, tol)
         self.fresh = True
         return reference
@@ -211,30 +281,59 @@ class OutputCheck:
                 f"default's: {knobs}): {self.verdict.detail}")
 
     def metrics(self) -> dict[str, float]:
-        """``check/passed``, ``check/max_abs_diff`` and ``check/seconds`` (none when not
-        checked)."""
+        """``check/passed``, ``check/max_abs_diff``, ``check/seconds`` and
+        ``check/warmup_s`` (none when not checked)."""
         if self.verdict is None:
             return {}
         return {PASSED: float(self.verdict.passed), MAX_DIFF: self.verdict.max_abs_diff,
-                SECONDS: round(self.seconds, 4)}
+                SECONDS: round(self.seconds, 4), WARMUP: round(self.warmup_s, 4)}
 
     def run_tags(self) -> dict[str, object]:
         return {tags.CHECK: f"not checked: {self.skipped}"} if self.skipped else {}
 
 
+def answers_of(spec: StudySpec, client: probes.Infers, model: str, config: ModelConfig,
+               times: list[float] | None = None) -> ProbeSet:
+    """The probes made for ``config`` and the served ``model``'s answers, one at a time
+    (each one's seconds appended to ``times``): the reference when it is the default."""
+    try:
+        inputs = make_probes(spec, config)
+    except MeasurementError as err:
+        raise MeasurementError(f"cannot make the output check's probes: {err}") from err
+    made = ProbeSet(inputs, output_names(spec, config), sequence=sequence_kind(config),
+                    stream=is_decoupled(config))
+    return dataclasses.replace(made, answers=made.ask(client, model, times=times))
+
+
+def warm_up(spec: StudySpec, model: str, asked: ProbeSet, times: list[float],
+            ) -> tuple[int, float]:
+    """How many requests of the probes ``asked`` one at a time (each took ``times[i]``), in
+    order, stand in for the first level's warm-up of ``model`` (probes of one item as the
+    load's requests are; the load keeps one of its own), and the seconds they took."""
+    load = spec.load.for_model(model)
+    budget = load.warmup_requests - 1 if load.batch_size == 1 else 0
+    done, seconds = 0, 0.0
+    for i, took in enumerate(times):
+        if done + asked.requests(i) > budget:
+            break
+        done, seconds = done + asked.requests(i), seconds + took
+    return done, seconds
+
+
 def check_answers(client: probes.Infers, model: str, config: ModelConfig,
-                  reference: ProbeSet, tol: Tolerance, *, alone: bool = True) -> Verdict:
+                  reference: ProbeSet, tol: Tolerance, *, alone: bool = True,
+                  times: list[float] | None = None) -> Verdict:
     """The probes one at a time (unless not ``alone``: the default configuration, whose
-    answers one at a time are the reference), then (a model that batches) all at once; the
-    first verdict that fails, else the one with the larger difference."""
-    one = probes.compare(reference, probes.ask(client, model, reference.inputs,
-                                               reference.outputs) if alone
+    answers one at a time are the reference; each one's seconds appended to ``times``), then
+    (a model that batches) all at once; the first verdict that fails, else the one with the
+    larger difference."""
+    one = probes.compare(reference, reference.ask(client, model, times=times) if alone
                          else reference.answers, tol, "sent one at a time")
     if not one.passed or config.max_batch_size < 1:
         return one
-    many = probes.compare(reference, probes.ask(client, model, reference.inputs,
-                                                reference.outputs, together=True),
-                          tol, f"{len(reference.inputs) * probes.COPIES} requests sent together")
+    sent = "sequences" if reference.sequence else "requests"
+    many = probes.compare(reference, reference.ask(client, model, together=True),
+                          tol, f"{len(reference.inputs) * probes.COPIES} {sent} sent together")
     return many if not many.passed or many.max_abs_diff > one.max_abs_diff else one
 
 
