@@ -68,3 +68,23 @@ def test_profile_rejects_a_bad_concurrency_list(tmp_path: Path) -> None:
                                       "--concurrency", "1,four"])
     assert result.exit_code == 2
     assert "like 1,4,16, but got '1,four'" in result.output
+
+
+@pytest.mark.triton
+def test_profile_refuses_a_configuration_whose_outputs_differ(tmp_path: Path,
+                                                              mlflow_uri: str) -> None:
+    """No study yet: the default configuration is served first and answers the probes, then
+    the profiled one (a dynamic batcher on a model that mixes batch items) fails its check
+    before it is measured, with the output named, and the command exits 1."""
+    project = QUICKSTART.parent / "batch_dependent"
+    for name in ("make_model.py", "config.pbtxt"):
+        shutil.copy(project / name, tmp_path / name)
+    (tmp_path / "study.yaml").write_text(SPEC.replace("quickstart", "batch_dependent").replace(
+        "build: make_model.py\n", "build: make_model.py\n  config: config.pbtxt\n"))
+    result = CliRunner().invoke(cli, [
+        "profile", str(tmp_path / "study.yaml"), "--concurrency", "1",
+        "--set", "max_batch_size=8", "--set", "dynamic_batching.max_queue_delay_microseconds=100"])
+    assert result.exit_code == 1, result.output
+    assert "outputs differ from the default configuration's" in result.output
+    assert "output 'OUTPUT0' of probe" in result.output
+    assert "Traceback" not in result.output

@@ -9,9 +9,8 @@ new random order, so drift of the machine hits all of them alike. After every ro
 stay valid however often they are looked at): the rounds stop as soon as it is decided
 (better, tied or equivalent), when ``confirm.rounds`` rounds are done or when another round
 would not fit in ``confirm.budget_s`` (default: as long as the search's trials took)
-(inconclusive). A configuration that can no longer change
-the outcome is not measured again. The record kept in the study:
-:mod:`tracker.confirm.record`.
+(inconclusive). A configuration that can no longer change the outcome is not measured again.
+The record kept in the study: :mod:`tracker.confirm.record`.
 
 Every measurement is saved in the study's user attribute ``confirm`` as soon as it is made:
 an interrupted confirmation continues where it stopped (``tracker tune`` again, or ``tracker
@@ -35,6 +34,7 @@ from tracker.errors import MeasurementError, TrackerError
 from tracker.metrics import RELATIVE
 from tracker.search.objective import DERIVED
 from tracker.study import joint
+from tracker.study.check_reference import study_check
 from tracker.study.measured import ConfigFailed, measure_configuration
 from tracker.study.session import StudyContext
 from tracker.study.trial import configs, file_values, server_values
@@ -84,21 +84,21 @@ def measure_one(ctx: StudyContext, params: dict[str, Any], *, baseline: bool, le
                 label: str, model_levels: Mapping[str, float] | None = None) -> Measured:
     """One configuration at one level through the one measurement path a trial and ``tracker
     profile`` take (:func:`tracker.study.measured.measure_configuration`), on the study's server, in
-    at most :data:`WINDOWS` windows (several entry models: each at its own ``model_levels``).
-    Raises TrackerError (the pipeline's reason) when any step fails."""
+    at most :data:`WINDOWS` windows (several entry models: each at its own ``model_levels``),
+    its outputs checked first. Raises TrackerError (the pipeline's reason) when a step fails."""
     cfg, _ = configs(ctx, params, baseline)
     for old in ctx.workdir.glob("confirm-*"):  # the server has moved on from it
         shutil.rmtree(old, ignore_errors=True)
-    load = ctx.spec.load
-    spec = ctx.spec.model_copy(update={"load": load.model_copy(
-        update={"max_tries": min(load.max_tries, WINDOWS)})})
+    spec = ctx.spec.model_copy(update={"load": ctx.spec.load.model_copy(
+        update={"max_tries": min(ctx.spec.load.max_tries, WINDOWS)})})
+    own = {k: [v] for k, v in (model_levels or {}).items()} or None
     try:
         done = measure_configuration(spec, ctx.configuration, ctx.server, cfg,
                                      ctx.workdir / f"confirm-{label}", serving=ctx.serving,
                                      levels=[level], files=file_values(params, baseline),
                                      server_values=server_values(params, baseline),
-                                     backend=ctx.backend, model_levels={
-                                         k: [v] for k, v in (model_levels or {}).items()} or None)
+                                     backend=ctx.backend, model_levels=own,
+                                     check=study_check(ctx.spec, ctx.study, ctx.parent.client))
     except ConfigFailed as failed:
         raise MeasurementError(failed.reason) from failed.cause
     return Measured(done.choice, done.measurements, done.served_text, done.log)

@@ -23,6 +23,7 @@ from tracker.errors import ModelError, TrackerError
 from tracker.measure.host import machine_tags
 from tracker.measure.types import Measurement
 from tracker.search.objective import LevelChoice
+from tracker.study.check_reference import profile_check
 from tracker.study.measured import ConfigFailed, levels_for, measure_configuration
 from tracker.study.session import Session, TuneOptions, shielded
 from tracker.tracking import launcher, runs
@@ -78,18 +79,20 @@ def _profile(session: Session, values: Mapping[str, object], levels: Sequence[fl
     try:
         server = session.start_server()
         try:
+            check = profile_check(session, server, values)
             done = measure_configuration(spec, conf, server, cfgs, session.workdir,
                                          levels=levels if levels is not None
                                          else levels_for(load_values), backend=backend,
                                          files=json_knobs.file_values(values),
-                                         server_values=values)
+                                         server_values=values, check=check)
         except ConfigFailed as failed:
             raise failed.cause from failed.cause.__cause__
         finally:
             server.stop()
         runs.set_tags(client, run_id, {**machine_tags(server.gpu_set()), **done.tags})
-        runs.log_metrics(client, run_id, done.headline(), step=done.choice.concurrency,
-                         extra=done.sweep_metrics())
+        runs.log_metrics(client, run_id, {**done.headline(), **(check.metrics() if check
+                                                                 else {})},
+                         step=done.choice.concurrency, extra=done.sweep_metrics())
         runs.log_files(client, run_id, done.files())
         status = "FINISHED"
         return ProfileResult(run_id, done.measurements, done.choice, done.served_text,

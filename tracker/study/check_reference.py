@@ -1,0 +1,127 @@
+"""The output check outside a study's trials: ``tracker profile`` and the confirmation
+(``tracker confirm``, and a study's own) check a configuration before they measure it, as a
+trial is checked (study/check_outputs.py, docs/tuning.md "Every proposal computes what the
+model computes").
+
+The reference is the study's (``check/reference.npz`` on its parent run, named by the study's
+``tracker.check_reference_run``) when there is one; else, for ``tracker profile``, the
+default configuration's answers, asked on the same server just before (or, when the profiled
+configuration is the default itself, its own answers one at a time, checked against its
+answers sent together).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import optuna
+
+from tracker.search.storage import make_storage
+from tracker.study.check_default import serve_default
+from tracker.study.check_outputs import (
+    MAX_DIFF,
+    PASSED,
+    REFERENCE_ATTR,
+    OutputsDiffer,
+    answers_of,
+    check_answers,
+    load_reference,
+    tolerance,
+    unchecked_reason,
+    warm_up,
+)
+from tracker.triton.model_config import split_params
+from tracker.triton.probes import ProbeSet, Tolerance, Verdict
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+    from tracker.spec import StudySpec
+    from tracker.study.session import Session
+    from tracker.triton.model_config import ModelConfig
+    from tracker.triton.server.base import TritonServer
+
+
+@dataclass
+class ReferenceCheck:
+    """A configuration's answers against ``reference`` (None: the configuration checked is
+    the default, whose own answers one at a time are the reference); passed to
+    ``measure_configuration`` as its ``check``."""
+
+    spec: StudySpec
+    tol: Tolerance
+    reference: ProbeSet | None = None
+    verdict: Verdict | None = None
+    times: list[float] = field(default_factory=list)
+
+    def __call__(self, server: TritonServer, model: str, config: ModelConfig) -> int:
+        if unchecked_reason(config) is not None:
+            return 0
+        self.times.clear()
+        with server.client() as client:
+            reference = self.reference or answers_of(self.spec, client, model, config,
+                                                     self.times)
+            self.verdict = check_answers(client, model, config, reference, self.tol,
+                                         alone=self.reference is not None, times=self.times)
+        if not self.verdict.passed:
+            raise OutputsDiffer("outputs differ from the default configuration's: "
+                                f"{self.verdict.detail}")
+        return warm_up(self.spec, model, reference, self.times)[0]
+
+    def metrics(self) -> dict[str, float]:
+        """``check/passed`` and ``check/max_abs_diff`` (none when not checked)."""
+        if self.verdict is None:
+            return {}
+        return {PASSED: float(self.verdict.passed), MAX_DIFF: self.verdict.max_abs_diff}
+
+
+def stored_reference(spec: StudySpec, storage_url: str,
+                     client: MlflowClient) -> ProbeSet | None:
+    """The reference of the spec's study in ``storage_url``; None when there is no such
+    study (a sqlite file that does not exist is not created) or it has no reference."""
+    if storage_url.startswith("sqlite:///") and not Path(storage_url[10:]).exists():
+        return None
+    try:
+        study = optuna.load_study(study_name=spec.study_name,
+                                  storage=make_storage(storage_url, heartbeat_interval=None))
+    except KeyError:
+        return None
+    run_id = study.user_attrs.get(REFERENCE_ATTR)
+    return load_reference(client, str(run_id)) if run_id else None
+
+
+def profile_check(session: Session, server: TritonServer,
+                  values: Mapping[str, object]) -> ReferenceCheck | None:
+    """The check of ``tracker profile``: against the study's reference when there is one;
+    else, when ``values`` change the configuration (not only the load), against the default
+    configuration's answers, served on ``server`` first; else (the default itself) against
+    its own answers one at a time. None when the check is off or the model's answers are
+    not compared."""
+    spec = session.spec
+    tol = tolerance(spec)
+    if tol is None:
+        return None
+    reference = stored_reference(spec, session.storage_url, session.client)
+    _, load_values = split_params(values)
+    if reference is None and set(values) - set(load_values):
+        repo = serve_default(session, server, "check-default")
+        with server.client() as client:
+            config = client.model_config(repo.model_name)
+            if unchecked_reason(config) is not None:
+                return None
+            reference = answers_of(spec, client, repo.model_name, config)
+    return ReferenceCheck(spec, tol, reference)
+
+
+def study_check(spec: StudySpec, study: optuna.Study,
+                client: MlflowClient) -> ReferenceCheck | None:
+    """The check of a study's confirmation: against the study's reference (None: the check
+    is off, or the study has no reference)."""
+    tol = tolerance(spec)
+    run_id = study.user_attrs.get(REFERENCE_ATTR)
+    if tol is None or not run_id:
+        return None
+    return ReferenceCheck(spec, tol, load_reference(client, str(run_id)))
