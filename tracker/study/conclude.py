@@ -30,6 +30,7 @@ from tracker.confirm import stats as confirm_stats
 from tracker.confirm import words
 from tracker.errors import TrackingError
 from tracker.metrics import WEIGHTED_GAIN
+from tracker.study import check_outputs
 from tracker.study.measured import serve_options
 from tracker.study.session import StudyContext
 from tracker.study.trial import configs, production_texts
@@ -74,6 +75,7 @@ def finish_study(ctx: StudyContext, *, status: str, owner: bool, stop_reason: st
                          if WEIGHTED_GAIN in objectives else scored.value)
                 row.confirmed = (value.estimate, value.low, value.high)
                 row.confirmed_p99 = scored.p99.estimate if scored.p99 is not None else None
+    text += check_outputs.summary_note(spec)
     try:
         _log_report(ctx, rows, best, text, stop_reason, wall_s, caption)
         if verdict is not None:
