@@ -331,3 +331,37 @@ def test_a_step_the_new_version_drops_is_removed_after_the_switch(
     assert not (repo / names.scale).exists()
     assert ready(server, names.order) == {names.scale: [], names.label: ["2"],
                                           names.entry: ["2"]}
+
+
+def test_a_pipeline_version_that_answers_unlike_the_study_is_refused(
+        tmp_path: Path, mlflow_uri: str,
+        shared_serving: tuple[LocalTritonServer, Path]) -> None:
+    """The output check at deploy sends the study's probes to the pipeline's entry: version
+    2 (its label step altered after the study) answers them differently, is refused before
+    it takes the traffic, and every model stays on version 1."""
+    import numpy as np
+
+    from tracker.deploy import verify
+    from tracker.study.check_outputs import store_reference
+    from tracker.triton.probes import ProbeSet, Tolerance
+
+    server, _repo = shared_serving
+    names = Names("k")
+    study = PipelineStudy(tmp_path, mlflow_uri, names, "kp")
+    reference = ProbeSet([{"INPUT": ("FP32", X)}], ["LABEL"],
+                         [{"LABEL": np.array([[b"v1:6.0"]], dtype=np.object_)}])
+    store_reference(study.study, study.client, study.parent, reference, Tolerance(1e-4, 1e-5))
+    promote = ["promote", "--study", "kp", "--storage", study.storage, "--registered-model",
+               "kp", "--name", names.entry]
+    study.add(V1, 100.0)
+    first = CliRunner().invoke(cli, promote)
+    assert first.exit_code == 0, first.output
+    study.add(V2, 200.0)
+    second = CliRunner().invoke(cli, promote)
+    assert second.exit_code == 1, second.output
+    assert verify.STEP in second.output and "version 1 still serves" in second.output
+    assert "output 'LABEL' of probe 0" in second.output, second.output
+    assert ready(server, names.order) == {n: ["1"] for n in names.order}
+    assert answer(server, names.entry) == ["v1:6.0"]
+    refused = mlflow.MlflowClient(mlflow_uri).get_model_version("kp", "2")
+    assert verify.STEP in refused.tags["tracker.deploy.refused"]
