@@ -81,3 +81,23 @@ def test_stored_and_read_back_without_pickles() -> None:
     first = back.answers[0]
     assert isinstance(first, dict) and first["TXT"][0, 0] == b"hi"
     assert probes.compare(ref, back.answers, TOL).passed
+
+
+def test_sequence_and_stream_probe_sets_keep_their_kind_and_their_steps() -> None:
+    """A stateful model's probe is its steps stacked (requests: the steps); a decoupled
+    model's answer is its responses stacked, or flattened end to end when their shapes
+    differ; both kinds survive storage."""
+    from tracker.triton.stream_probe import joined
+
+    steps = np.arange(3, dtype=np.int32).reshape(3, 1, 1)
+    seq = ProbeSet([{"IN": ("INT32", steps)}], ["SUM"], [{"SUM": steps.astype(np.int64)}],
+                   sequence="uint")
+    assert seq.requests(0) == 3 and _ref({"OUT": np.ones(1)}).requests(0) == 1
+    back = probes.loads(probes.dumps(seq))
+    assert back.sequence == "uint" and not back.stream
+    assert probes.loads(probes.dumps(ProbeSet([], ["Y"], [], stream=True))).stream
+    same = joined([{"Y": np.array([1.0, 2.0])}, {"Y": np.array([3.0, 4.0])}], ["Y"])
+    assert same["Y"].shape == (2, 2)
+    ragged = joined([{"Y": np.array([1.0])}, {"Y": np.array([2.0, 3.0])}], ["Y"])
+    np.testing.assert_array_equal(ragged["Y"], [1.0, 2.0, 3.0])
+    assert joined([], ["Y"])["Y"].shape == (0,)

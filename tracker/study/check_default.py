@@ -78,10 +78,12 @@ def probe_default(spec_path: str | Path) -> str:
 
 
 def serve_default(session: Session, server: TritonServer,
-                  folder: str = "default") -> TrialRepository:
-    """The default configuration written under the session's work folder and served."""
+                  folder: Path | None = None) -> TrialRepository:
+    """The default configuration written into ``folder`` (default: ``default`` in the
+    session's work folder) and served."""
     spec, conf = session.spec, session.configuration
-    repo = write_configuration(session.workdir / folder, {n: conf.info(n) for n in conf.names},
+    repo = write_configuration(folder or session.workdir / "default",
+                               {n: conf.info(n) for n in conf.names},
                                conf.defaults(), conf.entry,
                                serving=resolve_serving(spec, server, conf),
                                options=serve_options(spec))

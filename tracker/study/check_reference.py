@@ -12,6 +12,8 @@ answers sent together).
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,12 +109,17 @@ def profile_check(session: Session, server: TritonServer,
     reference = stored_reference(spec, session.storage_url, session.client)
     _, load_values = split_params(values)
     if reference is None and set(values) - set(load_values):
-        repo = serve_default(session, server, "check-default")
-        with server.client() as client:
-            config = client.model_config(repo.model_name)
-            if unchecked_reason(config) is not None:
-                return None
-            reference = answers_of(spec, client, repo.model_name, config)
+        # beside the work folder: the profile's repository is the work folder itself
+        folder = Path(tempfile.mkdtemp(prefix="check-default-", dir=session.workdir.parent))
+        try:
+            repo = serve_default(session, server, folder)
+            with server.client() as client:
+                config = client.model_config(repo.model_name)
+                if unchecked_reason(config) is not None:
+                    return None
+                reference = answers_of(spec, client, repo.model_name, config)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
     return ReferenceCheck(spec, tol, reference)
 
 
