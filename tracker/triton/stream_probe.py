@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from tracker.errors import ServerError
-from tracker.triton.client import triton_errors
 from tracker.triton.endpoints import Endpoints
 
 Array = np.ndarray[Any, Any]
@@ -37,7 +36,7 @@ def stream_tensors(endpoints: Endpoints, name: str, tensors: Mapping[str, tuple[
     security = endpoints.security
     client = grpcclient.InferenceServerClient(endpoints.grpc, **security.grpc_client_kwargs())
     try:
-        with triton_errors(f"streaming inference on {name!r} failed"):
+        try:
             client.start_stream(callback=lambda result, error: got.put((result, error)),
                                 headers=security.http_headers() or None)
             inputs = []
@@ -49,6 +48,8 @@ def stream_tensors(endpoints: Endpoints, name: str, tensors: Mapping[str, tuple[
                 name, inputs, model_version="" if version is None else str(version),
                 outputs=[grpcclient.InferRequestedOutput(o) for o in outputs] or None,
                 enable_empty_final_response=True)
+        except Exception as exc:  # InferenceServerException, grpc.RpcError, OSError, ...
+            raise ServerError(f"streaming inference on {name!r} failed: {exc}") from exc
         return _read(got, name, outputs, time.monotonic() + timeout_s, timeout_s)
     finally:
         try:
