@@ -54,15 +54,14 @@ def check_command(spec_path: Path, outputs: bool) -> None:
     """
     from tracker.spec import ensure_model, load_spec
     from tracker.study.check_default import probe_default, static_check
-    from tracker.study.session import check_study
-    from tracker.triton.configuration import configuration_of
+    from tracker.study.session import check_study, spec_configuration
     from tracker.triton.server.modes import make_server
 
     spec = load_spec(spec_path)
     if not spec.model.path.exists() and spec.model.build is not None:
         click.echo(f"building {spec.model.path.name} with {spec.model.build.name} ...", err=True)
     ensure_model(spec)
-    conf = configuration_of(spec.model)
+    conf = spec_configuration(spec)  # starts Triton once for a model it auto-completes
     click.echo(check_study(spec, conf, make_server(spec.server)))  # constructed, never started
     click.echo(static_check(spec, conf))
     if outputs:

@@ -15,6 +15,7 @@ Enumeration rules (``grid``, ``space_size``):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -56,7 +57,11 @@ BATCHING_PREFIXES: tuple[str, ...] = ("dynamic_batching.", "sequence_batching.")
 def default_space(info: ModelInfo) -> Space:
     """The space searched when the spec gives none (see the module constants). A stateful
     model keeps its sequence batcher: its own knobs replace the dynamic batcher's
-    (tracker/triton/sequence.py)."""
+    (tracker/triton/sequence.py). A model Triton completed keeps its own max_batch_size
+    (tracker/triton/autocomplete.py)."""
+    if info.completed:
+        own = default_space(dataclasses.replace(info, completed=False))
+        return {k: v for k, v in own.items() if k != "max_batch_size"}
     if sequence.is_sequence(info.config):
         counts = DEFAULT_INSTANCE_COUNTS if info.supports_batching else \
             DEFAULT_INSTANCE_COUNTS_UNBATCHED

@@ -31,8 +31,10 @@ import mlflow
 import optuna
 from mlflow import MlflowClient
 
+from tracker.errors import SpecError
 from tracker.search.study import default_storage
 from tracker.spec import StudySpec, ensure_model, load_spec, parse_spec
+from tracker.triton.autocomplete import complete, space_problems, to_complete
 from tracker.triton.configuration import Configuration, configuration_of
 from tracker.triton.model_config import ModelInfo
 from tracker.triton.server.modes import make_server
@@ -161,6 +163,14 @@ def shielded() -> Iterator[None]:
 
 # ---- the session ---------------------------------------------------------------------------
 
+def spec_configuration(spec: StudySpec) -> Configuration:
+    """The configuration the spec's ``model`` section names; a model whose configuration
+    only Triton's auto-complete gives (tracker/triton/autocomplete.py) gets the one Triton
+    completed, read from a server of the spec's mode started once for it."""
+    conf = configuration_of(spec.model)
+    return complete(conf, make_server(spec.server)) if to_complete(conf) else conf
+
+
 @dataclass
 class Session:
     """One invocation's set-up: made by :meth:`open`, cleaned up by :meth:`guarded`."""
@@ -183,14 +193,15 @@ class Session:
              work_prefix: str = "tracker-", base_config: Path | None = None) -> Session:
         """Load and check the spec (overrides applied), build the model if it has a build
         script, read its config (``base_config`` instead of the spec's ``model.config``), and
-        resolve where MLflow and the study are stored. Starts nothing: the server starts on
+        resolve where MLflow and the study are stored. Starts nothing (but a server to read
+        Triton's auto-complete, :func:`spec_configuration`): the server starts on
         :meth:`start_server`."""
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress lines say it
         spec = apply_overrides(load_spec(spec_path), options or TuneOptions())
         if base_config is not None:
             spec.model.config = Path(base_config).resolve()
         ensure_model(spec)
-        configuration = configuration_of(spec.model)
+        configuration = spec_configuration(spec)
         uri = tracking_uri(spec)
         storage_url = expand_env(spec.search.storage or default_storage(uri))
         work = Path(".tracker") / "work"
@@ -273,6 +284,9 @@ def check_study(spec: StudySpec, conf: Configuration, server: TritonServer) -> s
     from tracker.search.summary import check
     from tracker.study.measured import check_servable  # measured.py: one measured config
 
+    refused = space_problems(spec.search.space, conf)
+    if refused:
+        raise SpecError(refused)
     text = check(spec, conf)
     check_servable(spec, conf, server)
     return text

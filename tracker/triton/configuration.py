@@ -153,19 +153,25 @@ class Configuration:
 
 # ---- reading a repository --------------------------------------------------------------------
 
+def _model_folder(path: Path) -> bool:
+    """A model folder: a config.pbtxt, or (a model Triton auto-completes) a version folder."""
+    return path.is_dir() and ((path / CONFIG_FILE).is_file() or any(
+        p.is_dir() and p.name.isdigit() for p in path.iterdir()))
+
+
 def is_repository(path: Path) -> bool:
-    """A Triton model repository: a folder of model folders (each with config.pbtxt), itself
-    neither a model directory nor a model file."""
+    """A Triton model repository: a folder of model folders (each with config.pbtxt, or
+    version folders only), itself neither a model directory nor a model file."""
     if not path.is_dir() or (path / CONFIG_FILE).is_file():
         return False
     if any(p.is_dir() and p.name.isdigit() for p in path.iterdir()):
         return False
-    return any((p / CONFIG_FILE).is_file() for p in path.iterdir() if p.is_dir())
+    return any(_model_folder(p) for p in path.iterdir())
 
 
 def repository_models(root: Path) -> list[str]:
-    """The model folders of a repository (those with a config.pbtxt), sorted."""
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and (p / CONFIG_FILE).is_file())
+    """The model folders of a repository, sorted."""
+    return sorted(p.name for p in root.iterdir() if _model_folder(p))
 
 
 def load_configuration(path: Path, entries: str | Sequence[str], *,

@@ -108,8 +108,9 @@ class ModelInfo:
     config (as Triton's auto-complete would make it, merged with the user's base config) and
     whether Triton can batch it. ``model_file`` is what a trial carries and the registry
     stores: the ONNX file, or the whole model directory for directory formats.
-    ``auto_complete``: the I/O comes from the model's own auto_complete_config (read from the
-    server once it loaded the model)."""
+    ``auto_complete``: the I/O comes from the model's own auto_complete_config, which only
+    Triton runs; ``completed``: this config is the one Triton completed (both:
+    tracker/triton/autocomplete.py), so its max_batch_size is the model's own."""
 
     config: ModelConfig
     supports_batching: bool
@@ -117,6 +118,7 @@ class ModelInfo:
     platform: str = PLATFORM
     format: str = "onnx"
     auto_complete: bool = False
+    completed: bool = False
 
 
 # ---- changing a config by field path ------------------------------------------------------------

@@ -172,7 +172,7 @@ class DockerTritonServer(Launcher):
                    f"--http-address={address}", f"--http-port={http}",
                    f"--grpc-address={address}", f"--grpc-port={grpc}",
                    f"--metrics-address={address}", f"--metrics-port={metrics}",
-                   "--disable-auto-complete-config", f"--exit-timeout-secs={self.exit_timeout_s}"]
+                   *self.auto_complete_args(), f"--exit-timeout-secs={self.exit_timeout_s}"]
         if explicit:
             command.append("--model-control-mode=explicit")
         command.extend(self.extra_args)

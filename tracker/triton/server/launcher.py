@@ -43,6 +43,9 @@ class Launcher(TritonServer):
     explicit_only: bool = False
     #: TLS and headers its clients use (server.tls/headers; None: the launcher's own)
     security: Security | None = None
+    #: start with Triton's auto-complete on (default off: every trial's config.pbtxt is
+    #: complete; tracker/triton/autocomplete.py turns it on to read a model's completion)
+    auto_complete: bool = False
 
     def __init__(self, *, strategy: Strategy = "restart", startup_timeout_s: float = 120.0) -> None:
         if strategy not in ("restart", "reload"):
@@ -60,6 +63,10 @@ class Launcher(TritonServer):
         self._auto_ports = True
         self._stage_root: Path | None = None
         self.option_args: tuple[str, ...] = ()
+
+    def auto_complete_args(self) -> list[str]:
+        """The flag that turns Triton's auto-complete off, unless :attr:`auto_complete`."""
+        return [] if self.auto_complete else ["--disable-auto-complete-config"]
 
     # -- hooks -------------------------------------------------------------------------------
     @abstractmethod

@@ -191,7 +191,7 @@ class LocalTritonServer(Launcher):
                 f"--http-address={HOST}", f"--http-port={http}",
                 f"--grpc-address={HOST}", f"--grpc-port={grpc}",
                 f"--metrics-address={HOST}", f"--metrics-port={metrics}",
-                "--disable-auto-complete-config", f"--exit-timeout-secs={self.exit_timeout_s}",
+                *self.auto_complete_args(), f"--exit-timeout-secs={self.exit_timeout_s}",
                 f"--backend-config=python,shm-region-prefix-name={self._shm_prefix}"]
         if backend_dir is not None:
             argv.append(f"--backend-directory={backend_dir}")
