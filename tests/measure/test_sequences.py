@@ -146,6 +146,20 @@ CONFIGS["acc_stream"] = (
     f'sequence_batching {{ direct {{ }} {controls("TYPE_UINT64")} }}\n'
     'input [{ name: "INPUT" data_type: TYPE_INT32 dims: [1] }]\n'
     'output [{ name: "SUM" data_type: TYPE_INT64 dims: [1] }]\n')
+PLAIN = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUT", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())]) for r in requests]
+"""
+CONFIGS["plain"] = ('name: "plain" backend: "python" max_batch_size: 8\n'
+                    'dynamic_batching { }\n'
+                    'input [{ name: "X" data_type: TYPE_FP32 dims: [4] }]\n'
+                    'output [{ name: "OUT" data_type: TYPE_FP32 dims: [4] }]\n')
+MODEL_PY = {"acc_stream": STREAMED, "plain": PLAIN}
 FAST = {"window_ms": 300, "warmup_requests": 10, "max_tries": 5, "stability_pct": 80}
 VALUES = [3, 5, 7, 11, 13, 17, 19, 23]
 
@@ -155,7 +169,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServ
     repo = tmp_path_factory.mktemp("seq_repo")
     for name, text in CONFIGS.items():
         (repo / name / "1").mkdir(parents=True)
-        (repo / name / "1" / "model.py").write_text(STREAMED if name == "acc_stream" else ACC)
+        (repo / name / "1" / "model.py").write_text(MODEL_PY.get(name, ACC))
         (repo / name / "config.pbtxt").write_text(text)
     with LocalTritonServer(startup_timeout_s=90) as srv:
         srv.start(repo)
@@ -235,6 +249,25 @@ def test_sweep_sends_sequences_over_processes_rates_and_http(
             for key in ("perf_sequence_throughput", "perf_sequence_latency_p50",
                         "perf_sequence_latency_p90", "perf_sequence_latency_p99"):
                 assert key in names
+
+
+def test_a_stateful_entry_among_several_is_sent_sequences(server: LocalTritonServer) -> None:
+    """Entry models measured together (model.name a list): each entry's load kind follows its
+    own config, so the stateful ones get sequences (a step outside its sequence fails on
+    them) while the plain one gets plain requests, in the same windows."""
+    entries = {name: EntryLoad(model_config.parse(CONFIGS[name]),
+                               LoadSection(concurrency=[2, 4], **FAST,  # type: ignore[arg-type]
+                                           sequence={"length": 3} if name != "plain" else None))
+               for name in ("acc", "acc_direct", "plain")}
+    assert [k.name for k in entries["acc"].kinds()] == ["sequences"]
+    assert [k.name for k in entries["plain"].kinds()] == ["concurrency"]
+    res = sweep(server.endpoints, entries)
+    assert res.names == ["acc", "acc_direct", "plain"] and len(res.levels) == 2
+    for level in res.levels:
+        for name, m in level.measurements.items():
+            assert m.valid and m.errors == 0, (name, m.invalid_reason, m.first_error)
+            has_sequences = "perf_sequence_throughput" in m.metrics()
+            assert has_sequences == (name != "plain"), name
 
 
 def test_a_decoupled_sequence_model_streams_each_step(server: LocalTritonServer) -> None:

@@ -110,6 +110,8 @@ def test_check_reads_perf_analyzers_sequence_layout(tmp_path: Path) -> None:
     ({"space": ", space: {dynamic_batching.max_queue_delay_microseconds: [0, 100]}"},
      "search.space.dynamic_batching.max_queue_delay_microseconds: the model is stateful"),
     ({"dims": "[-1]"}, "has variable dims"),
+    ({"load": ", repeat: {pct: 90}"},
+     "load.repeat: model 'acc' is stateful (it has a sequence batcher)"),
 ])
 def test_bad_sequence_settings_are_clear_errors(tmp_path: Path, kw: dict[str, str],
                                                 fragment: str) -> None:
@@ -117,6 +119,37 @@ def test_bad_sequence_settings_are_clear_errors(tmp_path: Path, kw: dict[str, st
     assert result.exit_code == 1, result.stdout
     assert fragment in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def _joint(tmp_path: Path, load: str) -> Path:
+    """A repository of a plain model and the stateful ``acc``, both entry models."""
+    project(tmp_path / "repo")
+    (tmp_path / "repo" / "study.yaml").unlink()
+    plain = tmp_path / "repo" / "plain"
+    (plain / "1").mkdir(parents=True)
+    (plain / "1" / "model.py").write_text("class TritonPythonModel:\n    pass\n")
+    (plain / "config.pbtxt").write_text(
+        'name: "plain" backend: "python" max_batch_size: 8\n'
+        'input [{ name: "X" data_type: TYPE_FP32 dims: [4] }]\n'
+        'output [{ name: "Y" data_type: TYPE_FP32 dims: [4] }]\n')
+    spec = tmp_path / "study.yaml"
+    spec.write_text(f"model: {{name: [plain, acc], path: repo}}\n"
+                    f"load: {{concurrency: [1, 4]{load}}}\nsearch: {{n_trials: 4}}\n")
+    return spec
+
+
+def test_a_stateful_entry_among_several_is_checked_as_one(tmp_path: Path) -> None:
+    """The second entry's sequences are described and checked as the first entry's would
+    be: its load.models.<name> section gives them, and load.repeat there is refused."""
+    ok = _joint(tmp_path / "ok", ", models: {acc: {sequence: {length: 3}}}")
+    result = CliRunner().invoke(cli, ["check", str(ok)])
+    assert result.exit_code == 0, result.stderr
+    assert "stateful: yes, sequence batcher kept in every trial" in result.stdout
+    assert "3 steps per sequence" in result.stdout
+    bad = _joint(tmp_path / "bad", ", models: {acc: {repeat: {pct: 90}}}")
+    result = CliRunner().invoke(cli, ["check", str(bad)])
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    assert "load.repeat: model 'acc' is stateful" in result.stderr
 
 
 def test_load_sequence_on_a_model_without_a_sequence_batcher(tmp_path: Path) -> None:

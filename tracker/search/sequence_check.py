@@ -45,7 +45,8 @@ SEQUENCE_METRICS = ("perf_sequence_throughput (seq/s), "
 def sequence_lines(spec: StudySpec, info: ModelInfo) -> list[str]:
     """The lines for a stateful model ([] for any other); SpecError naming the field when
     the load cannot send its sequences (a ``load.sequence`` on a model without a sequence
-    batcher, inputs it cannot fill, an ID kind the CORRID control refuses)."""
+    batcher, inputs it cannot fill, an ID kind the CORRID control refuses) or asks what a
+    sequence load does not do (``load.repeat``)."""
     cfg, load = info.config, spec.load
     try:
         check_sequence_load(cfg, load)
@@ -53,6 +54,12 @@ def sequence_lines(spec: StudySpec, info: ModelInfo) -> list[str]:
         raise SpecError([f"load.sequence: {err}"]) from err
     if not sequence.is_sequence(cfg):
         return []
+    if load.repeat is not None:
+        raise SpecError([
+            f"load.repeat: model {cfg.name!r} is stateful (it has a sequence batcher): its "
+            "load sends sequences, whose steps are not repeated, and Triton's sequence "
+            "batcher does not use the response cache (Triton's response_cache.md, known "
+            "limitations), so load.repeat would measure nothing; remove load.repeat"])
     try:
         ids = id_type(cfg, load)
     except MeasurementError as err:

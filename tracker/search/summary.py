@@ -78,7 +78,7 @@ def check_input_data(spec: StudySpec, info: ModelInfo) -> str:
         return ("inputs: from the model's auto_complete_config, read from Triton once it "
                 "loaded the model" + (f"; {path} is checked then" if path else ""))
     if is_sequence(info.config):
-        return "inputs: the steps of the sequences above"
+        return "inputs: the steps of its sequences (the 'sequences:' line)"
     try:
         samples = samples_for(info.config, spec.load)
     except MeasurementError as err:
@@ -196,9 +196,12 @@ def _joint_lines(spec: StudySpec, conf: Configuration) -> list[str]:
     lines = ["  every entry model is driven at once, in the same windows; per model:"]
     for name in conf.entries:
         load = spec.load.for_model(name)
-        inputs = check_input_data(spec.model_copy(update={"load": load}), conf.info(name))
+        own = spec.model_copy(update={"load": load})
+        inputs = check_input_data(own, conf.info(name))
         lines.append(f"  {name}: {_sweep(load)}, batch size {load.batch_size}, weight "
                      f"{weights[name]:g}; {inputs}")
+        if name != conf.entry:  # the first entry's are above
+            lines.extend("  " + line for line in sequence_lines(own, conf.info(name)))
     return lines
 
 
