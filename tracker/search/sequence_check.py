@@ -58,7 +58,7 @@ def sequence_lines(spec: StudySpec, info: ModelInfo) -> list[str]:
         raise SpecError([
             f"load.repeat: model {cfg.name!r} is stateful (it has a sequence batcher): its "
             "load sends sequences, whose steps are not repeated, and Triton's sequence "
-            "batcher does not use the response cache (Triton's response_cache.md, known "
+            "batcher does not use the response cache (Triton's response cache guide, known "
             "limitations), so load.repeat would measure nothing; remove load.repeat"])
     try:
         ids = id_type(cfg, load)
