@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from tracker.errors import StudyError
+from tracker.metrics import figure_of
 
 #: the violation of a bound whose metric was not measured (always infeasible)
 UNMEASURED_VIOLATION = 1.0
@@ -112,7 +113,7 @@ def stops_sweep(metrics: Mapping[str, float],
     a streaming model's time to first token and inter-token latency included."""
     return [c.words() for c in judge(metrics, constraints)
             if c.broken and c.side == "max"
-            and c.metric.rsplit("/", 1)[-1].startswith(LATENCY_PREFIXES)]
+            and figure_of(c.metric).startswith(LATENCY_PREFIXES)]
 
 
 def for_models(constraints: Mapping[str, object] | None, models: Sequence[str],

@@ -16,6 +16,11 @@ Metric names with a model in them (:func:`lookup` resolves both):
 - ``<model>/<metric>``: one of several independent models measured together on one server
   (tracker/measure/sweep.py), any name above, e.g. ``resnet/perf_latency_p99``.
 
+Metric names with a request priority level in them (``load.priorities``, measured by
+tracker/measure/kinds/priorities.py): ``<metric>/priority_<level>``, one of
+:data:`PRIORITY_METRICS` over the requests sent at that level, e.g.
+``perf_latency_p99/priority_1`` (``resnet/perf_latency_p99/priority_1`` among several models).
+
 Load knobs (:data:`LOAD_KNOBS`) are search-space keys that set the load rather than a
 config.pbtxt field: a trial with ``concurrency: 4`` is measured at that one level.
 """
@@ -121,6 +126,12 @@ _STEP = {m.name: m for m in STEP_METRICS}
 _STEP_RE = re.compile(r"model/([^/]+)/([^/]+)")
 _MODEL_RE = re.compile(r"([^/]+)/(.+)")
 
+#: the figures measured per request priority level, as ``<metric>/priority_<level>``
+PRIORITY_METRICS: tuple[str, ...] = (
+    "perf_throughput", "perf_latency_avg", "perf_latency_p50", "perf_latency_p90",
+    "perf_latency_p95", "perf_latency_p99")
+_PRIORITY_RE = re.compile(r"(.+)/priority_([1-9][0-9]*)")
+
 
 def step_metric(model: str, figure: str) -> str:
     """``model/<model>/<figure>``: a composing model's figure (a :data:`STEP_METRICS` name)."""
@@ -132,10 +143,34 @@ def model_metric(model: str, name: str) -> str:
     return f"{model}/{name}"
 
 
+def priority_metric(name: str, level: int) -> str:
+    """``<name>/priority_<level>``: a :data:`PRIORITY_METRICS` figure of one priority level."""
+    return f"{name}/priority_{level}"
+
+
+def priority_level(name: str) -> int | None:
+    """The priority level a metric name is about (``perf_latency_p99/priority_1`` -> 1)."""
+    found = _PRIORITY_RE.fullmatch(name)
+    return int(found.group(2)) if found is not None else None
+
+
+def figure_of(name: str) -> str:
+    """The catalog figure a metric name is about, without its model or priority level
+    (``a/perf_latency_p99/priority_1`` -> ``perf_latency_p99``)."""
+    found = _PRIORITY_RE.fullmatch(name)
+    return (found.group(1) if found is not None else name).rsplit("/", 1)[-1]
+
+
 def _lookup(name: str, prefixed: bool) -> Metric | None:
     metric = BY_NAME.get(name)
     if metric is not None:
         return metric
+    level = _PRIORITY_RE.fullmatch(name)
+    if level is not None:
+        inner = _lookup(level.group(1), prefixed)
+        if inner is None or inner.name.rpartition("/")[2] not in PRIORITY_METRICS:
+            return None
+        return Metric(name, inner.better, inner.unit)
     step = _STEP_RE.fullmatch(name)
     if step is not None and step.group(2) in _STEP:
         figure = _STEP[step.group(2)]
@@ -149,8 +184,9 @@ def _lookup(name: str, prefixed: bool) -> Metric | None:
 
 
 def lookup(name: str) -> Metric | None:
-    """The catalog entry of ``name``: a catalog name, ``model/<name>/<figure>`` or
-    ``<model>/<metric>`` (direction and unit of the figure or metric); None when unknown."""
+    """The catalog entry of ``name``: a catalog name, ``model/<name>/<figure>``,
+    ``<model>/<metric>`` or ``<metric>/priority_<level>`` (direction and unit of the figure or
+    metric); None when unknown."""
     return _lookup(name, prefixed=True)
 
 

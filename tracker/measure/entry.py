@@ -23,6 +23,7 @@ from tracker.measure.inputs import input_specs
 from tracker.measure.kinds import KINDS, LoadKind, Sequences, kinds_for, level_kind
 from tracker.measure.level import LevelSettings, Part
 from tracker.measure.loadgen import Level, LocalLoad
+from tracker.measure.priorities import prioritized
 from tracker.measure.procs import InProcessLoad, Load, ProcessLoad
 from tracker.measure.repeats import repeated
 from tracker.measure.sequence_steps import sequence_samples
@@ -170,6 +171,8 @@ async def open_entry(endpoints: Endpoints, name: str, entry: EntryLoad,
             datatypes, load.batch_size) or transport.payloads(samples, datatypes)
         if not stateful:  # a sequence's steps are indices into the payloads: no reordering
             payloads = repeated(payloads, load.repeat)  # load.repeat: one pass (repeats.py)
+        if load.priorities:  # each request at its level (priorities.py)
+            payloads = prioritized(payloads, load.priorities, load.protocol)
         driver: Load
         if load.processes > 1:
             procs = ProcessLoad(load.processes, load.protocol, url, name,

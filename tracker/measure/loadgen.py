@@ -141,14 +141,16 @@ class LocalLoad:
         self._mark_cpu, self._mark_wall = cpu, wall
         return chunk
 
-    def _record(self, t0: int, t1: int, got: object) -> None:
-        """The kinds' figures of one answer (its end is already in ``ends``)."""
+    def _record(self, t0: int, t1: int, got: object, payload: Payload) -> None:
+        """The kinds' figures of one answer to ``payload`` (its end is already in ``ends``)."""
         lat = t1 - t0
         for kind in self._recorders:
-            rec = kind.record(t0, t1, got)
-            values = rec[1] if rec is not None else (0,) * len(kind.fields)
-            if rec is not None:
-                lat = rec[0]
+            values = kind.tag(payload)
+            if values is None:
+                rec = kind.record(t0, t1, got)
+                values = rec[1] if rec is not None else (0,) * len(kind.fields)
+                if rec is not None:
+                    lat = rec[0]
             for name, value in zip(kind.fields, values, strict=True):
                 self.cols[name].append(value)
         self.lats.append(lat)
@@ -167,7 +169,7 @@ class LocalLoad:
         t1 = time.perf_counter_ns()
         self.ends.append(t1)
         if self._recorders:
-            self._record(t0, t1, got)
+            self._record(t0, t1, got, payload)
         else:
             self.lats.append(t1 - t0)
 

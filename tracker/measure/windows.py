@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tracker.errors import MeasurementError
+from tracker.measure.kinds.base import LATENCY
 from tracker.measure.stats import ServerStats, summarize_latencies
 from tracker.measure.types import Measurement, StepSplit
 
@@ -177,8 +178,9 @@ def merge(run: WindowRun, *, settings: WindowSettings, batch_size: int = 1,
         m.latency_p90_ms, m.latency_p95_ms = summary.p90_ms, summary.p95_ms
         m.latency_p99_ms = summary.p99_ms
     for kind in kinds:
-        kind.add_metrics(m, {name: np.concatenate([w.fields.get(name, _NONE) for w in last])
-                             for name in kind.fields})
+        kind.add_metrics(m, {LATENCY: lat, **{
+            name: np.concatenate([w.fields.get(name, _NONE) for w in last])
+            for name in kind.fields}})
     m.errors = sum(w.errors for w in last)  # the same span as the requests
     m.first_error = next((w.first_error for w in [*last, *run.windows] if w.first_error), None)
     servers = [w.server for w in last if w.server is not None]

@@ -29,8 +29,9 @@ from tracker.triton import field_paths
 from tracker.triton.configuration import Configuration
 from tracker.triton.model_config import LOAD_PARAMS, ModelConfig
 
-# Values Triton uses when the default config leaves a field out (model_config.proto).
-IMPLIED: dict[str, object] = {"instance_group.count": 1}
+# Values Triton uses when the default config leaves a field out (model_config.proto); a
+# config without a warmup block is model_warmup.count 0 (tracker/triton/warmup.py)
+IMPLIED: dict[str, object] = {"instance_group.count": 1, "model_warmup.count": 0}
 _MAX_CATEGORIES = 1000
 
 

@@ -1,6 +1,7 @@
 """Rules Triton applies to a model's knobs together, said before any trial runs: request
-priorities (``dynamic_batching.default_priority_level`` within ``priority_levels``) and an
-instance group's rate limiter resources within what the server gives (``server.options``).
+priorities (``dynamic_batching.default_priority_level`` within ``priority_levels``, and the
+levels ``load.priorities`` sends at), an instance group's rate limiter resources within
+what the server gives (``server.options``), and a warmup Triton can run (``model_warmup``).
 
 Each function returns the problems as ``search.space.<knob>: <rule and value>`` lines; the
 values a knob may take are its space's choices or range, else the model's default config.
@@ -11,12 +12,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from tracker.metrics import priority_level
 from tracker.spec import Range, Scalar
 from tracker.spec.fields import plain_path
-from tracker.triton import field_paths
+from tracker.triton import field_paths, warmup
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    from tracker.spec import StudySpec
+    from tracker.triton.configuration import Configuration
 
 LEVELS = "dynamic_batching.priority_levels"
 DEFAULT_LEVEL = "dynamic_batching.default_priority_level"
@@ -79,3 +84,82 @@ def resource_problems(space: Mapping[str, Range | list[Scalar]],
                            f"may need up to {max(counts):g}; Triton refuses to load it")
     return out
 
+
+
+def _sent_levels(shares: Mapping[int, float] | None, space: Mapping[str, Range | list[Scalar]],
+                 cfg: ModelConfig, where: str) -> list[str]:
+    """One entry: every level its load sends at within each measured configuration's
+    ``priority_levels`` (0, priorities off, is allowed beside configurations with them)."""
+    if not shares:
+        return []
+    highest = max(shares)
+    own = field_paths.get_value(cfg, LEVELS)
+    own_levels = float(own) if isinstance(own, int | float) else 0.0
+    searched = _choices(space[LEVELS]) if LEVELS in space else []
+    if max([own_levels, *searched]) == 0:
+        return [f"{where}: sends requests at levels {list(shares)}, but model {cfg.name!r} has "
+                f"no priority levels ({LEVELS} is 0 and the search space does not set it), so "
+                f"Triton would serve them all alike; set priority_levels >= {highest} in its "
+                "config.pbtxt or search it"]
+    out = []
+    if 0 < own_levels < highest:
+        out.append(f"{where}: sends requests at level {highest}, but model {cfg.name!r} has "
+                   f"{LEVELS} {own_levels:g} (its config.pbtxt); Triton serves a request above "
+                   "priority_levels at default_priority_level without a word")
+    low = [v for v in searched if 0 < v < highest]
+    if low:
+        out.append(f"search.space.{LEVELS}: {where} sends requests at level {highest}, but "
+                   f"priority_levels may be {min(low):g}; Triton serves a request above "
+                   "priority_levels at default_priority_level without a word")
+    return out
+
+
+def load_priority_problems(spec: StudySpec, conf: Configuration,
+                           space: Mapping[str, Range | list[Scalar]]) -> list[str]:
+    """``load.priorities`` against each entry model's priority levels (Triton maps a level
+    above ``priority_levels`` to the default level silently), and each objective or
+    constraint that names a level (``perf_latency_p99/priority_1``) against the levels its
+    entry's load sends at."""
+    out: list[str] = []
+    sent: dict[str, tuple[int, ...]] = {}
+    for name in conf.entries:
+        load = spec.load.for_model(name)
+        sent[name] = tuple(load.priorities or ())
+        own = {key.partition("/")[2] if key.startswith(f"{name}/") else key: knob
+               for key, knob in space.items()
+               if conf.single or key.startswith(f"{name}/")}
+        where = "load.priorities" + ("" if conf.single else f" (model {name!r})")
+        out.extend(_sent_levels(load.priorities, own, conf.info(name).config, where))
+    for section, names in (("objectives", spec.objectives), ("constraints", spec.constraints)):
+        for metric in names:
+            level = priority_level(metric)
+            prefix = metric.partition("/")[0]
+            whose = [prefix] if prefix in sent and len(sent) > 1 else list(sent)
+            for entry in (e for e in whose if level is not None and level not in sent[e]):
+                have = list(sent[entry]) or "none (load.priorities is not set)"
+                of = "" if len(sent) == 1 else f" of model {entry!r}"
+                out.append(f"{section}.{metric}: names priority level {level}, but the load"
+                           f"{of} sends no request at it (its levels: {have})")
+    return out
+
+
+def warmup_problems(space: Mapping[str, Range | list[Scalar]], cfg: ModelConfig) -> list[str]:
+    """``model_warmup`` knobs (tracker/triton/warmup.py) Triton could not run: on a stateful
+    model (its warmup requests would lack the control inputs the sequence batcher adds), or a
+    batch size above ``max_batch_size`` (1 for a model that cannot batch)."""
+    keys = [k for k in space if plain_path(k).startswith(warmup.PREFIX)]
+    if not keys:
+        return []
+    if cfg.HasField("sequence_batching"):
+        return [f"search.space.{keys[0]}: model {cfg.name!r} is stateful: Triton's warmup "
+                "requests would carry none of the control inputs its sequence batcher adds; "
+                "write its model_warmup block (with those inputs) in config.pbtxt instead"]
+    out = []
+    for key in (k for k in keys if plain_path(k) == warmup.BATCH_SIZE):
+        sizes = _numbers(space, "max_batch_size", cfg)
+        largest = max(min(sizes), 1) if sizes else 1
+        most = max(_choices(space[key]), default=0.0)
+        if most > largest:
+            out.append(f"search.space.{key}: a warmup batch must be at most max_batch_size "
+                       f"({largest:g}; 1 for a model that cannot batch), but may be {most:g}")
+    return out

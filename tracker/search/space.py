@@ -28,7 +28,7 @@ from optuna.distributions import (
 )
 
 from tracker.errors import SpecError
-from tracker.search.knob_rules import priority_problems
+from tracker.search.knob_rules import priority_problems, warmup_problems
 from tracker.spec import Range, Scalar, Space
 from tracker.spec.server_options import server_knob
 from tracker.triton import sequence
@@ -215,7 +215,8 @@ def check_space(space: Mapping[str, Range | list[Scalar]], info: ModelInfo | Con
                            for key, message in refused_knobs(space, info)]
     problems.extend(f"search.space.{key}: {message}"
                     for key, message in json_knobs.problems(info, space))
-    problems.extend(priority_problems(space, info.config))
+    problems.extend([*priority_problems(space, info.config),
+                     *warmup_problems(space, info.config)])
     problems.extend(f"search.space.{key}: {why}" for key in space
                     if (why := sequence.scheduler_problem(info.config, key)) is not None)
     if not info.supports_batching:

@@ -16,7 +16,7 @@ from tracker.errors import MeasurementError, SpecError
 from tracker.launch_modes import describe
 from tracker.measure.stream import stream_rule
 from tracker.measure.stream_inputs import samples_for
-from tracker.search.knob_rules import resource_problems
+from tracker.search.knob_rules import load_priority_problems, resource_problems
 from tracker.search.sequence_check import knobs_of, sequence_lines
 from tracker.search.space import check_space, model_knobs, resolve_space, space_size, values
 from tracker.spec import Bound, Range, Scalar, StudySpec
@@ -213,7 +213,8 @@ def check(spec: StudySpec, info: ModelInfo | Configuration) -> str:
     info = conf.entry_info
     space = resolve_space(spec.search.space, conf)
     check_space(space, conf, batch_size=spec.load.batch_size)
-    refused = resource_problems(space, spec.server.options.rate_limit_resources)
+    refused = [*resource_problems(space, spec.server.options.rate_limit_resources),
+               *load_priority_problems(spec, conf, space)]
     if refused:
         raise SpecError(refused)
     # the entry's own load (load.models.<entry> changes, streaming included) shapes its inputs
@@ -246,7 +247,9 @@ def check(spec: StudySpec, info: ModelInfo | Configuration) -> str:
         f"server: {server.mode} ({where}), strategy {server.strategy}",
         *_option_lines(spec),
         f"load: {sweep}; windows of {window}, stable within {load.stability_pct:g}%, "
-        f"batch size {load.batch_size}, {load.protocol}",
+        f"batch size {load.batch_size}, {load.protocol}"
+        + (f"; priorities {load.priorities} (per level: <metric>/priority_<level>)"
+           if load.priorities else ""),
         *_joint_lines(spec, conf),
         "objectives: " + ", ".join(f"{m} ({d})" for m, d in spec.objectives.items()),
         "constraints: " + (", ".join(_bound(m, b) for m, b in spec.constraints.items())

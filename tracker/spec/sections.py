@@ -37,6 +37,7 @@ from tracker.spec.checks import (
 )
 from tracker.spec.connection import ClientTransports, ServerConnection
 from tracker.spec.fields import config_field
+from tracker.spec.load_priorities import PriorityShares
 from tracker.spec.load_repeat import RepeatSection
 from tracker.spec.messages import Problems, join_path, problem, show
 from tracker.spec.model_section import ModelSection as ModelSection  # re-exported
@@ -208,6 +209,8 @@ class LoadSection(ClientTransports):
     """A .json or .npz file of inputs to send (default: random data shaped after the config)."""
     repeat: RepeatSection | None = None
     """A share of requests that repeat a few hot inputs (so a response cache can hit)."""
+    priorities: PriorityShares | None = None
+    """{LEVEL: SHARE}: the share of requests sent at each priority level (1: highest; sum 1)."""
     batch_size: PosInt = 1
     """The batch size of each request (above 1 the model must batch)."""
     protocol: Literal["grpc", "http"] = "grpc"
@@ -222,7 +225,6 @@ class LoadSection(ClientTransports):
     """How a streaming (decoupled) model is measured (docs/streaming.md)."""
     sequence: SequenceSection | None = None
     """A stateful model's sequences: lengths, seed, correlation IDs (docs/stateful.md)."""
-    #: several independent models: each one's changes to this load (docs/pipelines.md)
     models: dict[str, dict[str, object]] = Field(default_factory=dict)
     """Several entry models: {model: {load key: value}}, each one's changes to this load."""
 

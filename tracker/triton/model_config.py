@@ -24,7 +24,7 @@ from tracker.errors import ConfigError
 from tracker.metrics import LOAD_KNOBS
 from tracker.spec.fields import file_knob, plain_path
 from tracker.spec.server_options import server_knob
-from tracker.triton import field_paths, sequence
+from tracker.triton import field_paths, sequence, warmup
 from tracker.triton.onnx_reader import PLATFORM, rebatch_io
 
 #: Spec/Optuna parameters that are not config.pbtxt fields (they shape the load instead).
@@ -181,6 +181,8 @@ def apply(info_or_cfg: ModelInfo | ModelConfig, values: Mapping[str, object], *,
                               f"variable first dimension, but {exc}") from exc
     if mbs == 0 and "max_batch_size" in values and cfg.HasField("dynamic_batching"):
         cfg.ClearField("dynamic_batching")  # an unbatched model gets no dynamic batcher
+    if warmup.touched(values):  # a model_warmup knob: a complete block, or none (warmup.py)
+        warmup.complete(cfg, values)
     validate(cfg, supports_batching=batching)
     return cfg
 

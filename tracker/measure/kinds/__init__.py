@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from tracker.errors import MeasurementError
 from tracker.measure.kinds.base import LoadKind
 from tracker.measure.kinds.concurrency import Concurrency
+from tracker.measure.kinds.priorities import Priorities
 from tracker.measure.kinds.rate import RequestRate
 from tracker.measure.kinds.sequences import Sequences
 from tracker.measure.kinds.streaming import Streaming
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 #: every load kind, in the order kinds_for asks them (a later level kind wins)
 KINDS: dict[str, type[LoadKind]] = {
-    kind.name: kind for kind in (Concurrency, RequestRate, Sequences, Streaming)}
+    kind.name: kind for kind in (Concurrency, RequestRate, Sequences, Streaming, Priorities)}
 
 
 def kinds_for(config: ModelConfig, load: LoadSection) -> tuple[LoadKind, ...]:
@@ -41,5 +42,5 @@ def level_kind(kinds: tuple[LoadKind, ...]) -> LoadKind:
     return kinds[0]
 
 
-__all__ = ["KINDS", "Concurrency", "LoadKind", "RequestRate", "Sequences", "Streaming",
-           "kinds_for", "level_kind"]
+__all__ = ["KINDS", "Concurrency", "LoadKind", "Priorities", "RequestRate", "Sequences",
+           "Streaming", "kinds_for", "level_kind"]

@@ -17,13 +17,14 @@ report and the level plan ask only these:
 3. **What it records** (``fields``, :meth:`LoadKind.record`): per-request integers beside the
    latency (``ttft_ns``, ``tokens``, ...), kept aligned with the latencies from the
    generator's records through the windows; ``record`` turns a call's answer into the
-   latency and those values. The call itself is the transport's; ``caller_options`` are the
+   latency and those values, or :meth:`LoadKind.tag` reads them off the request that was
+   sent (its priority level). The call itself is the transport's; ``caller_options`` are the
    keywords the kind needs of it (a gRPC stream per request).
 4. **Which metrics it adds** (``metrics``, :meth:`LoadKind.add_metrics`): the catalog names
    (tracker/metrics.py) it fills on a :class:`~tracker.measure.types.Measurement` from the
-   pooled ``fields`` of the level's last windows: its named fields (``ttft_p99_ms``), or,
-   for a figure the Measurement has no field for, ``Measurement.figures[name]`` (logged and
-   judged like any metric).
+   pooled ``fields`` of the level's last windows (and their latencies, under
+   :data:`LATENCY`): its named fields (``ttft_p99_ms``), or, for a figure the Measurement
+   has no field for, ``Measurement.figures[name]`` (logged and judged like any metric).
 
 An entry's load is one **level kind** (a kind whose ``level_key`` is set) plus any number of
 **request kinds** (``level_key`` None: they change what one request is and records, not the
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
 
 Payload = Any
 Ints = npt.NDArray[np.int64]
+#: the key of the pooled latencies (ns) in the fields :meth:`LoadKind.add_metrics` gets
+LATENCY = "latency_ns"
 
 
 class Slots(Protocol):
@@ -141,9 +144,14 @@ class LoadKind:
         returned at ``t1``; None: not this kind's answer (latency ``t1 - t0``)."""
         return None
 
+    def tag(self, payload: Payload) -> tuple[int, ...] | None:
+        """A value per ``fields`` read off the request that was sent, for a kind whose figures
+        depend on what it sent rather than on the answer; None: ``record`` gives them."""
+        return None
+
     def add_metrics(self, m: Measurement, fields: Mapping[str, Ints]) -> None:
         """Fill this kind's figures of ``m`` (its ``duration_s`` and latencies already set)
-        from the level's pooled per-request ``fields``."""
+        from the level's pooled per-request ``fields`` (and the latencies, ``LATENCY``)."""
 
 
 def closed_slot(gen: Slots, offset: int, step: int = 1) -> Coroutine[Any, Any, None]:

@@ -55,6 +55,10 @@ SHARED: tuple[Knob, ...] = (
          "how long a request may wait in the queue", "int >= 0 (0: no limit)"),
     Knob("dynamic_batching.default_queue_policy.timeout_action",
          "what a timed-out request gets", "REJECT, DELAY"),
+    Knob("model_warmup.count", "warmup runs while the model loads (zero data)", "int >= 0 "
+         "(0: no warmup)"),
+    Knob("model_warmup.batch_size", "requests each warmup run executes together",
+         "1..max_batch_size"),
     Knob("response_cache.enable", "cache responses (needs server.options.cache_size)",
          "bool"),
     Knob("optimization.priority", "instance thread priority", "PRIORITY_DEFAULT, "
