@@ -14,6 +14,7 @@ from tests.support import models
 from tracker.cli import cli
 from tracker.errors import SpecError
 from tracker.spec import parse_spec
+from tracker.triton import model_config
 
 MODEL = {"name": "m", "path": "m.onnx"}
 LEVELS = "dynamic_batching.priority_levels: [2], dynamic_batching.default_priority_level: [2]"
@@ -48,8 +49,8 @@ CHECKED = [
      "priority levels"),
     ("load: {priorities: {1: 0.5, 2: 0.5}}\nsearch: {space: {" + LEVELS + "}}\n"
      "constraints: {perf_latency_p99/priority_3: {max: 10}}",
-     "constraints.perf_latency_p99/priority_3: names priority level 3, but the load sends no "
-     "request at it (its levels: [1, 2])"),
+     "constraints.perf_latency_p99/priority_3: names priority level 3, but the load of model "
+     "'quickstart' sends no request at it (its levels: [1, 2])"),
     ("search: {space: {model_warmup.count: [0, 2], model_warmup.batch_size: [1, 16], "
      "max_batch_size: [8]}}",
      "search.space.model_warmup.batch_size: a warmup batch must be at most max_batch_size "
@@ -81,3 +82,18 @@ def test_tracker_check_lists_the_priorities_and_the_warmup_knobs(tmp_path: Path)
     assert result.exit_code == 0, result.output
     assert "priorities {1: 0.25, 2: 0.75}" in result.output
     assert "model_warmup.count" in result.output
+
+
+def test_a_trial_that_gives_levels_gets_the_lowest_as_default_level() -> None:
+    base = model_config.parse('name: "m" max_batch_size: 4 dynamic_batching {} '
+                              'input [{name: "x" data_type: TYPE_FP32 dims: [2]}]')
+    cfg = model_config.apply(base, {"dynamic_batching.priority_levels": 3},
+                             supports_batching=True)
+    assert (cfg.dynamic_batching.priority_levels, cfg.dynamic_batching.default_priority_level) \
+        == (3, 3)  # Triton refuses levels without a default level in [1, levels]
+    cfg = model_config.apply(base, {"dynamic_batching.priority_levels": 3,
+                                    "dynamic_batching.default_priority_level": 1},
+                             supports_batching=True)
+    assert cfg.dynamic_batching.default_priority_level == 1
+    assert model_config.apply(base, {"dynamic_batching.priority_levels": 0},
+                              supports_batching=True).dynamic_batching.default_priority_level == 0

@@ -86,30 +86,32 @@ def resource_problems(space: Mapping[str, Range | list[Scalar]],
 
 
 
-def _sent_levels(shares: Mapping[int, float] | None, space: Mapping[str, Range | list[Scalar]],
-                 cfg: ModelConfig, where: str) -> list[str]:
+def _sent_levels(shares: Mapping[int, float] | None, searched_knob: Range | list[Scalar] | None,
+                 key: str, cfg: ModelConfig) -> list[str]:
     """One entry: every level its load sends at within each measured configuration's
-    ``priority_levels`` (0, priorities off, is allowed beside configurations with them)."""
+    ``priority_levels`` (its config's, and ``searched_knob``'s values at space key ``key``;
+    0, priorities off, is allowed beside configurations with them)."""
     if not shares:
         return []
     highest = max(shares)
     own = field_paths.get_value(cfg, LEVELS)
     own_levels = float(own) if isinstance(own, int | float) else 0.0
-    searched = _choices(space[LEVELS]) if LEVELS in space else []
+    searched = _choices(searched_knob)
     if max([own_levels, *searched]) == 0:
-        return [f"{where}: sends requests at levels {list(shares)}, but model {cfg.name!r} has "
-                f"no priority levels ({LEVELS} is 0 and the search space does not set it), so "
-                f"Triton would serve them all alike; set priority_levels >= {highest} in its "
-                "config.pbtxt or search it"]
+        return [f"load.priorities: sends requests at levels {list(shares)}, but model "
+                f"{cfg.name!r} has no priority levels ({LEVELS} is 0 and the search space "
+                f"does not set it), so Triton would serve them all alike; set priority_levels "
+                f">= {highest} in its config.pbtxt or search it"]
     out = []
     if 0 < own_levels < highest:
-        out.append(f"{where}: sends requests at level {highest}, but model {cfg.name!r} has "
-                   f"{LEVELS} {own_levels:g} (its config.pbtxt); Triton serves a request above "
-                   "priority_levels at default_priority_level without a word")
+        out.append(f"load.priorities: sends requests at level {highest}, but model "
+                   f"{cfg.name!r} has {LEVELS} {own_levels:g} (its config.pbtxt); Triton "
+                   "serves a request above priority_levels at default_priority_level without a "
+                   "word")
     low = [v for v in searched if 0 < v < highest]
     if low:
-        out.append(f"search.space.{LEVELS}: {where} sends requests at level {highest}, but "
-                   f"priority_levels may be {min(low):g}; Triton serves a request above "
+        out.append(f"search.space.{key}: load.priorities sends requests at level {highest}, "
+                   f"but priority_levels may be {min(low):g}; Triton serves a request above "
                    "priority_levels at default_priority_level without a word")
     return out
 
@@ -118,28 +120,25 @@ def load_priority_problems(spec: StudySpec, conf: Configuration,
                            space: Mapping[str, Range | list[Scalar]]) -> list[str]:
     """``load.priorities`` against each entry model's priority levels (Triton maps a level
     above ``priority_levels`` to the default level silently), and each objective or
-    constraint that names a level (``perf_latency_p99/priority_1``) against the levels its
-    entry's load sends at."""
+    constraint that names a level (``perf_latency_p99/priority_1``, or ``<model>/...`` for
+    one entry of several) against the levels its entry's load sends at."""
     out: list[str] = []
     sent: dict[str, tuple[int, ...]] = {}
     for name in conf.entries:
-        load = spec.load.for_model(name)
-        sent[name] = tuple(load.priorities or ())
-        own = {key.partition("/")[2] if key.startswith(f"{name}/") else key: knob
-               for key, knob in space.items()
-               if conf.single or key.startswith(f"{name}/")}
-        where = "load.priorities" + ("" if conf.single else f" (model {name!r})")
-        out.extend(_sent_levels(load.priorities, own, conf.info(name).config, where))
+        shares = spec.load.for_model(name).priorities
+        sent[name] = tuple(shares or ())
+        key = conf.key(name, LEVELS)
+        out.extend(_sent_levels(shares, space.get(key), key, conf.info(name).config))
     for section, names in (("objectives", spec.objectives), ("constraints", spec.constraints)):
         for metric in names:
             level = priority_level(metric)
-            prefix = metric.partition("/")[0]
-            whose = [prefix] if prefix in sent and len(sent) > 1 else list(sent)
-            for entry in (e for e in whose if level is not None and level not in sent[e]):
+            if level is None:
+                continue
+            named = [e for e in conf.entries if metric.startswith(f"{e}/")]
+            for entry in (e for e in named or conf.entries if level not in sent[e]):
                 have = list(sent[entry]) or "none (load.priorities is not set)"
-                of = "" if len(sent) == 1 else f" of model {entry!r}"
-                out.append(f"{section}.{metric}: names priority level {level}, but the load"
-                           f"{of} sends no request at it (its levels: {have})")
+                out.append(f"{section}.{metric}: names priority level {level}, but the load "
+                           f"of model {entry!r} sends no request at it (its levels: {have})")
     return out
 
 

@@ -181,6 +181,10 @@ def apply(info_or_cfg: ModelInfo | ModelConfig, values: Mapping[str, object], *,
                               f"variable first dimension, but {exc}") from exc
     if mbs == 0 and "max_batch_size" in values and cfg.HasField("dynamic_batching"):
         cfg.ClearField("dynamic_batching")  # an unbatched model gets no dynamic batcher
+    db = cfg.dynamic_batching
+    if "dynamic_batching.priority_levels" in values and db.priority_levels > 0 \
+            and db.default_priority_level == 0:  # Triton needs one: the lowest level
+        db.default_priority_level = db.priority_levels
     if warmup.touched(values):  # a model_warmup knob: a complete block, or none (warmup.py)
         warmup.complete(cfg, values)
     validate(cfg, supports_batching=batching)
