@@ -14,8 +14,9 @@ but it says nothing about where to stop.
 Used by the sweep (measure/sweep.py, early stop) and by the level choice
 (search/objective.py); bounds are spec ``Bound`` models or ``{max: .., min: ..}`` mappings.
 A metric name may carry a model (``model/pre/queue_ms``, ``resnet/perf_latency_p99`` for one of
-several models measured together, tracker/metrics.py): the rule is the same; a latency maximum
-stops the sweep whichever model it names.
+several models measured together, tracker/metrics.py) or a request priority level
+(``perf_latency_p99/priority_1``): the rule is the same; a latency maximum stops the sweep
+whichever model or level it names.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from tracker.errors import StudyError
-from tracker.metrics import figure_of
 
 #: the violation of a bound whose metric was not measured (always infeasible)
 UNMEASURED_VIOLATION = 1.0
@@ -113,7 +113,7 @@ def stops_sweep(metrics: Mapping[str, float],
     a streaming model's time to first token and inter-token latency included."""
     return [c.words() for c in judge(metrics, constraints)
             if c.broken and c.side == "max"
-            and figure_of(c.metric).startswith(LATENCY_PREFIXES)]
+            and any(part.startswith(LATENCY_PREFIXES) for part in c.metric.split("/"))]
 
 
 def for_models(constraints: Mapping[str, object] | None, models: Sequence[str],

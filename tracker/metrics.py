@@ -154,13 +154,6 @@ def priority_level(name: str) -> int | None:
     return int(found.group(2)) if found is not None else None
 
 
-def figure_of(name: str) -> str:
-    """The catalog figure a metric name is about, without its model or priority level
-    (``a/perf_latency_p99/priority_1`` -> ``perf_latency_p99``)."""
-    found = _PRIORITY_RE.fullmatch(name)
-    return (found.group(1) if found is not None else name).rsplit("/", 1)[-1]
-
-
 def _lookup(name: str, prefixed: bool) -> Metric | None:
     metric = BY_NAME.get(name)
     if metric is not None:

@@ -12,11 +12,12 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from tracker.errors import MeasurementError
+from tracker.feasibility import stops_sweep
 from tracker.measure.kinds import Priorities, kinds_for
 from tracker.measure.priorities import MIN_PASS, level_of, level_order, prioritized
 from tracker.measure.transport import grpc_payloads, http_payloads
 from tracker.measure.windows import Window, WindowRun, WindowSettings, merge
-from tracker.metrics import figure_of, lookup, priority_level
+from tracker.metrics import lookup, priority_level
 from tracker.spec.sections import LoadSection
 from tracker.triton import model_config
 
@@ -94,7 +95,8 @@ def test_per_level_names_resolve_like_their_metric() -> None:
     assert lookup("gpu_utilization/priority_1") is None  # not split per level
     assert lookup("perf_latency_p99/priority_0") is None  # levels start at 1
     assert priority_level("a/perf_latency_p99/priority_3") == 3
-    assert figure_of("a/perf_latency_p99/priority_3") == "perf_latency_p99"
+    bound = {"a/perf_latency_p99/priority_3": {"max": 10}}  # a level's latency stops a sweep
+    assert stops_sweep({"a/perf_latency_p99/priority_3": 12.0}, bound)
 
 
 def test_the_kind_applies_to_a_load_with_priorities_and_refuses_a_stateful_model() -> None:

@@ -80,7 +80,7 @@ def test_tracker_check_lists_the_priorities_and_the_warmup_knobs(tmp_path: Path)
                     "search: {space: {" + LEVELS + ", model_warmup.count: [0, 2]}}\n")
     result = CliRunner().invoke(cli, ["check", str(path)])
     assert result.exit_code == 0, result.output
-    assert "priorities {1: 0.25, 2: 0.75}" in result.output
+    assert "load priorities {1: 0.25, 2: 0.75}" in result.output
     assert "model_warmup.count" in result.output
 
 

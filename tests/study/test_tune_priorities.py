@@ -30,7 +30,7 @@ LEVEL_FIGURES = ("perf_throughput", "perf_latency_avg", "perf_latency_p99")
 
 def test_a_study_measures_each_priority_level_and_loads_the_warmup(tmp_path: Path,
                                                                   mlflow_uri: str) -> None:
-    spec = write_spec(tmp_path, build_quickstart(tmp_path), SPACE, n_trials=4,
+    spec = write_spec(tmp_path, build_quickstart(tmp_path), SPACE, n_trials=3,
                       load={"concurrency": [16], "priorities": {1: 0.25, 2: 0.75}},
                       constraints={"perf_latency_p99/priority_1": {"max": 1000}},
                       mlflow={"tracking_uri": mlflow_uri})

@@ -47,7 +47,8 @@ def _numbers(space: Mapping[str, Range | list[Scalar]], key: str,
 
 def priority_problems(space: Mapping[str, Range | list[Scalar]], cfg: ModelConfig) -> list[str]:
     """Triton refuses a ``default_priority_level`` outside ``[1, priority_levels]`` when
-    priorities are on, and above 0 when they are off."""
+    priorities are on, and above 0 when they are off (a trial that leaves it unset gets the
+    lowest level, tracker/triton/model_config.py ``apply``)."""
     if DEFAULT_LEVEL not in space and LEVELS not in space:
         return []
     levels = _numbers(space, LEVELS, cfg) or [0.0]
@@ -57,7 +58,7 @@ def priority_problems(space: Mapping[str, Range | list[Scalar]], cfg: ModelConfi
     if fewest > 0 and highest > fewest:
         return [f"{where}: a priority level must be at most dynamic_batching.priority_levels "
                 f"({fewest:g}), but default_priority_level may be {highest:g}"]
-    if fewest > 0 and min(defaults) < 1:
+    if fewest > 0 and DEFAULT_LEVEL in space and min(defaults) < 1:  # unset: the lowest
         return [f"{where}: with priority_levels {fewest:g}, default_priority_level must be "
                 f"in [1, {fewest:g}], but may be {min(defaults):g}"]
     if fewest == 0 and highest > 0:

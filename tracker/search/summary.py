@@ -164,7 +164,8 @@ def _pipeline_lines(conf: Configuration) -> list[str]:
 
 
 def _option_lines(spec: StudySpec) -> list[str]:
-    """The server's option flags, and what a trial that searches one does (a restart)."""
+    """The server's option flags, what a trial that searches one does (a restart), and what
+    the load sends besides (repeats, priority levels)."""
     flags = spec.server.options.args()
     searched = server_knobs(list(spec.search.space))
     lines = [f"  server options: {' '.join(flags)}"] if flags else []
@@ -179,6 +180,9 @@ def _option_lines(spec: StudySpec) -> list[str]:
         r = spec.load.repeat
         lines.append(f"  load repeats {r.pct:g}% of its requests ({r.hot} hot ones), up to "
                      f"{r.distinct} distinct others per pass")
+    if spec.load.priorities:
+        lines.append(f"  load priorities {spec.load.priorities} (levels: shares); figures per "
+                     "level: <metric>/priority_<level>")
     return lines
 
 
@@ -247,9 +251,7 @@ def check(spec: StudySpec, info: ModelInfo | Configuration) -> str:
         f"server: {server.mode} ({where}), strategy {server.strategy}",
         *_option_lines(spec),
         f"load: {sweep}; windows of {window}, stable within {load.stability_pct:g}%, "
-        f"batch size {load.batch_size}, {load.protocol}"
-        + (f"; priorities {load.priorities} (per level: <metric>/priority_<level>)"
-           if load.priorities else ""),
+        f"batch size {load.batch_size}, {load.protocol}",
         *_joint_lines(spec, conf),
         "objectives: " + ", ".join(f"{m} ({d})" for m, d in spec.objectives.items()),
         "constraints: " + (", ".join(_bound(m, b) for m, b in spec.constraints.items())
