@@ -5,6 +5,7 @@ which design it used)."""
 from __future__ import annotations
 
 import math
+import re
 from types import SimpleNamespace
 from typing import Any
 
@@ -132,3 +133,35 @@ def test_a_fallback_verdict_says_it_ran_in_rounds_and_why() -> None:
     del old["design"], old["design_reason"]  # a record from before the paired design
     v_old = confirmed.verdict(old, OBJ)
     assert v_old is not None and v_old.design == paired.ROUNDS
+
+
+def test_a_short_study_s_pairs_go_on_past_the_budget_only_while_their_spread_can_decide() -> None:
+    from tracker.confirm.stopping import PAIRED_MIN, next_step
+
+    every = ["trial-0", "trial-3"]
+    # 6 undecided pairs of 2 s (two 1-s blocks), 12 s spent of a 12 s budget: another pair
+    # does not fit; their log-ratios (mean 0.2, sd 0.23) would decide in about 20 pairs
+    record = _paired_record([1.5, 0.9, 1.4, 1.0, 1.6, 1.1])
+    record.update(status="running", budget_s=12.0)
+    assert len(record["rounds"]) == PAIRED_MIN
+    keys, why = next_step(record, OBJ, every, 12.0, paired_min=PAIRED_MIN)
+    assert keys == [] and why.startswith("budget: another pair (about 2 s) would not fit")
+    record["budget_floor_s"] = 60.0  # 12 s + 14 more pairs x 2 s fits in 60 s: go on
+    assert next_step(record, OBJ, every, 12.0, paired_min=PAIRED_MIN) == (every, "")
+    record["budget_floor_s"] = 30.0  # it does not fit in 30 s: stop, and say why
+    keys, why = next_step(record, OBJ, every, 12.0, paired_min=PAIRED_MIN)
+    assert keys == [] and re.search(r"their spread needs about \d+ pairs in all to decide, "
+                                    r"more than the 30 s a short study's pairs may take", why)
+    # pairs that swing far more than the configurations differ cannot decide: stop
+    wild = _paired_record([3.0, 0.3, 2.0, 0.5, 1.5, 0.7])
+    wild.update(status="running", budget_s=12.0, budget_floor_s=60.0)
+    keys, why = next_step(wild, OBJ, every, 12.0, paired_min=PAIRED_MIN)
+    assert keys == [] and "more than 30 pairs" in why
+    # a budget above the floor (a long study) is the budget: the floor never raises it
+    record.update(budget_s=100.0, budget_floor_s=60.0)
+    keys, why = next_step(record, OBJ, every, 99.0, paired_min=PAIRED_MIN)
+    assert keys == [] and why.startswith("budget:") and "spread" not in why
+    # before PAIRED_MIN pairs the budget does not stop the pairs at all
+    early = _paired_record([1.5, 0.9, 1.4])
+    early.update(status="running", budget_s=1.0)
+    assert next_step(early, OBJ, every, 6.0, paired_min=PAIRED_MIN) == (every, "")

@@ -138,7 +138,7 @@ def test_confirm_section_is_validated_like_the_others(tmp_path: Path) -> None:
         parse_spec({"model": model, "confirm": {"rounds": 0}})
 
 
-# ---- when the rounds stop (tracker/confirm/rounds.py), on stored records ----------------------
+# ---- when the rounds stop (tracker/confirm/stopping.py), on stored records ----------------------
 
 def _timed(rec: dict[str, Any], seconds: float) -> dict[str, Any]:
     for rnd in rec["rounds"]:
@@ -149,7 +149,7 @@ def _timed(rec: dict[str, Any], seconds: float) -> dict[str, Any]:
 
 
 def test_rounds_stop_when_decided_at_the_most_rounds_or_at_the_budget() -> None:
-    from tracker.confirm.rounds import _next
+    from tracker.confirm.stopping import next_step as _next
 
     every = ["trial-0", "trial-4"]
     decided = _timed(_record({0: [28.0, 28.6, 28.3, 28.1, 28.4],

@@ -74,6 +74,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tracker.confirm.stats": ("tracker.",),  # the verdict's statistics
     "tracker.confirm.record": _CONFIRM_RECORD,
     "tracker.confirm.words": _CONFIRM_RECORD,
+    "tracker.confirm.stopping": _CONFIRM_RECORD,  # when the rounds stop, read from the record
     "tracker.confirm.rounds": ("tracker.deploy", "tracker.cli", "tracker.study.loop",
                                "tracker.study.profile", "tracker.confirm.command"),
     "tracker.confirm.paired": ("tracker.deploy", "tracker.cli", "tracker.study.loop",

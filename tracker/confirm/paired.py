@@ -65,6 +65,10 @@ MIN_WINDOW_MS = 500
 #: a GPU is "full" for two copies above this share of its memory
 GPU_SHARE = 0.9
 SUFFIX = {True: "__default", False: "__best"}
+#: why ``design: auto`` goes on in rounds: the study's confirmation was recorded in rounds
+RECORDED = ("in rounds, not paired: the study's confirmation of these configurations was "
+            "recorded in rounds, so it goes on in rounds (`tracker confirm --new` starts a "
+            "paired one)")
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,7 @@ class Record(TypedDict, total=False):
     design: str                         # paired | rounds (absent: rounds)
     design_reason: str                  # why, in words
     window_ms: int                      # the paired design's block window
+    budget_floor_s: float               # the paired design: time a short study may reach
 
 
 def load(study: optuna.Study) -> Record | None:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tracker.confirm import paired
+from tracker.confirm import paired, stopping
 from tracker.confirm import record as confirmed
 from tracker.confirm import stats as confirm_stats
 from tracker.confirm.record import PAIRS_PER_ROUND, Reading, Record, RoundEntry
@@ -50,10 +50,6 @@ JOINT = "models"
 
 #: the default budget: the confirmation's share of the study's measuring time (search + it)
 SHARE = 0.25
-#: the paired design: the pairs no budget stops before (fewer leave the interval too wide
-#: to decide: 2.0 standard deviations of a pair's log-ratio at 6, 7.6 at 3)
-PAIRED_MIN = 6
-
 #: windows per confirmation measurement: the three the stability rule compares, no retries
 #: (the rounds, not the retries, are what the verdict's intervals stand on)
 WINDOWS = 3
@@ -68,6 +64,7 @@ class Settings:
     margin_pct: float = confirm_stats.TIE_MARGIN_PCT
     budget_s: float | None = None      # measuring time of one invocation; None: no limit
     design: str = paired.AUTO          # auto | paired | rounds (paired.choose)
+    floor_s: float = 0.0               # the default budget's floor for pairs (stopping.py)
 
 
 @dataclass(frozen=True)
@@ -112,7 +109,8 @@ def settings_of(ctx: StudyContext, rounds: int | None = None, top_k: int | None 
         None if searched is None else round(searched * SHARE / (1 - SHARE), 1))
     return Settings(top_k or c.top_k, r, min(c.min_rounds, r),
                     ctx.spec.search.seed if ctx.spec.search.seed is not None else 0,
-                    c.tie_margin_pct, budget, c.design)
+                    c.tie_margin_pct, budget, c.design,
+                    stopping.FLOOR_S if c.budget_s is None else 0.0)
 
 
 def search_seconds(study: Any) -> float | None:
@@ -181,9 +179,12 @@ def run(ctx: StudyContext, s: Settings, *, again: bool = False, new: bool = Fals
                                         "the default to compare with it"))
         return None
     design = paired.choose(ctx, chosen, s.design)
+    record = confirmed.load(study)
+    if design.paired and s.design == paired.AUTO and not new and record is not None \
+            and _same(record, chosen):  # recorded in rounds (before pairs existed): go on so
+        design = paired.Design(paired.ROUNDS, paired.RECORDED)
     if design.paired:
         chosen = chosen[:2]
-    record = confirmed.load(study)
     same = record is not None and _same(record, chosen, design.name)
     if record is not None and same and record.get("status") == "done" and not (again or new):
         return record
@@ -199,9 +200,12 @@ def run(ctx: StudyContext, s: Settings, *, again: bool = False, new: bool = Fals
     target = s.rounds * (PAIRS_PER_ROUND if pairs else 1)
     record["rounds_target"], record["min_rounds"] = target, min(s.min_rounds, target)
     record["tie_margin_pct"], record["budget_s"] = s.margin_pct, s.budget_s
+    record["budget_floor_s"] = s.floor_s if pairs is not None else 0.0
     if pairs is not None:
         record["window_ms"] = pairs.window
     budget = "" if s.budget_s is None else f", at most {s.budget_s:g} s of measuring"
+    if pairs is not None and s.budget_s is not None and s.floor_s > s.budget_s:
+        budget += f" (up to {s.floor_s:g} s while the pairs' spread says they will decide)"
     unit = "pairs" if pairs else "interleaved rounds"
     say(f"confirmation: {', '.join(confirmed.key(r.number) for r in chosen)} (trial "
         f"{chosen[0].number} is the default), {design.reason}; in {unit} until decided (up "
@@ -235,8 +239,9 @@ def _loop(ctx: StudyContext, record: Record, by_number: dict[int, TrialRow],
     while True:
         rounds = record["rounds"]
         if not rounds or _complete(rounds[-1]):
-            open_keys, stop = _next(record, objectives, [confirmed.key(n) for n in by_number],
-                                    spent, paired_min=PAIRED_MIN if pairs else 0)
+            open_keys, stop = stopping.next_step(
+                record, objectives, [confirmed.key(n) for n in by_number], spent,
+                paired_min=stopping.PAIRED_MIN if pairs else 0)
             if stop:
                 record["stop"] = stop
                 return
@@ -264,35 +269,6 @@ def _loop(ctx: StudyContext, record: Record, by_number: dict[int, TrialRow],
         record["spent_s"] = round(sum(float(g.get("seconds") or 0.0) for r in rounds
                                       for g in r["results"].values()), 2)
         study.set_user_attr(confirmed.ATTR, record)
-
-
-def _next(record: Record, objectives: Mapping[str, str], every: list[str],
-          spent: float, paired_min: int = 0) -> tuple[list[str], str]:
-    """Before a new round: (the keys to measure in it, why to stop instead: "" to go on).
-    ``paired_min``: pairs the budget never stops before (a small study's pairs decide)."""
-    n = len(record["rounds"])
-    rounds = "pairs" if record.get("design") == paired.PAIRED else "rounds"
-    verdict = confirmed.verdict(record, objectives)
-    past_min = n >= record["min_rounds"]
-    if past_min and verdict is not None and verdict.decided:
-        return [], f"decided ({verdict.verdict}) after {n} {rounds}"
-    if n >= record["rounds_target"]:
-        return [], f"{n} {rounds} done (the most asked for) without a decision"
-    keys = confirm_stats.still_open(verdict) if verdict is not None and past_min else every
-    if past_min and len(keys) < 2:
-        return [], f"nothing left to measure after {n} {rounds}"
-    budget = record.get("budget_s")
-    cost = _mean_seconds(record) * len(keys)
-    if budget is not None and spent > 0 and spent + cost > float(budget) and n >= paired_min:
-        return [], (f"budget: another {rounds[:-1]} (about {cost:.0f} s) would not fit in "
-                    f"confirm.budget_s={float(budget):g} s after {n} {rounds}")
-    return keys, ""
-
-
-def _mean_seconds(record: Record) -> float:
-    took = [float(got["seconds"]) for rnd in record.get("rounds", [])
-            for got in rnd.get("results", {}).values() if "seconds" in got]
-    return sum(took) / len(took) if took else 0.0
 
 
 def _pair_round(ctx: StudyContext, rnd: RoundEntry, base: int) -> None:
