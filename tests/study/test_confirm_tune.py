@@ -158,6 +158,25 @@ def test_tune_confirms_then_tracker_confirm_reproduces_and_resumes(
     assert done["status"] == "done" and done["started"] == cut["started"]
     assert set(kept) <= set(_measured(done))  # the measurements before the cut are kept
 
+    # a confirmation recorded in rounds before the paired design existed (no "design" in its
+    # record) goes on in rounds under `design: auto`: its rounds kept, no new paired one
+    study = optuna.load_study(study_name="quick", storage=optuna.storages.RDBStorage(storage))
+    study.set_user_attr(confirmed.ATTR, {k: v for k, v in done.items()
+                                         if k not in ("design", "design_reason")})
+    auto = write_spec(tmp_path, model, {"instance_group.count": [1, 2], "max_batch_size": [1, 8]},
+                      n_trials=3, confirm={**CONFIRM, "design": "auto"},
+                      load={"concurrency": [4]})
+    more = str(len(done["rounds"]) + 1)
+    cli_result = CliRunner().invoke(cli, ["confirm", str(auto), "--rounds", more])
+    assert cli_result.exit_code == 0, cli_result.output
+    went_on = _record(storage)
+    assert went_on["started"] == done["started"] and went_on["design"] == "rounds"
+    assert went_on["rounds"][:len(done["rounds"])] == done["rounds"]
+    assert "recorded in rounds" in went_on["design_reason"]
+    parent = _parent(uri)
+    assert parent.data.tags["tracker.confirm_design"] == "rounds"
+    assert "recorded in rounds" in parent.data.tags["tracker.confirm_design_reason"]
+
 
 def test_a_study_where_nothing_beats_the_default_is_equivalent(
         tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -186,6 +205,8 @@ def test_a_study_where_nothing_beats_the_default_is_equivalent(
     parent = _parent(uri)
     assert parent.data.tags[confirmed.VERDICT_TAG] == "equivalent"
     assert parent.data.tags["tracker.confirm_design"] == "paired"
+    plots = {f.path for f in MlflowClient(uri).list_artifacts(parent.info.run_id, "plots")}
+    assert {"plots/confirm_ratios.png", "plots/confirm_ratios.html"} <= plots  # each pair's
     assert parent.data.metrics["improvement_pct_ci_low"] < 0
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = optuna.load_study(study_name="quick", storage=optuna.storages.RDBStorage(storage))

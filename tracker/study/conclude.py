@@ -34,7 +34,7 @@ from tracker.study import check_outputs
 from tracker.study.measured import serve_options
 from tracker.study.session import StudyContext
 from tracker.study.trial import configs, production_texts
-from tracker.tracking import runs, steps_plot, stream_plots, study_record, view
+from tracker.tracking import confirm_plot, runs, steps_plot, stream_plots, study_record, view
 from tracker.tracking.report import best_row, improvement_pct, summary, write_report
 from tracker.tracking.rows import TrialRow, entry_names, trial_rows
 from tracker.triton import model_config
@@ -77,7 +77,7 @@ def finish_study(ctx: StudyContext, *, status: str, owner: bool, stop_reason: st
                 row.confirmed_p99 = scored.p99.estimate if scored.p99 is not None else None
     text += check_outputs.summary_note(spec)
     try:
-        _log_report(ctx, rows, best, text, stop_reason, wall_s, caption)
+        _log_report(ctx, rows, best, text, stop_reason, wall_s, caption, verdict)
         if verdict is not None:
             _log_verdict(ctx, rows, verdict)
     except (MlflowException, TrackingError, OSError, ValueError) as exc:
@@ -123,7 +123,8 @@ def _spec_arg(source: Path | None) -> str:
 
 
 def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, text: str,
-                stop_reason: str, wall_s: float, caption: str | None = None) -> None:
+                stop_reason: str, wall_s: float, caption: str | None = None,
+                verdict: confirm_stats.Verdict | None = None) -> None:
     spec, parent = ctx.spec, ctx.parent
     client = parent.client
     objectives = dict(spec.objectives)
@@ -136,7 +137,8 @@ def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, 
                          entries=entry_names(ctx.configuration.entries,
                                              ctx.configuration.metric_name),
                          title=f"Study {ctx.study.study_name}", curves=curves, text=text,
-                         caption=caption, extra=_steps(ctx, rows, best, Path(tmp))))
+                         caption=caption,
+                         extra=_extra(ctx, rows, best, verdict, caption, Path(tmp))))
         if best is not None:
             cfgs, served = configs(ctx, best.params, best.baseline)
             prod, _served, _header = served_configs(ctx.info, cfgs[ctx.configuration.entry],
@@ -176,6 +178,19 @@ def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, 
             client.log_batch(parent.run_id, params=fresh)
     runs.set_tags(client, parent.run_id, parent_tags)
     runs.log_metrics(client, parent.run_id, metrics)
+
+
+def _extra(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None,
+           verdict: confirm_stats.Verdict | None, caption: str | None,
+           out_dir: Path) -> tuple[dict[str, Path], str] | None:
+    """The report's figures beyond the search's: a pipeline's per-step split (:func:`_steps`)
+    and the confirmation's per-pair ratios (tracking/confirm_plot.py)."""
+    steps = _steps(ctx, rows, best, out_dir)
+    pairs = confirm_plot.ratios(verdict, out_dir / "plots", caption) if verdict else {}
+    if not pairs:
+        return steps
+    files, section = steps or ({}, "")
+    return {**files, **{f"plots/{name}": path for name, path in pairs.items()}}, section
 
 
 def _steps(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None,
