@@ -4,8 +4,8 @@ serving Triton (one for the module).
 
 - python_backend's `batch_auto_complete` (projects/auto_complete): no config.pbtxt at all, its
   configuration completed by Triton (tracker/triton/autocomplete.py), every trial built on it;
-- the server repository's `simple_sequence` (tests/support/nvidia): a stateful ONNX model; the
-  promoted version answers a whole sequence as its graph computes it.
+- the server repository's `simple_sequence` and `simple_dyna_sequence` (tests/support/nvidia):
+  stateful ONNX models; the promoted version answers a whole sequence as its graph computes it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,13 @@ pytestmark = pytest.mark.triton
 
 ROOT = Path(__file__).resolve().parents[2]
 AUTO = ROOT / "projects" / "auto_complete" / "batch_auto_complete"
-SIMPLE_SEQUENCE = ROOT / "tests" / "support" / "nvidia" / "simple_sequence"
+NVIDIA = ROOT / "tests" / "support" / "nvidia"
+CORRID = 4242
+#: what each graph answers for the steps 5, 7, 9, 11 of sequence CORRID (START on the first
+#: step, END on the last, READY on all): simple_sequence READY * (INPUT + START),
+#: simple_dyna_sequence READY * (INPUT + START + END * CORRID)
+SEQUENCE_ANSWERS = {"simple_sequence": [6, 7, 9, 11],
+                    "simple_dyna_sequence": [6, 7, 9, 11 + CORRID]}
 
 
 def _spec(tmp: Path, name: str, model_dir: Path, uri: str, load: str, space: str) -> Path:
@@ -103,24 +109,23 @@ def test_auto_complete_example_without_config_is_tuned_promoted_and_answers(
     np.testing.assert_allclose(out["OUTPUT1"], a - b)
 
 
-def test_simple_sequence_is_tuned_promoted_and_answers_a_whole_sequence(
+@pytest.mark.parametrize("name", sorted(SEQUENCE_ANSWERS))
+def test_nvidia_sequence_model_is_tuned_promoted_and_answers_a_whole_sequence(
         tmp_path: Path, mlflow_uri: str,
-        shared_serving: tuple[LocalTritonServer, Path]) -> None:
+        shared_serving: tuple[LocalTritonServer, Path], name: str) -> None:
     server, repo = shared_serving
-    model_dir = tmp_path / "user" / "simple_sequence"
-    shutil.copytree(SIMPLE_SEQUENCE, model_dir)
-    spec = _spec(tmp_path, "simple_sequence", model_dir, mlflow_uri,
+    model_dir = tmp_path / "user" / name
+    shutil.copytree(NVIDIA / name, model_dir)
+    spec = _spec(tmp_path, name, model_dir, mlflow_uri,
                  ", sequence: {length: 3}", "{instance_group.count: [1, 2]}")
 
     _tune_and_promote(spec)
-    configs = _trial_configs(mlflow_uri, "simple_sequence", tmp_path)
+    configs = _trial_configs(mlflow_uri, name, tmp_path)
     assert len(configs) >= 2 and all(c.HasField("sequence_batching") for c in configs)
 
-    served = model_config.load(repo / "simple_sequence" / "config.pbtxt")
+    served = model_config.load(repo / name / "config.pbtxt")
     assert served.HasField("sequence_batching")
     url = server.endpoints.grpc
-    values = [5, 7, 9, 11]
-    steps = [{"INPUT": np.array([[v]], dtype=np.int32)} for v in values]
-    answers = run_sequence(url, "simple_sequence", steps, corrid=4242)
-    # READY * (INPUT + START): the first step carries the start flag, the others do not
-    assert [int(a["OUTPUT"].reshape(-1)[0]) for a in answers] == [6, 7, 9, 11]
+    steps = [{"INPUT": np.array([[v]], dtype=np.int32)} for v in (5, 7, 9, 11)]
+    answers = run_sequence(url, name, steps, corrid=CORRID)
+    assert [int(a["OUTPUT"].reshape(-1)[0]) for a in answers] == SEQUENCE_ANSWERS[name]

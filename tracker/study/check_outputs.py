@@ -302,7 +302,8 @@ def answers_of(spec: StudySpec, client: probes.Infers, model: str, config: Model
         raise MeasurementError(f"cannot make the output check's probes: {err}") from err
     made = ProbeSet(inputs, output_names(spec, config), sequence=sequence_kind(config),
                     stream=is_decoupled(config))
-    return dataclasses.replace(made, answers=made.ask(client, model, times=times))
+    return dataclasses.replace(made, answers=made.ask(client, model, times=times,
+                                                      every_position=True))
 
 
 def warm_up(spec: StudySpec, model: str, asked: ProbeSet, times: list[float],

@@ -22,7 +22,6 @@ probes the way they were made, whatever the configuration asked now is.
 from __future__ import annotations
 
 import io
-import itertools
 import json
 import threading
 import time
@@ -56,20 +55,23 @@ class Infers(Protocol):
                        outputs: Sequence[str] = ()) -> list[dict[str, Array]]: ...
 
 
-Send = Callable[[Infers, str, Tensors, Sequence[str], "int | None"], dict[str, Array]]
-# correlation IDs of the probes' sequences: unique in this process, apart from the loads'
-_IDS = itertools.count((time.time_ns() // 1_000_000 % (1 << 40)) << 16 | 1)
-_IDS_LOCK = threading.Lock()
+Send = Callable[[Infers, str, Tensors, Sequence[str], "int | None", int], dict[str, Array]]
+#: the correlation ID of the sequence probe at position ``k`` of an ask is ``ID_BASE + k``:
+#: the same in the default's answers and in every trial's, so that a model whose outputs
+#: depend on the ID (Triton's simple_dyna_sequence adds it on the last step) is compared with
+#: the answer to the same ID. Probes run before the load on the trial's server, and every
+#: probe sequence ends, so an ID is free again for the next trial.
+ID_BASE = 1_000_001
 
 
 def send_one(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str],
-             version: int | None) -> dict[str, Array]:
+             version: int | None, position: int = 0) -> dict[str, Array]:
     """One probe as one request."""
     return client.infer_tensors(model, tensors, version=version, outputs=outputs)
 
 
 def send_stream(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str],
-                version: int | None) -> dict[str, Array]:
+                version: int | None, position: int = 0) -> dict[str, Array]:
     """One probe of a decoupled model: one request, its whole response stream as one answer
     (every response's outputs stacked on a first axis)."""
     from tracker.triton.stream_probe import joined
@@ -80,22 +82,22 @@ def send_stream(client: Infers, model: str, tensors: Tensors, outputs: Sequence[
 
 def _sequence_sender(ids: str) -> Send:
     def send(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str],
-             version: int | None) -> dict[str, Array]:
-        return send_sequence(client, model, tensors, outputs, version, string_ids=ids == "string")
+             version: int | None, position: int = 0) -> dict[str, Array]:
+        return send_sequence(client, model, tensors, outputs, version, corrid=ID_BASE + position,
+                             string_ids=ids == "string")
     return send
 
 
 def send_sequence(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str],
-                  version: int | None, *, string_ids: bool = False) -> dict[str, Array]:
-    """One probe as one whole sequence: step ``j`` is every input's ``[j]``, sent under a
-    new correlation ID (``string_ids``: the ID as a decimal string); the outputs of the
-    steps stacked on a first axis."""
+                  version: int | None, *, corrid: int = ID_BASE,
+                  string_ids: bool = False) -> dict[str, Array]:
+    """One probe as one whole sequence: step ``j`` is every input's ``[j]``, sent under
+    correlation ID ``corrid`` (``string_ids``: as a decimal string); the outputs of the steps
+    stacked on a first axis."""
     steps = len(next(iter(tensors.values()))[1])
-    with _IDS_LOCK:
-        number = next(_IDS)
-    corrid: int | str = str(number) if string_ids else number
+    sequence_id: int | str = str(corrid) if string_ids else corrid
     answers = [client.infer_tensors(model, {n: (dt, a[j]) for n, (dt, a) in tensors.items()},
-                                    version=version, outputs=outputs, sequence_id=corrid,
+                                    version=version, outputs=outputs, sequence_id=sequence_id,
                                     sequence_start=j == 0, sequence_end=j == steps - 1)
                for j in range(steps)]
     return {out: np.stack([a[out] for a in answers]) for out in outputs}
@@ -121,13 +123,24 @@ class ProbeSet:
     stream: bool = False  # a decoupled model's: each answer is a whole response stream
 
     def requests(self, i: int) -> int:
-        """How many requests probe ``i`` is (a sequence's steps; else one)."""
-        return len(next(iter(self.inputs[i].values()))[1]) if self.sequence else 1
+        """How many requests the probe asked at position ``i`` is (a sequence's steps; else
+        one)."""
+        tensors = self.inputs[i % len(self.inputs)]
+        return len(next(iter(tensors.values()))[1]) if self.sequence else 1
+
+    def positions(self) -> list[Tensors]:
+        """What the default answers one at a time for the reference: each probe once; a
+        sequence probe set every position a check asks (each probe :data:`COPIES` times,
+        as sent together), since each position has its own correlation ID."""
+        return list(self.inputs) * (COPIES if self.sequence else 1)
 
     def ask(self, client: Infers, model: str, *, version: int | None = None,
-            together: bool = False, times: list[float] | None = None) -> list[Answer]:
-        """:func:`ask` with this set's probes, sent as they were made (whole sequences)."""
-        return ask(client, model, self.inputs, self.outputs, version=version,
+            together: bool = False, times: list[float] | None = None,
+            every_position: bool = False) -> list[Answer]:
+        """:func:`ask` with this set's probes, sent as they were made (whole sequences);
+        ``every_position``: one at a time at each of :meth:`positions` (the reference)."""
+        asked = self.positions() if every_position else self.inputs
+        return ask(client, model, asked, self.outputs, version=version,
                    together=together, times=times,
                    send=_sequence_sender(self.sequence) if self.sequence
                    else send_stream if self.stream else send_one)
@@ -144,9 +157,9 @@ class Verdict:
 
 
 def _answer(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str],
-            version: int | None, send: Send) -> Answer:
+            version: int | None, send: Send, position: int) -> Answer:
     try:
-        return send(client, model, tensors, outputs, version)
+        return send(client, model, tensors, outputs, version, position)
     except TrackerError as err:
         return f"error: {err}"
 
@@ -161,21 +174,21 @@ def ask(client: Infers, model: str, probes: Sequence[Tensors], outputs: Sequence
     queue (the answers: ``copies x len(probes)``, probe order repeated)."""
     if not together or len(probes) < 2:
         answers = []
-        for p in probes:
+        for k, p in enumerate(probes):
             started = time.perf_counter()
-            answers.append(_answer(client, model, p, outputs, version, send))
+            answers.append(_answer(client, model, p, outputs, version, send, k))
             if times is not None:
                 times.append(time.perf_counter() - started)
         return answers
     requests = list(probes) * COPIES
     start = threading.Barrier(len(requests))
 
-    def one(tensors: Tensors) -> Answer:
+    def one(k: int) -> Answer:
         start.wait()
-        return _answer(client, model, tensors, outputs, version, send)
+        return _answer(client, model, requests[k], outputs, version, send, k)
 
     with ThreadPoolExecutor(max_workers=len(requests), thread_name_prefix="probe") as pool:
-        return list(pool.map(one, requests))
+        return list(pool.map(one, range(len(requests))))
 
 
 def _head(array: Array) -> str:
@@ -214,9 +227,11 @@ def compare(reference: ProbeSet, got: Sequence[Answer], tol: Tolerance,
     largest, first = 0.0, ""
     sent = f" ({how})" if how else ""
     kind = "sequence probe" if reference.sequence else "probe"  # a sequence: steps first
-    wanted = list(reference.answers) * (len(got) // max(len(reference.answers), 1))
+    # the answer at position k is the reference's at k (a sequence set: every position),
+    # else the probe's (position k asks probe k mod the probe count)
+    wanted = [reference.answers[k % len(reference.answers)] for k in range(len(got))]
     for k, (want, have) in enumerate(zip(wanted, got, strict=True)):
-        i = k % len(reference.answers)
+        i = k % len(reference.inputs)
         if isinstance(want, str) or isinstance(have, str):
             if isinstance(want, str) and isinstance(have, str):
                 continue  # both refuse the probe: the same function, as far as it shows
@@ -264,7 +279,8 @@ def dumps(probes: ProbeSet) -> bytes:
     ``meta`` (input names and datatypes, output names, error answers)."""
     arrays: dict[str, Array] = {}
     meta: dict[str, Any] = {"outputs": probes.outputs, "inputs": [], "errors": {},
-                            "sequence": probes.sequence, "stream": probes.stream}
+                            "sequence": probes.sequence, "stream": probes.stream,
+                            "answers": len(probes.answers)}
     for i, tensors in enumerate(probes.inputs):
         meta["inputs"].append([[name, dt] for name, (dt, _) in tensors.items()])
         for j, (_, array) in enumerate(tensors.values()):
@@ -289,7 +305,7 @@ def loads(data: bytes) -> ProbeSet:
                    for j, (name, dt) in enumerate(names)}
                   for i, names in enumerate(meta["inputs"])]
         answers: list[Answer] = []
-        for i in range(len(inputs)):
+        for i in range(int(meta.get("answers", len(inputs)))):
             error = meta["errors"].get(str(i))
             answers.append(error if error is not None else {
                 out: _restored(npz[f"out_{i}_{j}"]) for j, out in enumerate(meta["outputs"])})
