@@ -25,18 +25,7 @@ QUESTIONS = {
     "the objective's name": re.compile(r"WEIGHTED_GAIN\s+(?:not\s+)?in\b|==\s*WEIGHTED_GAIN\b"),
 }
 #: modules that still ask, and who removes the question (issue 30's items)
-PENDING = {
-    # issue 35: a pipeline's copies (steps renamed) are not served side by side yet
-    "tracker/confirm/paired.py": "issue 35: pairing holds for one model only",
-    # Configuration.single (one model, no pipeline) still chooses the file-knob and pipeline
-    # paths here: item 4's remainder
-    "tracker/search/space.py": "item 4",
-    "tracker/search/summary.py": "item 4",
-    "tracker/study/conclude.py": "item 4",
-    "tracker/study/loop.py": "item 4",
-    "tracker/study/profile.py": "item 4",
-    "tracker/study/trial.py": "item 4",
-}
+PENDING: dict[str, str] = {}
 
 
 def askers(root: Path = PKG, repo: Path = REPO) -> dict[str, list[str]]:

@@ -105,3 +105,28 @@ def test_every_model_is_written_into_one_root(tmp_path: Path) -> None:
     assert (tmp_path / "trial" / "net" / "1" / "model.py").is_file()  # the ONNX shim
     assert repo.productions["net"].backend == "onnxruntime"
     assert dict(repo.models)["net"].backend == "python"
+
+
+def test_what_a_single_model_does_without_is_asked_of_the_configuration(
+        tmp_path: Path) -> None:
+    """The questions callers ask instead of counting entries: one model keeps bare knobs,
+    its own file knobs, its own storage and a side-by-side pair; a pipeline and several
+    entries do not, and only one entry's composing models are split per step."""
+    repo = ensemble_repository(tmp_path / "repo")
+    (repo / "prep" / "1" / "model.json").write_text('{"delay_ms": 3}')
+    one = load_configuration(repo / "prep", "prep")
+    pipe = load_configuration(repo, "pipe")
+    two = load_configuration(repo, ["pipe", "other"])
+    assert one.knob_prefix("prep") == "" and pipe.knob_prefix("net") == "net/"
+    assert not one.folder_per_model and pipe.folder_per_model and two.folder_per_model
+    assert one.file_knob_models == (one.entry_info,) and pipe.file_knob_models == ()
+    assert one.file_knob_defaults(["model.json:delay_ms", "max_batch_size"]) == {
+        "model.json:delay_ms": 3}
+    assert pipe.file_knob_defaults(["model.json:delay_ms"]) == {}
+    assert [k for k, _ in one.file_knob_problems(["model.json:nope"])] == ["model.json:nope"]
+    assert one.pairing_problem is None
+    assert "several models" in (pipe.pairing_problem or "")
+    assert pipe.split_steps == ("prep", "net", "post") and two.split_steps == ()
+    assert one.split_steps == ()
+    assert one.named_entries == () == pipe.named_entries and two.named_entries == (
+        "pipe", "other")

@@ -222,14 +222,15 @@ def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
     verdict = (f"{'meets' if best.feasible else 'violates'} the constraints"
                f"{'' if best.stable else ' (UNSTABLE: its windows never agreed)'}; "
                f"MLflow run {result.run_id}")
-    if len(result.by_model) > 1:  # several entry models, measured together
-        for name, got in result.by_model.items():
+    if result.named:  # several entry models, measured together
+        for name in result.named:
+            got = result.by_model[name]
             out = csv_path.with_name(f"{csv_path.stem}-{name}{csv_path.suffix}")
             click.echo(f"model {name}:\n{table(got)}\nwrote {write_csv(got, out)}")
         each = "; ".join(
             f"{n} concurrency {best.metrics.get(f'{n}/concurrency', 0):g}, "
             f"{best.metrics.get(f'{n}/perf_throughput', 0):,.1f} infer/s"
-            for n in result.by_model)
+            for n in result.named)
         click.echo(f"best joint level: {each}; {verdict}")
         return
     click.echo(f"{table(result.measurements)}\nwrote {write_csv(result.measurements, csv_path)}")

@@ -119,9 +119,8 @@ def choose(ctx: StudyContext, rows: list[TrialRow], asked: str) -> Design:
     why = None
     if (diff := option_difference(base.params, best.params)) is not None:
         why = f"the best differs from the default in a server option, {diff}"
-    elif not ctx.configuration.single:
-        why = ("the configuration has several models; their copies' steps are not renamed, so "
-               "one server cannot hold both")
+    elif (problem := ctx.configuration.pairing_problem) is not None:
+        why = problem
     else:
         why = too_big((base.metrics.get("gpu_used_memory"),
                        best.metrics.get("gpu_used_memory")), _gpu_total_mb(ctx))

@@ -27,7 +27,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from tracker.errors import SpecError
+from tracker.errors import ConfigError, SpecError
 from tracker.search.knob_rules import priority_problems, warmup_problems
 from tracker.spec import Range, Scalar, Space
 from tracker.spec.server_options import server_knob
@@ -97,8 +97,6 @@ def default_space_of(value: ModelInfo | Configuration) -> Space:
     keys as ``<model>/<field path>`` (a step's max_batch_size choices at least its
     ensemble's)."""
     conf = as_configuration(value)
-    if conf.single:
-        return default_space(conf.entry_info)
     out: Space = {}
     for name in tuned_models(conf):
         floor = _ensemble_floor(conf, name)
@@ -204,12 +202,7 @@ def check_space(space: Mapping[str, Range | list[Scalar]], info: ModelInfo | Con
     ``ensemble_scheduling.*`` knobs only."""
     space = {k: v for k, v in space.items() if not server_knob(k)}  # the server's, not a model's
     if isinstance(info, Configuration):
-        if info.single:
-            bare = {k.partition("/")[2] if k.startswith(info.entry + "/") else k: v
-                    for k, v in space.items()}
-            check_space(bare, info.entry_info, batch_size=batch_size)
-        else:
-            _check_configuration(space, info, batch_size)
+        _check_configuration(space, info, batch_size)
         return
     problems: list[str] = [f"search.space.{key}: {message}"
                            for key, message in refused_knobs(space, info)]
@@ -251,15 +244,17 @@ def _check_configuration(space: Mapping[str, Range | list[Scalar]], conf: Config
     for key, knob in space.items():
         if key in LOAD_PARAMS:
             continue
-        model, sep, path = key.partition("/")
-        if not sep:
+        try:  # a single model's knobs are bare (or prefixed with its name)
+            model, path = conf.split_key(key)
+        except ConfigError:
             problems.append(f"search.space.{key}: this study serves several models "
                             f"({', '.join(conf.names)}); name the model as "
-                            f"'<model>/{key}', e.g. '{tuned_models(conf)[0]}/{key}'")
-        elif model not in per_model:
-            problems.append(f"search.space.{key}: no model {model!r} in the configuration "
-                            f"(its models: {', '.join(conf.names)})")
-        elif conf.info(model).format == "ensemble" and not path.startswith(ENSEMBLE_KNOBS):
+                            f"'<model>/{key}', e.g. '{tuned_models(conf)[0]}/{key}'"
+                            if "/" not in key else
+                            f"search.space.{key}: no model {key.partition('/')[0]!r} in the "
+                            f"configuration (its models: {', '.join(conf.names)})")
+            continue
+        if conf.info(model).format == "ensemble" and not path.startswith(ENSEMBLE_KNOBS):
             own = [k.path for k in format_of(conf.info(model)).knobs(conf.info(model))]
             problems.append(f"search.space.{key}: {model!r} is an ensemble (Triton schedules "
                             f"it: no instances, no batcher); its knobs are {own}; tune its "
@@ -273,8 +268,10 @@ def _check_configuration(space: Mapping[str, Range | list[Scalar]], conf: Config
             check_space(sub, conf.info(name),
                         batch_size=batch_size if name in conf.entries else 1)
         except SpecError as err:
-            problems.extend(m.replace("search.space.", f"search.space.{name}/", 1)
-                            if m.startswith("search.space.") else f"{m} (model {name!r})"
+            prefix = conf.knob_prefix(name)  # empty for a single model: its messages as they are
+            problems.extend(m.replace("search.space.", f"search.space.{prefix}", 1)
+                            if m.startswith("search.space.")
+                            else f"{m} (model {name!r})" if prefix else m
                             for m in err.messages)
     if problems:
         raise SpecError(problems)

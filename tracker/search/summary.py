@@ -22,7 +22,6 @@ from tracker.search.space import check_space, model_knobs, resolve_space, space_
 from tracker.spec import Bound, Range, Scalar, StudySpec
 from tracker.spec.server_options import SERVER_KNOBS, server_knobs
 from tracker.triton.configuration import Configuration, as_configuration
-from tracker.triton.formats import json_knobs
 from tracker.triton.sequence import is_sequence
 
 if TYPE_CHECKING:
@@ -133,8 +132,8 @@ def _knob_lines(info: ModelInfo) -> list[str]:
             "the server):", *(f"  {k.path:<48} {k.what} ({k.values})" for k in SERVER_KNOBS)]
 
 
-def _file_knob_lines(info: ModelInfo, keys: list[str]) -> list[str]:
-    defaults = json_knobs.defaults(info, keys)
+def _file_knob_lines(conf: Configuration, keys: list[str]) -> list[str]:
+    defaults = conf.file_knob_defaults(keys)
     if not defaults:
         return []
     return [f"knobs in the model's JSON files ({len(defaults)}), written into each trial's "
@@ -192,13 +191,14 @@ def _sweep(load: LoadSection) -> str:
 
 
 def _joint_lines(spec: StudySpec, conf: Configuration) -> list[str]:
-    """Several entry models: each one's own load (its input data checked against it) and
-    weight, all driven at once."""
-    if len(conf.entries) < 2:
+    """Several entry models (those whose figures carry their name): each one's own load
+    (its input data checked against it) and weight, all driven at once."""
+    named = conf.named_entries
+    if not named:
         return []
-    weights = {name: (spec.model.weights or {}).get(name, 1.0) for name in conf.entries}
+    weights = {name: (spec.model.weights or {}).get(name, 1.0) for name in named}
     lines = ["  every entry model is driven at once, in the same windows; per model:"]
-    for name in conf.entries:
+    for name in named:
         load = spec.load.for_model(name)
         own = spec.model_copy(update={"load": load})
         inputs = check_input_data(own, conf.info(name))
@@ -247,7 +247,7 @@ def check(spec: StudySpec, info: ModelInfo | Configuration) -> str:
         f"  batching: {batching}",
         *streaming,
         f"  {inputs}",
-        *(_pipeline_lines(conf) if not conf.single else []),
+        *(_pipeline_lines(conf) if conf.folder_per_model else []),
         f"server: {server.mode} ({where}), strategy {server.strategy}",
         *_option_lines(spec),
         f"load: {sweep}; windows of {window}, stable within {load.stability_pct:g}%, "
@@ -258,8 +258,8 @@ def check(spec: StudySpec, info: ModelInfo | Configuration) -> str:
                            or "none"),
         f"{label}: {len(space)} knob{'s' * (len(space) != 1)}, {count}",
         *(f"  {key:<48} {_knob(knob)}" for key, knob in space.items()),
-        *(_knob_lines(info) if conf.single else []),
-        *(_file_knob_lines(info, list(space)) if conf.single else []),
+        *([] if conf.folder_per_model else _knob_lines(info)),
+        *_file_knob_lines(conf, list(space)),
         f"sampler: {search.sampler}, n_trials {search.n_trials}"
         + (f", seed {search.seed}" if search.seed is not None else "")
         + (f", timeout {search.timeout_s:g} s" if search.timeout_s else ""),

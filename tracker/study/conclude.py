@@ -29,7 +29,7 @@ from tracker.confirm import record as confirmed
 from tracker.confirm import stats as confirm_stats
 from tracker.confirm import words
 from tracker.errors import TrackingError
-from tracker.metrics import WEIGHTED_GAIN
+from tracker.metrics import RELATIVE
 from tracker.study import check_outputs
 from tracker.study.measured import serve_options
 from tracker.study.session import StudyContext
@@ -72,7 +72,7 @@ def finish_study(ctx: StudyContext, *, status: str, owner: bool, stop_reason: st
             scored = verdict.scored.get(row.name)
             if scored is not None and scored.value is not None:
                 value = (confirm_stats.gain_interval(scored.value)  # rounds: ratio scale
-                         if WEIGHTED_GAIN in objectives else scored.value)
+                         if next(iter(objectives)) in RELATIVE else scored.value)
                 row.confirmed = (value.estimate, value.low, value.high)
                 row.confirmed_p99 = scored.p99.estimate if scored.p99 is not None else None
     text += check_outputs.summary_note(spec)
@@ -146,9 +146,8 @@ def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, 
                                                     options=serve_options(spec))
             production = model_config.dumps(prod)
             files["best/config.pbtxt"] = production
-            if not ctx.configuration.single:  # best/<model>/config.pbtxt for every model
-                files.update({f"best/{name}/config.pbtxt": text for name, text in
-                              production_texts(ctx, cfgs).items()})
+            files.update({f"best/{name}/config.pbtxt": text for name, text in  # several
+                          production_texts(ctx, cfgs).items()})
             if served.strip() != production.strip():
                 files["best/served_config.pbtxt"] = served
         runs.log_files(client, parent.run_id, files)
@@ -198,8 +197,8 @@ def _steps(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None,
     """A pipeline's per-step split of the default and the best configuration
     (tracking/steps_plot.py); None for a model without composing models."""
     conf = ctx.configuration
-    steps = conf.composing()
-    if not steps or len(conf.entries) > 1:
+    steps = conf.split_steps
+    if not steps:
         return None
     base = next((r for r in rows if r.baseline and r.complete), None)
     searched = best_row(rows, dict(ctx.spec.objectives))  # the search's own best

@@ -57,7 +57,6 @@ from tracker.tracking.scaleout import (
     mark_worker_run,
 )
 from tracker.trial_attrs import TrialRecord, write_worker
-from tracker.triton.formats import json_knobs
 from tracker.triton.server.base import TritonServer
 from tracker.triton.server.live import stop_all
 
@@ -222,10 +221,10 @@ def _check(session: Session) -> None:
 def _search_space(session: Session) -> tuple[dict[str, BaseDistribution], Baseline, int | None]:
     """(the space's distributions widened to hold the default configuration, the default's
     parameters, the number of configurations of a finite space)."""
-    spec, info, conf = session.spec, session.info, session.configuration
+    spec, conf = session.spec, session.configuration
     space = resolve_space(spec.search.space, conf)
     dists, base = fit_baseline(distributions(space), conf,
-                               {**(json_knobs.defaults(info, space) if conf.single else {}),
+                               {**conf.file_knob_defaults(space),
                                 **{k: spec.server.options.value_of(k)
                                    for k in server_knobs(list(space))}})
     return dists, base, _size(dists)

@@ -114,10 +114,8 @@ class ConfigMeasurement:
 
 
 def model_files(texts: Mapping[str, str]) -> dict[str, str | bytes | Path]:
-    """``configs/<model>/config.pbtxt`` for each model of a configuration of several (its
-    production config: what it is deployed with); nothing for one model."""
-    if len(texts) < 2:
-        return {}
+    """``configs/<model>/config.pbtxt`` for each model of ``texts`` (its production config:
+    what it is deployed with; given for a configuration kept model by model only)."""
     return {f"configs/{name}/config.pbtxt": text for name, text in texts.items()}
 
 
@@ -344,7 +342,8 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
             repo, text, model_config.dumps(repo.production_config), result, choice,
             server.log_text()[mark:],
             {**measured_tags(monitors), **server_tags(server.endpoints), **said}, knob_texts,
-            {n: model_config.dumps(c) for n, c in repo.productions.items()}, conf.metric_name)
+            {n: model_config.dumps(c) for n, c in repo.productions.items()
+             if conf.folder_per_model}, conf.metric_name)
     except ConfigFailed:
         shutil.rmtree(workdir, ignore_errors=True)
         raise

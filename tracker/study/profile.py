@@ -39,6 +39,9 @@ class ProfileResult:
     config_text: str
     #: each entry model's levels (one model: its own); several are measured together
     by_model: dict[str, list[Measurement]] = field(default_factory=dict)
+    #: the entry models whose figures carry their name (Configuration.named_entries): several
+    #: measured together; none for one entry
+    named: tuple[str, ...] = ()
 
 
 def profile(spec_path: str | Path, values: Mapping[str, object], *,
@@ -60,7 +63,7 @@ def _profile(session: Session, values: Mapping[str, object], levels: Sequence[fl
              backend: str) -> ProfileResult:
     spec, conf = session.spec, session.configuration
     _config_values, load_values = model_config.split_params(values)
-    refused = json_knobs.problems(conf.entry_info, values) if conf.single else []
+    refused = conf.file_knob_problems(values)
     if refused:  # before any run or server: the model has no such file or key
         raise ModelError("; ".join(f"{key}: {why}" for key, why in refused))
     cfgs = conf.apply(values)  # every model's config (<model>/<field path> for several)
@@ -96,7 +99,7 @@ def _profile(session: Session, values: Mapping[str, object], levels: Sequence[fl
         runs.log_files(client, run_id, done.files())
         status = "FINISHED"
         return ProfileResult(run_id, done.measurements, done.choice, done.served_text,
-                             done.by_model())
+                             done.by_model(), conf.named_entries)
     except KeyboardInterrupt:
         status = "KILLED"
         raise

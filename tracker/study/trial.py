@@ -271,20 +271,22 @@ def default_metrics(study: optuna.Study) -> dict[str, float] | None:
 
 
 def production_texts(ctx: StudyContext, cfgs: dict[str, ModelConfig]) -> dict[str, str]:
-    """Each model's production config.pbtxt text (what it is deployed with)."""
+    """Each model's production config.pbtxt text (what it is deployed with), for a
+    configuration kept model by model (``Configuration.folder_per_model``); nothing for a
+    single model, whose production config is the trial's own."""
     from tracker.triton.repository import served_configs
 
     conf = ctx.configuration
     return {n: model_config.dumps(served_configs(conf.info(n), c, serving=ctx.serving,
                                                  options=serve_options(ctx.spec))[0])
-            for n, c in cfgs.items()}
+            for n, c in cfgs.items() if conf.folder_per_model}
 
 
 def configuration_tags(ctx: StudyContext) -> dict[str, object]:
     """For a configuration of several models: ``tracker.models`` (every model, load order)
     and ``tracker.entry_model``; nothing for one model."""
     conf = ctx.configuration
-    if conf.single:
+    if not conf.folder_per_model:
         return {}
     return {tags.MODELS: json.dumps(list(conf.names)), tags.ENTRY_MODEL: conf.entry}
 
@@ -299,13 +301,13 @@ def _model_tags(ctx: StudyContext) -> dict[str, object]:
     try:
         if ctx.stored_model is None:
             conf = ctx.configuration
-            if conf.single:
-                ctx.stored_model = ensure_stored(ctx.study, ctx.parent,
-                                                 format_of(ctx.info).stored(ctx.info))
-            else:  # one directory holding <model>/... for every model
+            if conf.folder_per_model:  # one directory holding <model>/... for every model
                 ctx.stored_model = ensure_stored(
                     ctx.study, ctx.parent,
                     assemble(conf, ctx.workdir / "stored" / CONFIGURATION_DIR))
+            else:
+                ctx.stored_model = ensure_stored(ctx.study, ctx.parent,
+                                                 format_of(ctx.info).stored(ctx.info))
         return dict(ctx.stored_model.tags())
     except TrackerError as err:
         return {tags.MODEL_ERROR: str(err)}

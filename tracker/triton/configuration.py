@@ -21,7 +21,7 @@ from typing import Protocol
 
 from tracker.errors import ConfigError, ModelError
 from tracker.triton import model_config
-from tracker.triton.formats import load_model_info
+from tracker.triton.formats import json_knobs, load_model_info
 from tracker.triton.formats.base import CONFIG_FILE
 from tracker.triton.formats.ensemble import PLATFORM, steps_of
 from tracker.triton.model_config import ModelConfig, ModelInfo
@@ -64,6 +64,12 @@ class Configuration:
         return metric if len(self.entries) == 1 else f"{entry}{SEP}{metric}"
 
     @property
+    def named_entries(self) -> tuple[str, ...]:
+        """The entry models whose figures carry their name (:meth:`metric_name`), each with
+        its own load and weight: every entry among several, none for one entry."""
+        return self.entries if len(self.entries) > 1 else ()
+
+    @property
     def entry(self) -> str:
         """The (first) entry model: the one the load drives."""
         return self.entries[0]
@@ -95,7 +101,58 @@ class Configuration:
 
     def key(self, model: str, path: str) -> str:
         """The knob name of ``path`` on ``model``: bare for a single model."""
-        return path if self.single or path in model_config.LOAD_PARAMS else f"{model}{SEP}{path}"
+        return path if path in model_config.LOAD_PARAMS else self.knob_prefix(model) + path
+
+    def knob_prefix(self, model: str) -> str:
+        """What ``model``'s knobs (and the messages about them) start with: ``<model>/``
+        in a configuration of several models, nothing for a single model."""
+        return "" if self.single else f"{model}{SEP}"
+
+    # ---- what a single model does without (callers ask these, never how many) -----------
+    @property
+    def folder_per_model(self) -> bool:
+        """Whether the configuration is kept model by model: stored as one folder holding
+        ``<model>/...`` for every model, each model's production config logged and written
+        as ``<model>/config.pbtxt`` beside the entry's, registered as a repository of models,
+        described model by model. False for a single model: its own model file or directory
+        is stored and registered, its config is the one ``config.pbtxt``."""
+        return not self.single
+
+    @property
+    def file_knob_models(self) -> tuple[ModelInfo, ...]:
+        """The models whose JSON files ``FILE:KEY`` knobs may set: the model of a single-model
+        configuration; none among several (a file knob names no model)."""
+        return self.models if self.single else ()
+
+    def file_knob_problems(self, keys: Iterable[str]) -> list[tuple[str, str]]:
+        """(knob, why) for each ``FILE:KEY`` knob among ``keys`` that the model cannot take
+        (:func:`tracker.triton.formats.json_knobs.problems`); none among several models."""
+        return [found for m in self.file_knob_models for found in json_knobs.problems(m, keys)]
+
+    def file_knob_defaults(self, keys: Iterable[str]) -> dict[str, object]:
+        """The value each ``FILE:KEY`` knob among ``keys`` has in the model's own file (what
+        the default configuration runs with); none among several models. ModelError as
+        :func:`tracker.triton.formats.json_knobs.defaults` says."""
+        keys = list(keys)
+        return {k: v for m in self.file_knob_models
+                for k, v in json_knobs.defaults(m, keys).items()}
+
+    @property
+    def pairing_problem(self) -> str | None:
+        """Why two copies of this configuration (the default and a candidate) cannot be served
+        side by side in one server, or None when they can (a single model: its copy is the
+        model under another name)."""
+        if self.single:
+            return None
+        return ("the configuration has several models; their copies' steps are not renamed, "
+                "so one server cannot hold both")
+
+    @property
+    def split_steps(self) -> tuple[str, ...]:
+        """The composing models whose per-step split a report draws: the models the one entry
+        of a pipeline reaches; none for a model without composing models, and none among
+        several entry models (a step's figures are not split per entry)."""
+        return self.composing() if len(self.entries) == 1 else ()
 
     # ---- knobs and configs ---------------------------------------------------------------
     def defaults(self) -> dict[str, ModelConfig]:
