@@ -6,6 +6,7 @@ weights, recomputed here from the logged figures."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import mlflow
@@ -148,6 +149,10 @@ def test_two_models_are_measured_together_and_the_weighted_gain_is_optimised(
     promoted = CliRunner().invoke(cli, ["promote", str(spec), "--no-deploy", "--force"])
     assert promoted.exit_code == 0, promoted.output
     assert "pipe+other version 1 " in promoted.output, promoted.output
+    # its description names each entry model's figures at the promoted trial, as the note does
+    described = client.get_model_version("pipe+other", "1").description
+    for model in WEIGHTS:
+        assert re.search(rf"\b{model} [\d,.]+ infer/s at concurrency \d", described), described
     local = Path(mlflow.artifacts.download_artifacts("models:/pipe+other/1",
                                                      dst_path=str(tmp_path / "registered")))
     triton = yaml.safe_load((local / "MLmodel").read_text())["flavors"]["triton"]

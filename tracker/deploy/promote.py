@@ -42,8 +42,8 @@ from tracker.tracking import flavor, model_files, registry
 from tracker.tracking.mlflow_model import log_winner_model
 from tracker.tracking.pipeline_flavor import models_from_tags
 from tracker.tracking.pipeline_winner import log_pipeline_winner
-from tracker.tracking.report import best_row, summary
-from tracker.tracking.rows import TrialRow, fmt, trial_rows
+from tracker.tracking.report import best_row, entry_figures, summary
+from tracker.tracking.rows import TrialRow, fmt, recorded_entry_names, trial_rows
 from tracker.trial_attrs import Attr
 
 HEADLINE_TAGS = ("perf_throughput", "perf_latency_p99")
@@ -146,10 +146,12 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
                                       else constraint_text(best.metrics, constraints)),
             **{m: repr(v) for m, v in best.metrics.items() if _headline_metric(m)},
             **_check_tags(study)}
-    description = summary(rows, objectives)
+    entries = recorded_entry_names(study)  # each entry model's figures, as the note has them
+    description = summary(rows, objectives, entries)
     if verdict is not None:
         tags.update(_verdict_tags(verdict, best.name, objectives))
-        description = words.study_summary(description, verdict, objectives)
+        description = (words.study_summary(description, verdict, objectives)
+                       + entry_figures(best, rows, entries or {}))
     mv = registry.register_version(client, registered_model, registry.VersionRequest(
         source=source, run_id=best.run_id, model_id=model_id, tags=tags,
         description=description))

@@ -36,7 +36,7 @@ from tracker.study.session import StudyContext
 from tracker.study.trial import configs, production_texts
 from tracker.tracking import confirm_plot, runs, steps_plot, stream_plots, study_record, view
 from tracker.tracking.report import best_row, improvement_pct, summary, write_report
-from tracker.tracking.rows import TrialRow, entry_names, trial_rows
+from tracker.tracking.rows import ENTRY_NAMES_ATTR, TrialRow, entry_names, trial_rows
 from tracker.triton import model_config
 from tracker.triton.repository import served_configs
 
@@ -58,6 +58,7 @@ def finish_study(ctx: StudyContext, *, status: str, owner: bool, stop_reason: st
     rows = trial_rows(ctx.study)
     objectives = dict(spec.objectives)
     entries = entry_names(ctx.configuration.entries, ctx.configuration.metric_name)
+    ctx.study.set_user_attr(ENTRY_NAMES_ATTR, entries)  # for tracker promote's description
     text = summary(rows, objectives, entries)
     best = best_row(rows, objectives)
     record = confirmed.load(ctx.study)

@@ -120,6 +120,15 @@ def _each_entry(best: TrialRow, base: TrialRow | None, entries: EntryNames) -> s
     return "".join(f"; {p}" for p in parts)
 
 
+def entry_figures(row: TrialRow, rows: Sequence[TrialRow], entries: EntryNames) -> str:
+    """`` At trial-7: pipe 52.1 infer/s at concurrency 2 (the default: 40.0 infer/s); other
+    ...``: each entry model's figures at ``row`` beside the default's ("" when ``row``
+    logged none), for a sentence that names another trial than the search's best."""
+    base = next((r for r in rows if r.baseline and r.complete), None)
+    tail = _each_entry(row, base, entries)
+    return f" At {row.name}: {tail[2:]}." if tail else ""
+
+
 def summary(rows: Sequence[TrialRow], objectives: Mapping[str, str],
             entries: EntryNames | None = None) -> str:
     """"In N measurements across M configurations, trial-7 gives X infer/s, Y% better than

@@ -21,6 +21,9 @@ ENTRY_FIGURES = ("perf_throughput", "perf_latency_p99", "concurrency", "request_
 
 #: entry model -> figure (an :data:`ENTRY_FIGURES` name) -> the metric the study logs it as
 EntryNames = Mapping[str, Mapping[str, str]]
+#: the study's user attribute holding its :func:`entry_names`, for what reads a study without
+#: its configuration (``tracker promote``'s description)
+ENTRY_NAMES_ATTR = "entry_names"
 
 
 def entry_names(entries: Sequence[str],
@@ -30,6 +33,16 @@ def entry_names(entries: Sequence[str],
     ``<entry>/<metric>`` among several)."""
     return {entry: {figure: name(entry, figure) for figure in ENTRY_FIGURES}
             for entry in entries}
+
+
+def recorded_entry_names(study: optuna.Study) -> EntryNames | None:
+    """The :func:`entry_names` the study recorded (:data:`ENTRY_NAMES_ATTR`), or None for a
+    study that recorded none (made by an older version)."""
+    raw = study.user_attrs.get(ENTRY_NAMES_ATTR)
+    if not isinstance(raw, dict):
+        return None
+    return {str(entry): {str(f): str(n) for f, n in names.items()}
+            for entry, names in raw.items() if isinstance(names, dict)}
 
 
 @dataclass
