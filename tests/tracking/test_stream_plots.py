@@ -57,3 +57,29 @@ def test_view_adds_token_columns_and_charts_for_streams() -> None:
     assert "sweep/perf_inter_token_latency_p50" in keys
     assert "metrics.`perf_time_to_first_token_p99`" in stream["selectedColumns"]  # type: ignore[operator]
     assert len(plain["compareRunCharts"]) + 2 == len(stream["compareRunCharts"])  # type: ignore[arg-type]
+
+
+def test_the_report_and_view_read_what_each_load_kind_says_it_adds() -> None:
+    """A load kind declares the metrics it adds (tracker/measure/kinds/base.py); the report
+    and the view draw and show what it declares, and the declaration is what it fills."""
+    import numpy as np
+
+    from tracker.measure.kinds import KINDS, Streaming
+    from tracker.metrics import NAMES
+
+    for kind in KINDS.values():
+        assert set(kind.metrics) <= set(NAMES), kind.name
+        assert set(kind.shown) | set(kind.plotted) <= set(kind.metrics), kind.name
+    m = Measurement(concurrency=2, duration_s=1.0, latency_p99_ms=5.0)
+    before = set(m.metrics())
+    Streaming().add_metrics(m, {"ttft_ns": np.array([1_000_000, 3_000_000], dtype=np.int64),
+                                "span_ns": np.array([4_000_000, 8_000_000], dtype=np.int64),
+                                "tokens": np.array([5, 9], dtype=np.int64)})
+    assert set(m.metrics()) - before == set(Streaming.metrics)
+    assert Streaming.plotted == (stream_plots.TTFT, stream_plots.ITL)
+    state = view.view_state("p", [], {"perf_throughput": "maximize"}, streaming=True)
+    charted = [c.get("metricKey") for c in state["compareRunCharts"]]  # type: ignore[attr-defined]
+    assert [f"sweep/{m}" for m in Streaming.plotted] == charted[-2:]
+    # any metric the kind adds marks a streaming study, not TTFT alone
+    row = TrialRow(0, "COMPLETE", {}, [1.0], {"perf_output_token_throughput": 50.0}, True)
+    assert stream_plots.is_streaming([row])

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from tracker.measure.kinds.streaming import Streaming
 from tracker.tracking.runs import SWEEP_PREFIX
 
 if TYPE_CHECKING:
@@ -23,15 +24,16 @@ if TYPE_CHECKING:
 
     from tracker.tracking.rows import TrialRow
 
-TTFT, ITL = "perf_time_to_first_token_p99", "perf_inter_token_latency_p50"
+TTFT, ITL = Streaming.plotted  # what the streaming load kind says a study draws
 PANELS = ((TTFT, "time to first token p99 (ms)"), (ITL, "inter-token latency p50 (ms)"))
 #: trial label -> metric -> [(concurrency, value)] in concurrency order
 Curves = dict[str, dict[str, list[tuple[int, float]]]]
 
 
 def is_streaming(rows: Sequence[TrialRow]) -> bool:
-    """Whether the study's trials measured a streaming model (they carry TTFT)."""
-    return any(TTFT in r.metrics for r in rows)
+    """Whether the study's trials measured a streaming model (they carry a metric the
+    streaming load kind adds)."""
+    return any(m in r.metrics for r in rows for m in Streaming.metrics)
 
 
 def sweep_curves(client: MlflowClient, rows: Sequence[TrialRow],

@@ -28,6 +28,7 @@ from pathlib import Path
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from tracker.measure.kinds.streaming import Streaming
 from tracker.tracking.redact import redact_url
 from tracker.tracking.runs import PARENT_TAG, SUPERSEDED_BY, SWEEP_PREFIX, _call
 
@@ -35,8 +36,7 @@ VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 MAX_VIEW_CHARS = 20_000
 HEADLINE = ("perf_throughput", "perf_latency_p99", "perf_latency_p50", "perf_latency_avg",
             "concurrency")
-STREAM_HEADLINE = ("perf_output_token_throughput", "perf_time_to_first_token_p99",
-                   "perf_time_to_first_token_p50", "perf_inter_token_latency_p50")
+STREAM_HEADLINE = Streaming.shown  # what the streaming load kind says a view shows first
 UI_ADDRESS = "http://127.0.0.1:5000"
 _SECTION = "tracker-study"
 
@@ -75,9 +75,9 @@ def view_state(parent_run_id: str, knobs: Sequence[str],
         line("tracker-sweep-throughput", SWEEP_PREFIX + "perf_throughput"),
         line("tracker-sweep-p99", SWEEP_PREFIX + "perf_latency_p99"),
     ]
-    if streaming:
-        charts += [line("tracker-sweep-ttft", SWEEP_PREFIX + "perf_time_to_first_token_p99"),
-                   line("tracker-sweep-itl", SWEEP_PREFIX + "perf_inter_token_latency_p50")]
+    if streaming:  # what the streaming load kind draws against the level
+        charts += [line(f"tracker-sweep-{metric}", SWEEP_PREFIX + metric)
+                   for metric in Streaming.plotted]
     return {
         "searchFilter": f"tags.`{PARENT_TAG}` = '{parent_run_id}'",
         "orderByKey": _q("metrics", first),

@@ -24,7 +24,10 @@ report and the level plan ask only these:
    (tracker/metrics.py) it fills on a :class:`~tracker.measure.types.Measurement` from the
    pooled ``fields`` of the level's last windows (and their latencies, under
    :data:`LATENCY`): its named fields (``ttft_p99_ms``), or, for a figure the Measurement
-   has no field for, ``Measurement.figures[name]`` (logged and judged like any metric).
+   has no field for, ``Measurement.figures[name]`` (logged and judged like any metric). Of
+   those, ``shown`` are the columns a study's MLflow view puts first and ``plotted`` the ones
+   its report and view draw against the level, one panel each (tracker/tracking/ reads these,
+   never the metric names themselves).
 
 An entry's load is one **level kind** (a kind whose ``level_key`` is set) plus any number of
 **request kinds** (``level_key`` None: they change what one request is and records, not the
@@ -111,6 +114,8 @@ class LoadKind:
     level_key: ClassVar[str | None] = None      # what a level is; None: a request kind
     fields: ClassVar[tuple[str, ...]] = ()      # per-request values recorded
     metrics: ClassVar[tuple[str, ...]] = ()     # catalog metrics it adds
+    shown: ClassVar[tuple[str, ...]] = ()       # of those, the view's first columns
+    plotted: ClassVar[tuple[str, ...]] = ()     # of those, drawn against the level
     perf_analyzer: ClassVar[bool] = True        # perf_analyzer's CSV can carry it
 
     @classmethod

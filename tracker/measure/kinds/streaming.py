@@ -27,9 +27,14 @@ class Streaming(LoadKind):
     name: ClassVar[str] = "streaming"
     fields: ClassVar[tuple[str, ...]] = ("ttft_ns", "span_ns", "tokens")
     metrics: ClassVar[tuple[str, ...]] = (
-        "perf_time_to_first_token_avg", "perf_time_to_first_token_p99",
-        "perf_inter_token_latency_avg", "perf_inter_token_latency_p99",
+        *(f"perf_time_to_first_token_{s}" for s in ("avg", "p50", "p90", "p95", "p99")),
+        *(f"perf_inter_token_latency_{s}" for s in ("avg", "p50", "p90", "p95", "p99")),
         "perf_output_token_throughput")
+    shown: ClassVar[tuple[str, ...]] = (
+        "perf_output_token_throughput", "perf_time_to_first_token_p99",
+        "perf_time_to_first_token_p50", "perf_inter_token_latency_p50")
+    plotted: ClassVar[tuple[str, ...]] = ("perf_time_to_first_token_p99",
+                                          "perf_inter_token_latency_p50")
     perf_analyzer: ClassVar[bool] = False   # its CSV has no time to first token
     count: TokenCount = field(default_factory=TokenCount)
 
