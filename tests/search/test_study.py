@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -10,7 +11,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from tracker.errors import StudyError
-from tracker.search.baseline import fit_baseline
+from tracker.search.baseline import Baseline, fit_baseline
 from tracker.search.study import (
     baseline_trial,
     best_trials,
@@ -173,3 +174,50 @@ def test_grid_of_an_int_log_range_is_what_tracker_check_counts() -> None:
     dists = distributions(space)
     assert grid_of(dists) == grid(space) == {"max_batch_size": [1, 2, 4, 8, 16, 32, 64]}
     assert space_size(space) == 7
+
+
+def _grid_study(storage: Storage, space: dict[str, Any], base: Baseline, name: str
+                ) -> optuna.Study:
+    study = open_study(storage, name, objectives=MAX, sampler=make_sampler(
+        "grid", seed=1, n_objectives=1, distributions=space,
+        default=base.params if base.is_exact else None))
+    enqueue_baseline(study, base.params, base.exact)
+    return study
+
+
+def _run(study: optuna.Study, space: dict[str, Any], n: int) -> list[tuple[Any, ...]]:
+    seen = []
+    for _ in range(n):
+        trial = study.ask()
+        seen.append(tuple(trial._suggest(k, d) for k, d in sorted(space.items())))
+        study.tell(trial, [1.0])
+    return seen
+
+
+def test_the_default_is_the_grids_first_point_and_no_trial_repeats_it(
+        storage: Storage) -> None:
+    """A 5-trial grid study measures the default and 4 other points: the grid counts the
+    enqueued default as one of its points (Optuna's GridSampler alone gives trial 1 point 1,
+    here the default's (count 1, max_batch_size 4), measured again)."""
+    space, base = fit_baseline(SPACE, CONFIG)  # 3 x 3 points, the default (1, 4) among them
+    assert grid_of(space, base.params) == {"instance_group.count": [1, 2, 3],
+                                           "max_batch_size": [4, 1, 8]}
+    study = _grid_study(storage, space, base, "grid-default")
+    seen = _run(study, space, 5)
+    assert seen[0] == (1, 4) and len(set(seen)) == 5
+    assert study.trials[0].user_attrs[Attr.BASELINE] is True
+    # the rest of the grid: 9 distinct points in all, then it is exhausted
+    seen += _run(study, space, 4)
+    assert len(set(seen)) == 9
+    assert study.sampler.is_exhausted(study)  # type: ignore[attr-defined]
+
+
+def test_a_default_the_grid_only_approximates_is_not_one_of_its_points(
+        storage: Storage) -> None:
+    """A baseline whose values the space can only near (``exact_params``) is not counted as
+    the point it was rounded to: that point is measured as it is too."""
+    space = {"instance_group.count": CategoricalDistribution([1, 2])}
+    base = Baseline({"instance_group.count": 1}, {"instance_group.count": 5})
+    study = _grid_study(storage, space, base, "grid-approx")
+    seen = _run(study, space, 3)
+    assert seen[0] == (1,) and sorted(seen[1:]) == [(1,), (2,)]

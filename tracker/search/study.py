@@ -67,15 +67,48 @@ def default_storage(tracking_uri: str, cwd: Path | None = None) -> str:
 
 class _AskTellGridSampler(GridSampler):
     """GridSampler without its ``study.stop()`` call, which only works inside
-    ``study.optimize``; the runner stops by itself when the space is exhausted."""
+    ``study.optimize``; the runner stops by itself when the space is exhausted.
+
+    An enqueued trial (the default configuration) counts as the grid point its values are
+    (unless they only approximate it, ``exact_params``):
+    Optuna's GridSampler gives a trial of number k < the grid's size point k and counts only
+    the trials it placed itself, so with the default's values first in each knob's list
+    (:func:`grid_of` ``first``) the default is point 0 and no later trial repeats it."""
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        fixed = trial.system_attrs.get("fixed_params")
+        approximated = Attr.EXACT_PARAMS in trial.user_attrs  # a default the grid only nears
+        if isinstance(fixed, dict) and "grid_id" not in trial.system_attrs and not approximated:
+            point = self._point_of(fixed)
+            if point is not None:
+                study._storage.set_trial_system_attr(trial._trial_id, "search_space",
+                                                     self._search_space)
+                study._storage.set_trial_system_attr(trial._trial_id, "grid_id", point)
+        super().before_trial(study, trial)
+
+    def _point_of(self, params: Mapping[str, Any]) -> int | None:
+        """The grid id of ``params`` (None when they are not a point of the grid)."""
+        if set(params) != set(self._param_names):
+            return None
+        point = 0
+        for name in self._param_names:  # itertools.product's order: the last name varies fastest
+            choices = self._search_space[name]
+            found = [i for i, v in enumerate(choices) if _same(v, params[name])]
+            if not found:
+                return None
+            point = point * len(choices) + found[0]
+        return point
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
                     values: Sequence[float] | None) -> None:
         return None
 
 
-def grid_of(distributions: Mapping[str, BaseDistribution]) -> dict[str, list[Any]]:
-    """Every value of each discrete distribution (StudyError for a continuous one)."""
+def grid_of(distributions: Mapping[str, BaseDistribution],
+            first: Mapping[str, Any] | None = None) -> dict[str, list[Any]]:
+    """Every value of each discrete distribution (StudyError for a continuous one); a knob's
+    value in ``first`` (the default configuration's) leads its list, so that configuration
+    is the grid's first point."""
     grid: dict[str, list[Any]] = {}
     for name, dist in distributions.items():
         if isinstance(dist, CategoricalDistribution):
@@ -90,6 +123,11 @@ def grid_of(distributions: Mapping[str, BaseDistribution]) -> dict[str, list[Any
         else:
             raise StudyError(f"the grid sampler needs a finite space, but `{name}` is "
                              f"continuous ({dist}); give it a step or list its values")
+        values = grid[name]
+        at = next((i for i, v in enumerate(values) if first and name in first
+                   and _same(v, first[name])), None)
+        if at:  # the default's value first (None: not in the grid; 0: already first)
+            values.insert(0, values.pop(at))
     size = math.prod(len(v) for v in grid.values())
     if size > GRID_LIMIT:
         raise StudyError(f"the grid must have at most {GRID_LIMIT} points, but got {size}")
@@ -103,25 +141,29 @@ def _tpe(seed: int | None, n_objectives: int, _d: Mapping[str, BaseDistribution]
 
 
 #: how each sampler of tracker/samplers.py is built
-_BUILD: dict[str, Callable[[int | None, int, Mapping[str, BaseDistribution], int],
-                           BaseSampler]] = {
-    "tpe": _tpe,
-    "random": lambda seed, _n, _d, _s: RandomSampler(seed=seed),
-    "grid": lambda seed, _n, d, _s: _AskTellGridSampler(grid_of(d), seed=seed),
-    "nsga2": lambda seed, _n, _d, _s: NSGAIISampler(seed=seed,
-                                                    population_size=NSGA2_POPULATION),
+_BUILD: dict[str, Callable[[int | None, int, Mapping[str, BaseDistribution], int,
+                            Mapping[str, Any]], BaseSampler]] = {
+    "tpe": lambda seed, n, d, s, _f: _tpe(seed, n, d, s),
+    "random": lambda seed, _n, _d, _s, _f: RandomSampler(seed=seed),
+    "grid": lambda seed, _n, d, _s, first: _AskTellGridSampler(grid_of(d, first), seed=seed),
+    "nsga2": lambda seed, _n, _d, _s, _f: NSGAIISampler(seed=seed,
+                                                        population_size=NSGA2_POPULATION),
 }
 
 
 def make_sampler(kind: str, *, seed: int | None, n_objectives: int,
                  distributions: Mapping[str, BaseDistribution] | None = None,
-                 n_startup_trials: int = TPE_STARTUP_TRIALS) -> BaseSampler:
+                 n_startup_trials: int = TPE_STARTUP_TRIALS,
+                 default: Mapping[str, Any] | None = None) -> BaseSampler:
     """The sampler named in the spec (tracker/samplers.py). Constraints reach every sampler
     through ``trial.set_constraint`` (the runner sets them before ``tell``): TPE ranks
-    infeasible trials by their total violation, NSGA-II uses constrained domination."""
+    infeasible trials by their total violation, NSGA-II uses constrained domination.
+    ``default``: the default configuration's params (the baseline trial's): the grid's first
+    point, counted as one of its points."""
     if kind not in SAMPLERS or kind not in _BUILD:
         raise StudyError(f"sampler must be one of {', '.join(SAMPLERS)}, but got {kind!r}")
-    return _BUILD[kind](seed, n_objectives, distributions or {}, n_startup_trials)
+    return _BUILD[kind](seed, n_objectives, distributions or {}, n_startup_trials,
+                        default or {})
 
 
 # ---- the study -----------------------------------------------------------------------------

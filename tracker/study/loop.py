@@ -166,7 +166,7 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
     if redact_url(uri) != uri:  # MLflow prints "View run ... at: <uri>" on each run's end
         os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
     worker = worker_identity(spec.server.gpus)
-    storage, study = _open_study(session, options, dists)
+    storage, study = _open_study(session, options, dists, base)
     parent, _created = _open_parent(study, storage, spec, uri, storage_url, worker.tags(),
                                     _study_params(spec, storage_url, grid_size))
     progress: Progress | None = None
@@ -231,9 +231,9 @@ def _search_space(session: Session) -> tuple[dict[str, BaseDistribution], Baseli
 
 
 def _open_study(session: Session, options: TuneOptions, dists: dict[str, BaseDistribution],
-                ) -> tuple[optuna.storages.RDBStorage, optuna.Study]:
+                base: Baseline) -> tuple[optuna.storages.RDBStorage, optuna.Study]:
     """The storage (heartbeats; a dead worker's trial fails its MLflow run too) and the
-    study in it, with the spec's sampler."""
+    study in it, with the spec's sampler (a grid starts at the default's point)."""
     spec = session.spec
 
     def on_stale(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
@@ -245,7 +245,8 @@ def _open_study(session: Session, options: TuneOptions, dists: dict[str, BaseDis
                                ("grace_period", options.grace_period)) if v is not None}
     storage = make_storage(session.storage_url, on_stale=on_stale, **beats)
     sampler = optuna_study.make_sampler(spec.search.sampler, seed=spec.search.seed,
-                                        n_objectives=len(spec.objectives), distributions=dists)
+                                        n_objectives=len(spec.objectives), distributions=dists,
+                                        default=base.params if base.is_exact else None)
     return storage, optuna_study.open_study(storage, spec.study_name,
                                             objectives=spec.objectives, sampler=sampler)
 
