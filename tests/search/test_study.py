@@ -197,11 +197,9 @@ def _run(study: optuna.Study, space: dict[str, Any], n: int) -> list[tuple[Any, 
 def test_the_default_is_the_grids_first_point_and_no_trial_repeats_it(
         storage: Storage) -> None:
     """A 5-trial grid study measures the default and 4 other points: the grid counts the
-    enqueued default as one of its points (Optuna's GridSampler alone gives trial 1 point 1,
-    here the default's (count 1, max_batch_size 4), measured again)."""
+    enqueued default as one of its points (Optuna's GridSampler alone counts only the points
+    it placed, so a later trial could draw the default's (count 1, max_batch_size 4) again)."""
     space, base = fit_baseline(SPACE, CONFIG)  # 3 x 3 points, the default (1, 4) among them
-    assert grid_of(space, base.params) == {"instance_group.count": [1, 2, 3],
-                                           "max_batch_size": [4, 1, 8]}
     study = _grid_study(storage, space, base, "grid-default")
     seen = _run(study, space, 5)
     assert seen[0] == (1, 4) and len(set(seen)) == 5

@@ -70,10 +70,17 @@ class _AskTellGridSampler(GridSampler):
     ``study.optimize``; the runner stops by itself when the space is exhausted.
 
     An enqueued trial (the default configuration) counts as the grid point its values are
-    (unless they only approximate it, ``exact_params``):
-    Optuna's GridSampler gives a trial of number k < the grid's size point k and counts only
-    the trials it placed itself, so with the default's values first in each knob's list
-    (:func:`grid_of` ``first``) the default is point 0 and no later trial repeats it."""
+    (unless they only approximate it, ``exact_params``): Optuna's GridSampler gives a trial of
+    number k < the grid's size point k of its (seeded, shuffled) list and counts only the
+    trials it placed itself, so the default's point (``first``) is moved to place 0 and no
+    later trial repeats it."""
+
+    def __init__(self, search_space: Mapping[str, Sequence[Any]], seed: int | None = None,
+                 first: Mapping[str, Any] | None = None) -> None:
+        super().__init__(search_space, seed=seed)
+        point = self._point_of(first) if first else None
+        if point:  # None: not a point of the grid; 0: already first
+            self._all_grids.insert(0, self._all_grids.pop(point))
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         fixed = trial.system_attrs.get("fixed_params")
@@ -90,25 +97,17 @@ class _AskTellGridSampler(GridSampler):
         """The grid id of ``params`` (None when they are not a point of the grid)."""
         if set(params) != set(self._param_names):
             return None
-        point = 0
-        for name in self._param_names:  # itertools.product's order: the last name varies fastest
-            choices = self._search_space[name]
-            found = [i for i, v in enumerate(choices) if _same(v, params[name])]
-            if not found:
-                return None
-            point = point * len(choices) + found[0]
-        return point
+        want = [params[name] for name in self._param_names]
+        return next((i for i, grid in enumerate(self._all_grids)
+                     if all(_same(g, w) for g, w in zip(grid, want, strict=True))), None)
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
                     values: Sequence[float] | None) -> None:
         return None
 
 
-def grid_of(distributions: Mapping[str, BaseDistribution],
-            first: Mapping[str, Any] | None = None) -> dict[str, list[Any]]:
-    """Every value of each discrete distribution (StudyError for a continuous one); a knob's
-    value in ``first`` (the default configuration's) leads its list, so that configuration
-    is the grid's first point."""
+def grid_of(distributions: Mapping[str, BaseDistribution]) -> dict[str, list[Any]]:
+    """Every value of each discrete distribution (StudyError for a continuous one)."""
     grid: dict[str, list[Any]] = {}
     for name, dist in distributions.items():
         if isinstance(dist, CategoricalDistribution):
@@ -123,11 +122,6 @@ def grid_of(distributions: Mapping[str, BaseDistribution],
         else:
             raise StudyError(f"the grid sampler needs a finite space, but `{name}` is "
                              f"continuous ({dist}); give it a step or list its values")
-        values = grid[name]
-        at = next((i for i, v in enumerate(values) if first and name in first
-                   and _same(v, first[name])), None)
-        if at:  # the default's value first (None: not in the grid; 0: already first)
-            values.insert(0, values.pop(at))
     size = math.prod(len(v) for v in grid.values())
     if size > GRID_LIMIT:
         raise StudyError(f"the grid must have at most {GRID_LIMIT} points, but got {size}")
@@ -145,7 +139,8 @@ _BUILD: dict[str, Callable[[int | None, int, Mapping[str, BaseDistribution], int
                             Mapping[str, Any]], BaseSampler]] = {
     "tpe": lambda seed, n, d, s, _f: _tpe(seed, n, d, s),
     "random": lambda seed, _n, _d, _s, _f: RandomSampler(seed=seed),
-    "grid": lambda seed, _n, d, _s, first: _AskTellGridSampler(grid_of(d, first), seed=seed),
+    "grid": lambda seed, _n, d, _s, first: _AskTellGridSampler(grid_of(d), seed=seed,
+                                                                first=first),
     "nsga2": lambda seed, _n, _d, _s, _f: NSGAIISampler(seed=seed,
                                                         population_size=NSGA2_POPULATION),
 }
