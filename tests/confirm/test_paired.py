@@ -35,7 +35,9 @@ def _ctx(single: bool = True, total_mb: float | None = None) -> Any:
             raise GpuError("no NVML here")
         return [SimpleNamespace(memory_total_mb=total_mb)]
 
-    return SimpleNamespace(configuration=SimpleNamespace(single=single),
+    why = None if single else ("the configuration has several models; their copies' steps "
+                              "are not renamed, so one server cannot hold both")
+    return SimpleNamespace(configuration=SimpleNamespace(pairing_problem=why),
                            server=SimpleNamespace(gpu_set=gpu_set))
 
 
