@@ -253,7 +253,7 @@ class Ours:
     (the setup before the best trial's level was used); ``prune``: BestAtLevelPruner's
     margin (None: no pruning, as the tuner runs)."""
 
-    startup: int = 1               # tracker.search.study.TPE_STARTUP_TRIALS
+    startup: int = 1               # tracker.search.optuna_study.TPE_STARTUP_TRIALS
     ordered: str = "none"
     guess: bool = True
     incumbent: bool = True
@@ -264,7 +264,7 @@ class Ours:
         from tracker.feasibility import constraint_keys
         from tracker.measure.types import Measurement, SweepLevel
         from tracker.search.objective import Scoring, pick_best_level
-        from tracker.search.study import make_sampler
+        from tracker.search.optuna_study import make_sampler
         from tracker.search.sweep_plan import LevelPlan, incumbent_level, start_index
         from tracker.study.trial import suggest
         from tracker.trial_attrs import write_measured

@@ -12,7 +12,7 @@ the unit both tools pay for; a point asked again is free. Feasible: p99 <= --p99
 default: it binds from concurrency 32-64 up, of 1..1024).
 
 Searches, 20 seeds each:
-- ours: the tuner's TPE (tracker.search.study.make_sampler), the default config first, each
+- ours: the tuner's TPE (tracker.search.optuna_study.make_sampler), the default config first, each
   trial's sweep planned by tracker.search.sweep_plan (``search.sweep: guided``: the first
   level is the best feasible trial's, Model Analyzer's concurrency formula before there is
   one, then a walk); ``--ablations`` adds ours with one part changed (ordered integers
@@ -154,7 +154,7 @@ def main() -> None:
     merged = Path(tempfile.mkdtemp(prefix="landscape-")) / "landscape.csv"
     land.write(merged)
     print(f"Model Analyzer: {ma_version(python)} (real generators, driven offline)")
-    from tracker.search.study import TPE_STARTUP_TRIALS
+    from tracker.search.optuna_study import TPE_STARTUP_TRIALS
 
     if Ours().startup != TPE_STARTUP_TRIALS:
         sys.exit("benchmarks/replay.py's Ours() must use the tuner's TPE_STARTUP_TRIALS")

@@ -2,8 +2,8 @@
 
 The spec's ``search.sampler`` choices, the CLI's ``--sampler`` choices, the docs' table
 (docs/tuning.md; tests/project checks it names each) and the sampler the search builds
-(tracker.search.study.make_sampler, one builder per name) all read this table. Adding a
-sampler: one line here and its builder in tracker/search/study.py.
+(tracker.search.optuna_study.make_sampler, one builder per name) all read this table. Adding a
+sampler: one line here and its builder in tracker/search/optuna_study.py.
 """
 
 from __future__ import annotations

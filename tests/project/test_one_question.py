@@ -65,7 +65,7 @@ def test_the_docs_name_every_sampler_of_the_table() -> None:
     """Samplers are one table (tracker/samplers.py): the spec's choices, the CLI's and the
     search's builders read it, and the docs name each of them."""
     from tracker.samplers import SAMPLERS
-    from tracker.search import study
+    from tracker.search import optuna_study
     from tracker.spec.sections import SearchSection
 
     tuning = (REPO / "docs" / "tuning.md").read_text()
@@ -73,4 +73,4 @@ def test_the_docs_name_every_sampler_of_the_table() -> None:
     for name in SAMPLERS:
         assert f"`{name}`" in tuning and f"`{name}`" in spec, name
         assert SearchSection(sampler=name).sampler == name
-    assert set(study._BUILD) == set(SAMPLERS)
+    assert set(optuna_study._BUILD) == set(SAMPLERS)

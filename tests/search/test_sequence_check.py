@@ -165,7 +165,7 @@ def test_load_sequence_on_a_model_without_a_sequence_batcher(tmp_path: Path) -> 
 
 
 def test_trials_that_differ_only_in_knobs_that_do_not_act_are_the_same() -> None:
-    from tracker.search.study import same_params
+    from tracker.search.optuna_study import same_params
 
     direct = {sequence.STRATEGY: "direct", "max_batch_size": 8,
               "sequence_batching.oldest.max_candidate_sequences": 4}

@@ -25,7 +25,7 @@ from mlflow.exceptions import MlflowException
 
 from tests.support.tune import TRACKER, build_quickstart, env_for, write_spec
 from tracker.cli import cli
-from tracker.search.study import best_trials
+from tracker.search.optuna_study import best_trials
 from tracker.tracking import flavor, model_files, runs, view
 
 KNOBS = ("instance_group.count", "parameters.intra_op_thread_count")

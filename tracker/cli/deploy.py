@@ -68,8 +68,8 @@ def promote_command(spec_path: Path | None, study_name: str | None, storage: str
     """
     from tracker.deploy.promote import promote
     from tracker.errors import DeployError
+    from tracker.search.optuna_study import default_storage
     from tracker.search.storage import make_storage
-    from tracker.search.study import default_storage
 
     settings = None if no_deploy else _deploy_settings(url, repository, serving)
     objectives: dict[str, str] = {}

@@ -39,7 +39,7 @@ import optuna
 from tracker.feasibility import broken, for_models
 from tracker.measure.sweep import stop_reason
 from tracker.measure.types import SweepLevel
-from tracker.search.study import best_trials
+from tracker.search.optuna_study import best_trials
 from tracker.trial_attrs import TrialRecord
 
 
@@ -72,7 +72,7 @@ def nearest_index(levels: Sequence[int], target: int) -> int:
 
 def incumbent_level(study: optuna.Study) -> int | None:
     """The concurrency the study's best feasible trial so far was judged by
-    (:func:`tracker.search.study.best_trials`, the one objective the guided sweep serves);
+    (:func:`tracker.search.optuna_study.best_trials`, the one objective the guided sweep serves);
     None before any trial is feasible."""
     best = best_trials(study)
     return TrialRecord.of(best[0]).concurrency if best else None

@@ -28,8 +28,8 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from tracker.errors import StudyError
+from tracker.search.optuna_study import same_params
 from tracker.search.storage import storage_lock
-from tracker.search.study import same_params
 from tracker.trial_attrs import Attr
 
 _log = optuna.logging.get_logger("tracker")

@@ -27,7 +27,7 @@ from optuna.distributions import BaseDistribution
 from tracker.confirm import rounds as confirm_rounds
 from tracker.errors import TrackerError
 from tracker.measure.host import machine_tags
-from tracker.search import study as optuna_study
+from tracker.search import optuna_study
 from tracker.search.baseline import Baseline, fit_baseline
 from tracker.search.space import distributions, resolve_space
 from tracker.search.storage import make_storage, storage_lock, worker_identity

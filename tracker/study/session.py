@@ -32,7 +32,7 @@ import optuna
 from mlflow import MlflowClient
 
 from tracker.errors import SpecError
-from tracker.search.study import default_storage
+from tracker.search.optuna_study import default_storage
 from tracker.spec import StudySpec, ensure_model, load_spec, parse_spec
 from tracker.triton.autocomplete import complete, space_problems, to_complete
 from tracker.triton.configuration import Configuration, configuration_of

@@ -32,7 +32,7 @@ from tracker import tags, trial_attrs
 from tracker.errors import StudyError, TrackerError
 from tracker.feasibility import constraint_keys
 from tracker.search import sweep_plan
-from tracker.search.study import find_duplicate
+from tracker.search.optuna_study import find_duplicate
 from tracker.search.workers import wait_for_duplicate
 from tracker.spec.server_options import server_knob
 from tracker.study import joint

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 
 from tracker.errors import StudyError
 from tracker.search.baseline import Baseline, fit_baseline
-from tracker.search.study import (
+from tracker.search.optuna_study import (
     baseline_trial,
     best_trials,
     default_storage,
