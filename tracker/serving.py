@@ -5,7 +5,7 @@ or, where the server has no such backend (the nvidia-pytriton wheel's server), o
 ``python`` backend through the onnxruntime shim. ``auto`` asks the server. Only ONNX models
 have this choice: every other format is served by the backend its config names.
 
-The same three words everywhere: ``server.backend`` in the study spec, ``--serving`` and
+The same three words everywhere: ``server.serving`` in the study spec, ``--serving`` and
 ``TRACKER_TRITON_SERVING`` for deployments, ``TrialRepository.serving``.
 """
 

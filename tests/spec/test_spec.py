@@ -175,6 +175,7 @@ def test_metrics_follow_design() -> None:
 MALFORMED = [
     ("load: {concurency: [1, 2]}", "load.concurency: unknown field; did you mean 'concurrency'?"),
     ("serverr: {}", "serverr: unknown field; did you mean 'server'?"),
+    ("server: {backend: python}", "server.backend was renamed server.serving"),
     ("search: {space: {max_batch_size: {low: 64, high: 1}}}",
      "search.space.max_batch_size: `low <= high` must hold, but got (low=64, high=1)"),
     ("search: {space: {instance_group.cnt: [1, 2]}}",

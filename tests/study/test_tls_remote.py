@@ -28,7 +28,7 @@ model: {{name: quickstart, path: model.onnx, build: make_model.py}}
 server:
   mode: remote
   url: {url}
-  backend: python
+  serving: python
   startup_timeout_s: 100
   tls: {{root_cert: {root}, client_cert: {cert}, client_key: {key}}}
   headers: {{x-team: tuning}}

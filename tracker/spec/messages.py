@@ -23,6 +23,10 @@ from tracker.spec.fields import closest
 # Tags of the discriminated unions in spec.py start with this; they are not user-visible keys.
 TAG_PREFIX = "@"
 
+#: fields that were renamed, old path -> new path: a spec that still writes the old name is
+#: told the new one (an error, never a silent alias)
+RENAMED: dict[str, str] = {"server.backend": "server.serving"}
+
 
 class Problems(ValueError):
     """Raised by a validator: one or more (sub-path, message) pairs under the validated field.
@@ -195,6 +199,8 @@ def messages(exc: ValidationError, root: type[BaseModel]) -> list[str]:
             continue
         text = _unknown_field(root, loc) if err["type"] == "extra_forbidden" else _describe(err)
         line = f"{path}: {text}"
+        if err["type"] == "extra_forbidden" and path in RENAMED:
+            line = f"{path} was renamed {RENAMED[path]} (the same values)"
         if line not in out:
             out.append(line)
     return out

@@ -107,7 +107,7 @@ class ServerSection(ServerConnection):
     """remote: the server's metrics URL, when you have it."""
     startup_timeout_s: PosFloat = 120.0
     """Seconds to wait for the server (and a loaded model) to be ready."""
-    backend: ServingChoice = "auto"
+    serving: ServingChoice = "auto"
     """How an ONNX model is served: onnxruntime, python (the shim), auto (native if there)."""
     ort_intra_op_threads: Annotated[int, Field(ge=0)] | None = None
     """onnxruntime's intra-op threads (0: its default); not with the same knob searched."""

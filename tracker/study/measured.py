@@ -152,11 +152,11 @@ def with_log_errors(err: TrackerError, log: str) -> TrackerError:
 def resolve_serving(spec: StudySpec, server: TritonServer,
                     info: ModelInfo | Configuration | None = None) -> Serving | None:
     """How this server serves the spec's ONNX models: ``onnxruntime`` (its onnxruntime
-    backend) or ``python`` (the onnxruntime shim); ``server.backend: auto`` asks the server.
+    backend) or ``python`` (the onnxruntime shim); ``server.serving: auto`` asks the server.
     None when no model is ONNX (each served by the backend its config names)."""
     if info is not None and all(m.format != "onnx" for m in as_configuration(info).models):
         return None
-    return serving_choices(spec.server.backend,
+    return serving_choices(spec.server.serving,
                            lambda: server.has_backend("onnxruntime"))[0]
 
 

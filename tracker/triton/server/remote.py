@@ -46,9 +46,9 @@ class RemoteTritonServer(Launcher):
             raise ServerError("server.url is required when server.mode is 'remote' (gRPC "
                               "host:port)")
         backends = None
-        if server.backend == "python":
+        if server.serving == "python":
             backends = frozenset({"python"})
-        elif server.backend == "onnxruntime":
+        elif server.serving == "onnxruntime":
             backends = frozenset({"python", "onnxruntime"})
         return cls(server.url, http_url=server.http_url, metrics_url=server.metrics_url,
                    startup_timeout_s=server.startup_timeout_s, backends=backends,
@@ -120,7 +120,7 @@ class RemoteTritonServer(Launcher):
         return reported_gpu_set(text, nvml)
 
     def has_backend(self, name: str) -> bool:
-        """As configured (server.backend), else: whether a model the server has loaded uses
+        """As configured (server.serving), else: whether a model the server has loaded uses
         backend ``name``."""
         if self._backends is not None:
             return name in self._backends
