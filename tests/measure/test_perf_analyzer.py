@@ -1,4 +1,4 @@
-"""The perf_analyzer backend, with a stand-in `perf_analyzer` executable on PATH (no binary
+"""The perf_analyzer load client, with a stand-in `perf_analyzer` executable on PATH (no binary
 exists here) that writes a CSV in perf_analyzer's format and behaves by concurrency:
 2 is unstable, 16 fails, 64 hangs."""
 
@@ -68,7 +68,7 @@ def fake_pa(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_sweep_with_perf_analyzer_parses_its_csv(fake_pa: Path) -> None:
     load = LoadSection(concurrency=[1, 2, 4, 8, 16, 32], window_ms=750, stability_pct=7)
     res = sweep(ENDPOINTS, {"m": EntryLoad(CFG, load)}, {"perf_latency_p99": {"max": 50}},
-                backend="perf_analyzer")
+                load_client="perf_analyzer")
     by_c = {m.concurrency: m for m in res.measurements}
     assert list(by_c) == [1, 2, 4, 8, 16]  # stopped at the failing level
     one = by_c[1]
@@ -97,7 +97,7 @@ def test_a_hung_perf_analyzer_is_killed(fake_pa: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(PerfAnalyzer, "timeout_s", lambda self: 1.0)
     start = time.monotonic()
     res = sweep(ENDPOINTS, {"m": EntryLoad(CFG, LoadSection(concurrency=[64]))},
-              backend="perf_analyzer")
+              load_client="perf_analyzer")
     assert time.monotonic() - start < 10
     (m,) = res.measurements
     assert not m.valid and "did not finish within 1 s and was killed" in (m.invalid_reason or "")
@@ -139,7 +139,7 @@ def test_missing_binary_and_npz_data_are_errors(tmp_path: Path,
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(MeasurementError, match="perf_analyzer binary on PATH"):
         sweep(ENDPOINTS, {"m": EntryLoad(CFG, LoadSection(concurrency=[1]))},
-              backend="perf_analyzer")
+              load_client="perf_analyzer")
     data = tmp_path / "d.npz"
     data.write_bytes(b"")
     with pytest.raises(MeasurementError, match="only JSON input data"):
@@ -171,14 +171,14 @@ def test_tls_headers_and_shared_memory_flags() -> None:
 
 def test_perf_analyzer_flags_are_checked_against_its_help(fake_pa: Path) -> None:
     load = LoadSection(concurrency=[1], perf_analyzer_flags=["--async", "-x", "1"])
-    res = sweep(ENDPOINTS, {"m": EntryLoad(CFG, load)}, backend="perf_analyzer")
+    res = sweep(ENDPOINTS, {"m": EntryLoad(CFG, load)}, load_client="perf_analyzer")
     assert res.measurements[0].valid
     call = json.loads(fake_pa.read_text().splitlines()[-1])
     assert call[-3:] == ["--async", "-x", "1"]
     with pytest.raises(MeasurementError, match=r"--no-such-flag, which `.*perf_analyzer --help` "
                                                "does not list"):
         sweep(ENDPOINTS, {"m": EntryLoad(CFG, LoadSection(
-            perf_analyzer_flags=["--no-such-flag=3"]))}, backend="perf_analyzer")
+            perf_analyzer_flags=["--no-such-flag=3"]))}, load_client="perf_analyzer")
     with pytest.raises(MeasurementError, match="must not set --concurrency-range"):
         sweep(ENDPOINTS, {"m": EntryLoad(CFG, LoadSection(
-            perf_analyzer_flags=["--concurrency-range=1:4"]))}, backend="perf_analyzer")
+            perf_analyzer_flags=["--concurrency-range=1:4"]))}, load_client="perf_analyzer")

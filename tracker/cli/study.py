@@ -125,7 +125,7 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
                 "image": _blank(image), "gpus": _gpu_list(gpus)},
         bar=False if no_bar else None, heartbeat_interval=heartbeat_interval,
         grace_period=grace_period,
-        backend="perf_analyzer" if use_perf_analyzer else "builtin")
+        load_client="perf_analyzer" if use_perf_analyzer else "builtin")
     try:
         tune(spec_path, options)
     except Interrupted as stop:
@@ -214,7 +214,7 @@ def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
         result = profile(spec_path, values, server_overrides={
             "mode": _blank(mode), "strategy": _blank(strategy), "url": _blank(url),
             "image": _blank(image)}, config_path=config_path, levels=levels,
-            backend="perf_analyzer" if use_perf_analyzer else "builtin")
+            load_client="perf_analyzer" if use_perf_analyzer else "builtin")
     except Interrupted as stop:
         click.echo(str(stop), err=True)
         sys.exit(stop.exit_code)

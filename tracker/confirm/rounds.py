@@ -94,7 +94,7 @@ def measure_one(ctx: StudyContext, params: dict[str, Any], *, baseline: bool, le
                                      ctx.workdir / f"confirm-{label}", serving=ctx.serving,
                                      levels=[level], files=file_values(params, baseline),
                                      server_values=server_values(params, baseline),
-                                     backend=ctx.backend, model_levels=own,
+                                     load_client=ctx.load_client, model_levels=own,
                                      check=study_check(ctx.spec, ctx.study, ctx.parent.client))
     except ConfigFailed as failed:
         raise MeasurementError(failed.reason) from failed.cause

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from tracker.errors import MeasurementError
-from tracker.measure.types import Measurement
+from tracker.measure.types import LoadClient, Measurement
 from tracker.metrics import BY_NAME, MS_COLUMNS
 
 CONCURRENCY = "Concurrency"
@@ -155,7 +155,8 @@ def _gpu_cell(text: str, scale: float, how: str) -> float | None:
     return sum(values) / len(values) if how == "mean" else sum(values)
 
 
-def loads(text: str, *, source: str = "perf_analyzer", where: str = "CSV") -> list[Measurement]:
+def loads(text: str, *, source: LoadClient = "perf_analyzer",
+          where: str = "CSV") -> list[Measurement]:
     """Measurements from perf_analyzer CSV text (µs -> ms). Raises MeasurementError when the
     header lacks ``Inferences/Second`` or a level column, or a cell is not a number."""
     reader = csv.DictReader(io.StringIO(text))
@@ -195,7 +196,7 @@ def loads(text: str, *, source: str = "perf_analyzer", where: str = "CSV") -> li
     return out
 
 
-def read_csv(path: str | Path, *, source: str = "perf_analyzer") -> list[Measurement]:
+def read_csv(path: str | Path, *, source: LoadClient = "perf_analyzer") -> list[Measurement]:
     """Measurements from a perf_analyzer CSV file."""
     p = Path(path)
     try:

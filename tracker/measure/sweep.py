@@ -41,7 +41,7 @@ from tracker.measure.level import measure_parts
 from tracker.measure.monitors import Monitor, Sampler
 from tracker.measure.shm import pa_output_bytes
 from tracker.measure.transport import Transport
-from tracker.measure.types import Measurement, SweepLevel, SweepResult
+from tracker.measure.types import LOAD_CLIENTS, LoadClient, Measurement, SweepLevel, SweepResult
 from tracker.triton.client import Endpoints
 
 MIN_GAIN = 0.05
@@ -156,7 +156,7 @@ def _perf_analyzer(endpoints: Endpoints, entries: Mapping[str, EntryLoad],
     if others or entry.models:
         raise MeasurementError("perf_analyzer drives one model alone, but the sweep measures "
                                f"{[*entries, *entry.models]} together (a pipeline's split or "
-                               "several entry models need the builtin backend)")
+                               "several entry models need the builtin load client)")
     refused = [k.name for k in entry.kinds() if not k.perf_analyzer]
     if refused:
         raise MeasurementError(f"load kind {refused[0]!r} is measured by the built-in load "
@@ -164,7 +164,7 @@ def _perf_analyzer(endpoints: Endpoints, entries: Mapping[str, EntryLoad],
                                "token or inter-token latency (a streaming, decoupled model)")
     binary = shutil.which("perf_analyzer")
     if binary is None:
-        raise MeasurementError("backend 'perf_analyzer' needs the perf_analyzer binary "
+        raise MeasurementError("load client 'perf_analyzer' needs the perf_analyzer binary "
                                "on PATH, but it was not found")
     stateful = any(isinstance(k, Sequences) for k in entry.kinds())
     pa = PerfAnalyzer(binary, endpoints, name, entry.load,
@@ -179,13 +179,14 @@ def _perf_analyzer(endpoints: Endpoints, entries: Mapping[str, EntryLoad],
 
 def sweep(endpoints: Endpoints, entries: Mapping[str, EntryLoad],
           constraints: Mapping[str, Any] | None = None, monitors: Sequence[Monitor] = (), *,
-          backend: str = "builtin", on_level: Callable[[SweepLevel], None] | None = None,
+          load_client: LoadClient = "builtin",
+          on_level: Callable[[SweepLevel], None] | None = None,
           plan: LevelPlanner | None = None) -> SweepResult:
     """Measure the entry models of ``entries`` (name -> :class:`EntryLoad`) on the server at
     ``endpoints`` at once, level after level (the module doc says how levels advance and when
     the sweep stops). ``constraints`` name a model (``a/perf_latency_p99``) or, bare, bound
-    every entry. ``backend`` is "builtin" or "perf_analyzer" (the binary on PATH; one entry
-    without composing models). ``monitors`` are sampled during the windows and left open for
+    every entry. ``load_client`` is "builtin" or "perf_analyzer" (the binary on PATH; one
+    entry without composing models). ``monitors`` are sampled during the windows and left open for
     the caller; each level's figures go to ``on_level`` as it is measured; ``plan`` picks the
     levels' indices one at a time. MeasurementError when ``entries`` is empty, their window
     settings differ, or the server lacks one of the models."""
@@ -194,12 +195,12 @@ def sweep(endpoints: Endpoints, entries: Mapping[str, EntryLoad],
     sampler = Sampler(monitors)
     sampler.start()
     try:
-        if backend == "builtin":
+        if load_client == "builtin":
             return asyncio.run(_builtin(endpoints, entries, constraints, sampler, on_level,
                                         plan))
-        if backend == "perf_analyzer":
+        if load_client == "perf_analyzer":
             return _perf_analyzer(endpoints, entries, constraints, sampler, on_level, plan)
-        raise MeasurementError(f"backend must be 'builtin' or 'perf_analyzer', but got "
-                               f"{backend!r}")
+        raise MeasurementError(f"load client must be one of {list(LOAD_CLIENTS)}, but got "
+                               f"{load_client!r}")
     finally:
         sampler.stop()

@@ -13,8 +13,14 @@ was not measured is ``None`` (or absent from ``monitors``), never a made-up zero
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from tracker.metrics import FIELD_METRICS, STEP_METRICS, model_metric, step_metric
+
+#: the load client that measures: the built-in load generator, or the perf_analyzer binary
+#: on PATH (``tracker tune/profile --perf-analyzer``). Not a Triton backend.
+LoadClient = Literal["builtin", "perf_analyzer"]
+LOAD_CLIENTS: tuple[LoadClient, ...] = get_args(LoadClient)
 
 
 @dataclass(frozen=True)
@@ -119,7 +125,7 @@ class Measurement:
     monitors: dict[str, float] = field(default_factory=dict)
     # figures a load kind adds beyond the fields above (LoadKind.add_metrics), by metric name
     figures: dict[str, float] = field(default_factory=dict)
-    source: str = "builtin"
+    source: LoadClient = "builtin"  # the load client that measured it
     # a pipeline's composing models, by name, over the same windows (sweep(models=...))
     steps: dict[str, StepSplit] = field(default_factory=dict)
     # the span the figures come from: first window's start, last window's end

@@ -180,7 +180,8 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
                 ctx = StudyContext(session, dists, study, parent, server,
                                    resolve_serving(spec, server, session.configuration),
                                    progress, worker_tags={**worker.tags(), **machine},
-                                   store_model=options.store_model, backend=options.backend)
+                                   store_model=options.store_model,
+                                   load_client=options.load_client)
                 stop = _loop(ctx, storage, worker.id, started, grid_size)
                 if _last_worker(study):  # the confirmation round (tracker/confirm/rounds.py)
                     confirm_rounds.after_search(ctx)

@@ -25,7 +25,7 @@ from tracker.measure import csvio
 from tracker.measure.host import measured_tags, server_tags
 from tracker.measure.monitors import Monitor, close_monitors, default_monitors
 from tracker.measure.sweep import LevelPlanner, sweep
-from tracker.measure.types import Measurement, SweepLevel, SweepResult
+from tracker.measure.types import LoadClient, Measurement, SweepLevel, SweepResult
 from tracker.metrics import load_levels_from
 from tracker.search.objective import LevelChoice, pick_best_level
 from tracker.serving import Serving, serving_choices
@@ -299,7 +299,7 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
                           monitors_factory: MonitorsFactory | None = None,
                           on_level: Callable[[Measurement], None] | None = None,
                           on_phase: Callable[[str], None] | None = None,
-                          backend: str = "builtin",
+                          load_client: LoadClient = "builtin",
                           files: Mapping[str, object] | None = None,
                           reference: Mapping[str, float] | None = None,
                           model_levels: Mapping[str, Sequence[float]] | None = None,
@@ -328,7 +328,7 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
             result = sweep(server.endpoints,
                            joint.loads_of(spec, conf, served, levels, model_levels,
                                           {conf.entry: warm}),
-                           spec.constraints, monitors, backend=backend, plan=plan,
+                           spec.constraints, monitors, load_client=load_client, plan=plan,
                            on_level=None if on_level is None else _each(on_level))
             choice = pick_best_level(result.levels, joint.constraints_of(spec, conf),
                                      spec.objectives, joint.scoring(spec, conf, reference))

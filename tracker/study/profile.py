@@ -21,7 +21,7 @@ from mlflow.entities import Param, RunTag
 
 from tracker.errors import ModelError, TrackerError
 from tracker.measure.host import machine_tags
-from tracker.measure.types import Measurement
+from tracker.measure.types import LoadClient, Measurement
 from tracker.search.objective import LevelChoice
 from tracker.study.check_reference import profile_check
 from tracker.study.measured import ConfigFailed, levels_for, measure_configuration
@@ -47,20 +47,20 @@ class ProfileResult:
 def profile(spec_path: str | Path, values: Mapping[str, object], *,
             server_overrides: Mapping[str, object] | None = None,
             config_path: Path | None = None, levels: Sequence[float] | None = None,
-            backend: str = "builtin") -> ProfileResult:
+            load_client: LoadClient = "builtin") -> ProfileResult:
     """Measure the spec's model with ``values`` applied (field path -> value). Ctrl-C or
     SIGTERM: the server stops, the run ends KILLED and :class:`Interrupted` is raised.
     ``config_path``: a config.pbtxt used instead of ``model.config`` as the base config;
-    ``levels``: concurrencies (or rates) instead of the spec's; ``backend``: "builtin" or
+    ``levels``: concurrencies (or rates) instead of the spec's; ``load_client``: "builtin" or
     "perf_analyzer"."""
     options = TuneOptions(server=dict(server_overrides or {}))
     session = Session.open(spec_path, options, work_prefix="profile-", base_config=config_path)
     with session.guarded():
-        return _profile(session, values, levels, backend)
+        return _profile(session, values, levels, load_client)
 
 
 def _profile(session: Session, values: Mapping[str, object], levels: Sequence[float] | None,
-             backend: str) -> ProfileResult:
+             load_client: LoadClient) -> ProfileResult:
     spec, conf = session.spec, session.configuration
     _config_values, load_values = model_config.split_params(values)
     refused = conf.file_knob_problems(values)
@@ -85,7 +85,7 @@ def _profile(session: Session, values: Mapping[str, object], levels: Sequence[fl
             check = profile_check(session, server, values)
             done = measure_configuration(spec, conf, server, cfgs, session.workdir,
                                          levels=levels if levels is not None
-                                         else levels_for(load_values), backend=backend,
+                                         else levels_for(load_values), load_client=load_client,
                                          files=json_knobs.file_values(values),
                                          server_values=values, check=check)
         except ConfigFailed as failed:

@@ -42,6 +42,7 @@ from tracker.triton.server.modes import make_server
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
 
+    from tracker.measure.types import LoadClient
     from tracker.serving import Serving
     from tracker.study.progress import Progress
     from tracker.tracking import runs
@@ -78,7 +79,7 @@ class TuneOptions:
     store_model: bool = True  # store the model file once and point each trial's run at it
     heartbeat_interval: int | None = None  # seconds; None: search/storage.py's default
     grace_period: int | None = None        # seconds; None: twice the interval
-    backend: str = "builtin"  # the load generator: "builtin" or "perf_analyzer" (on PATH)
+    load_client: LoadClient = "builtin"  # "builtin" or "perf_analyzer" (on PATH)
 
 
 def apply_overrides(spec: StudySpec, options: TuneOptions) -> StudySpec:
@@ -257,7 +258,7 @@ class StudyContext:
     worker_tags: dict[str, str] = field(default_factory=dict)
     store_model: bool = True  # point each trial's run at the study's model file, stored once
     stored_model: StoredModel | None = None
-    backend: str = "builtin"  # the load generator of trials and confirmation
+    load_client: LoadClient = "builtin"  # the load client of trials and confirmation
 
     @property
     def spec(self) -> StudySpec:

@@ -235,7 +235,7 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
             spec, ctx.configuration, ctx.server, cfg, repo_root, serving=ctx.serving,
             levels=levels, plan=plan, on_level=on_level, files=file_values(params, baseline),
             server_values=server_values(params, baseline),
-            backend=ctx.backend,
+            load_client=ctx.load_client,
             on_phase=lambda phase: ctx.progress.measuring(trial.number, phase),
             reference=None if baseline else default_metrics(ctx.study), check=check)
     except ConfigFailed as failed:
