@@ -20,7 +20,8 @@ from tracker.measure.monitors import (
     default_monitors,
     parse_triton_metrics,
 )
-from tracker.triton.gpus import Gpu, GpuSet, cuda_gpu_set
+from tracker.triton.gpus import Gpu, GpuSet
+from tracker.triton.server.gpu_sets import cuda_gpu_set
 
 
 def test_nvml_monitor_reads_each_gpu_and_totals() -> None:

@@ -11,8 +11,9 @@ import pytest
 from tests.support.nvml import METRICS as BASE_METRICS
 from tests.support.nvml import MIG_UUIDS, UUIDS, Dev, StandInNvml, four_gpus, serve_text
 from tracker.errors import GpuError, ServerError, TrackerError
-from tracker.triton.gpus import Gpu, GpuSet, cuda_gpu_set, docker_gpu_set, reported_gpu_set
+from tracker.triton.gpus import Gpu, GpuSet
 from tracker.triton.server.docker import DockerTritonServer, device_requests
+from tracker.triton.server.gpu_sets import cuda_gpu_set, docker_gpu_set, reported_gpu_set
 from tracker.triton.server.local import LocalTritonServer
 from tracker.triton.server.remote import RemoteTritonServer
 

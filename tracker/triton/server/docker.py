@@ -25,8 +25,9 @@ import psutil
 
 from tracker.errors import ServerError, ServerStartError
 from tracker.triton.client import Endpoints
-from tracker.triton.gpus import GpuSet, docker_gpu_set
+from tracker.triton.gpus import GpuSet
 from tracker.triton.server.base import Strategy
+from tracker.triton.server.gpu_sets import docker_gpu_set
 from tracker.triton.server.launcher import Launcher
 from tracker.triton.server.ports import resolve_ports
 from tracker.triton.server.processes import OWNER_ENV, owner_identity

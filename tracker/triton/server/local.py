@@ -30,9 +30,10 @@ import psutil
 
 from tracker.errors import ServerStartError
 from tracker.triton.client import Endpoints
-from tracker.triton.gpus import GpuSet, cuda_gpu_set
+from tracker.triton.gpus import GpuSet
 from tracker.triton.server import processes
 from tracker.triton.server.base import Strategy
+from tracker.triton.server.gpu_sets import cuda_gpu_set
 from tracker.triton.server.launcher import Launcher
 from tracker.triton.server.ports import resolve_ports
 

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from tracker.errors import ModelLoadError, ServerError, ServerStartError
 from tracker.triton.client import Endpoints, TritonClient
-from tracker.triton.gpus import GpuSet, reported_gpu_set
+from tracker.triton.gpus import GpuSet
+from tracker.triton.server.gpu_sets import reported_gpu_set
 from tracker.triton.server.launcher import Launcher
 from tracker.triton.tls import Security, probe
 
