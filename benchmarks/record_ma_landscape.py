@@ -62,7 +62,7 @@ async def _measure_config(server: Any, repo: Any, spec: Any, levels: list[int],
     from tracker.measure.kinds import Concurrency
     from tracker.measure.level import measure_level
     from tracker.measure.loadgen import Level, LocalLoad
-    from tracker.measure.monitors import Sampler
+    from tracker.measure.monitor_sampler import Sampler
     from tracker.measure.procs import InProcessLoad, ProcessLoad
     from tracker.measure.sweep import settings_from
     from tracker.measure.transport import make_transport

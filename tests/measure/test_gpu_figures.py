@@ -14,7 +14,8 @@ from mlflow import MlflowClient
 
 from tests.support.nvml import METRICS, MIG_UUIDS, UUIDS, Proc, StandInNvml, four_gpus, serve_text
 from tracker.measure import host
-from tracker.measure.monitors import Sampler, default_monitors, memory_scope
+from tracker.measure.monitor_sampler import Sampler
+from tracker.measure.monitors import default_monitors, memory_scope
 from tracker.tracking.machine import record_machine
 from tracker.triton.gpus import Gpu, GpuSet
 from tracker.triton.server.local import LocalTritonServer

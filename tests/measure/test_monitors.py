@@ -12,11 +12,11 @@ from collections.abc import Callable
 import pytest
 
 from tests.support.nvml import four_gpus
+from tracker.measure.monitor_sampler import Sampler
 from tracker.measure.monitors import (
     Monitor,
     NvmlMonitor,
     ProcessMonitor,
-    Sampler,
     default_monitors,
     parse_triton_metrics,
 )

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tracker.measure.loadgen import Chunk, Level
-from tracker.measure.monitors import Sampler
+from tracker.measure.monitor_sampler import Sampler
 from tracker.measure.procs import Load
 from tracker.measure.stats import ServerStats, pick
 from tracker.measure.transport import describe_error

@@ -7,16 +7,14 @@ it cannot read is absent, never a zero. Names are DESIGN.md's: ``gpu_used_memory
 (% of the host's CPU capacity). GPU figures are about the server's own GPUs only (its
 :class:`~tracker.triton.gpus.GpuSet`): totals over them (memory, power) or their mean
 (utilization), with per-GPU values under ``NAME.gpuN`` (NVML index; ``gpuN_migK`` for a MIG
-instance) or ``NAME.<uuid>`` (Triton's metrics). A :class:`Sampler` thread polls
-the monitors and averages (max for memory) over a time span.
+instance) or ``NAME.<uuid>`` (Triton's metrics). The sampler that polls them while a level
+is measured: tracker/measure/monitor_sampler.py.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import threading
-import time
 import urllib.request
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
@@ -30,7 +28,6 @@ from tracker.triton.gpus import Gpu, GpuSet
 log = logging.getLogger(__name__)
 
 MB = 1e6
-_PEAK = ("gpu_used_memory", "cpu_used_ram")  # aggregated as the max over a span, else mean
 
 
 class Monitor(ABC):
@@ -307,66 +304,6 @@ class ProcessMonitor(Monitor):
         if measured:
             out["cpu_utilization"] = cpu / self._cpus
         return out
-
-
-class Sampler:
-    """Polls monitors on a thread every ``interval_s``; :meth:`aggregate` summarizes a span
-    (perf_counter_ns times). Earlier monitors win when two report the same metric."""
-
-    def __init__(self, monitors: Sequence[Monitor], interval_s: float = 0.2) -> None:
-        self.monitors = list(monitors)
-        self.interval_s = interval_s
-        self.samples: list[tuple[int, dict[str, float]]] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def sample_once(self) -> None:
-        merged: dict[str, float] = {}
-        for monitor in self.monitors:
-            try:
-                values = monitor.sample()
-            except Exception as exc:  # a broken monitor must not end the measurement
-                log.warning("monitor %s failed: %s", monitor.name, exc)
-                continue
-            for key, value in values.items():
-                merged.setdefault(key, value)
-        self.samples.append((time.perf_counter_ns(), merged))
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.sample_once()
-            self._stop.wait(self.interval_s)
-
-    def start(self) -> None:
-        if self.monitors and self._thread is None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, name="tracker-monitors",
-                                            daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-            self._thread = None
-
-    def aggregate(self, start_ns: int, end_ns: int) -> dict[str, float]:
-        """Mean of each metric over samples in the span (max for memory); absent if none."""
-        span = [s for t, s in self.samples if start_ns <= t <= end_ns]
-        if not span and self.samples:  # a span shorter than the interval: nearest sample
-            span = [min(self.samples, key=lambda ts: abs(ts[0] - end_ns))[1]]
-        keys = {k for s in span for k in s}
-        out = {}
-        for key in sorted(keys):
-            values = [s[key] for s in span if key in s]
-            peak = key.split(".")[0] in _PEAK
-            out[key] = max(values) if peak else sum(values) / len(values)
-        return out
-
-    def close(self) -> None:
-        self.stop()
-        for monitor in self.monitors:
-            monitor.close()
 
 
 def default_monitors(gpus: GpuSet, metrics_url: str | None = None,

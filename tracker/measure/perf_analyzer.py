@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from tracker.errors import MeasurementError
 from tracker.measure.csvio import read_csv
 from tracker.measure.loadgen import Level
-from tracker.measure.monitors import Sampler
+from tracker.measure.monitor_sampler import Sampler
 from tracker.measure.types import Measurement
 from tracker.triton.client import Endpoints
 

@@ -38,7 +38,8 @@ from tracker.measure.entry import (
 )
 from tracker.measure.kinds import Sequences
 from tracker.measure.level import measure_parts
-from tracker.measure.monitors import Monitor, Sampler
+from tracker.measure.monitor_sampler import Sampler
+from tracker.measure.monitors import Monitor
 from tracker.measure.shm import pa_output_bytes
 from tracker.measure.transport import Transport
 from tracker.measure.types import LOAD_CLIENTS, LoadClient, Measurement, SweepLevel, SweepResult
