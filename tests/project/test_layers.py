@@ -95,7 +95,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 
 #: the spec package's helpers never import its root (tracker/spec/__init__.py imports them)
 SPEC_HELPERS = ("tracker.spec.sections", "tracker.spec.checks", "tracker.spec.messages",
-                "tracker.spec.fields", "tracker.spec.model_section")
+                "tracker.spec.fields", "tracker.spec.model_section", "tracker.spec.search_section")
 
 
 def _module_name(path: Path, root: Path = PKG) -> str:
@@ -190,7 +190,7 @@ def test_modules_stay_small(path: Path) -> None:
 
 #: modules and functions still over the project's bounds (350 lines, 60 per function); each
 #: may only leave these lists (issue 30 asks for none)
-OVER_350 = {"spec/sections.py"}
+OVER_350: set[str] = set()
 LONG_FUNCTIONS: set[str] = set()
 
 

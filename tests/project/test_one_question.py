@@ -66,7 +66,7 @@ def test_the_docs_name_every_sampler_of_the_table() -> None:
     search's builders read it, and the docs name each of them."""
     from tracker.samplers import SAMPLERS
     from tracker.search import optuna_study
-    from tracker.spec.sections import SearchSection
+    from tracker.spec.search_section import SearchSection
 
     tuning = (REPO / "docs" / "tuning.md").read_text()
     spec = (REPO / "docs" / "spec.md").read_text()

@@ -6,7 +6,9 @@ what to optimise under which constraints, and where results go. See docs/spec.md
 the closest valid one). Relative paths resolve against the spec file's folder.
 ``ensure_model(spec)`` runs ``model.build`` when the model file does not exist yet.
 
-The sections live in :mod:`tracker.spec.sections` and are re-exported here.
+The sections live in :mod:`tracker.spec.sections` (``search`` in
+:mod:`tracker.spec.search_section`, ``model`` in :mod:`tracker.spec.model_section`) and are
+re-exported here.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tracker.spec.checks import LOAD_KNOBS
 from tracker.spec.fields import closest
 from tracker.spec.locate import locate_spec
 from tracker.spec.messages import Problems, messages, problem, show
+from tracker.spec.search_section import SearchSection, Space
 from tracker.spec.sections import (
     DEFAULT_CONCURRENCY,
     Bound,
@@ -39,13 +42,11 @@ from tracker.spec.sections import (
     MlflowSection,
     ModelSection,
     Range,
-    Scalar,
-    SearchSection,
     ServerSection,
-    Space,
     SpecModel,
 )
 from tracker.spec.server_options import study_problems
+from tracker.spec.values import Scalar
 
 __all__ = [
     "DEFAULT_CONCURRENCY", "LOAD_KNOBS", "METRICS", "METRIC_BETTER", "Bound", "CheckSection",

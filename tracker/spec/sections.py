@@ -13,8 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal, TypeAlias, Union
 
 from pydantic import (
-    AfterValidator,
-    BaseModel,
     BeforeValidator,
     Discriminator,
     Field,
@@ -26,37 +24,26 @@ from pydantic import (
 )
 
 from tracker.launch_modes import MODES, NAMES
-from tracker.samplers import NAMES as SAMPLER_NAMES
-from tracker.samplers import SAMPLERS
 from tracker.serving import ServingChoice
-from tracker.spec.checks import (
-    check_knob,
-    check_space_value_shape,
-    knob_path,
-    knob_value_problems,
-)
 from tracker.spec.connection import ClientTransports, ServerConnection
-from tracker.spec.fields import config_field
 from tracker.spec.load_priorities import PriorityShares
 from tracker.spec.load_repeat import RepeatSection
-from tracker.spec.messages import Problems, join_path, problem, show
+from tracker.spec.messages import Problems, problem, show
 from tracker.spec.model_section import ModelSection as ModelSection  # re-exported
 from tracker.spec.model_section import SpecModel as SpecModel  # re-exported
 from tracker.spec.model_section import resolve_path
 from tracker.spec.sequence import SequenceSection
-from tracker.spec.server_options import ServerOptions, section_problems, server_field, server_knob
+from tracker.spec.server_options import ServerOptions, section_problems
 from tracker.spec.streaming import StreamSection
 from tracker.spec.values import Bound as Bound  # re-exported
 from tracker.spec.values import ConcurrencyRange as ConcurrencyRange  # re-exported
-from tracker.spec.values import PosInt
+from tracker.spec.values import PosFloat, PosInt, as_list, list_or_range
 from tracker.spec.values import Range as Range  # re-exported
 
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16)
 
 
-PosFloat = Annotated[float, Field(gt=0)]
 Port = Annotated[int, Field(ge=1, le=65535)]
-Scalar: TypeAlias = bool | int | float | str
 
 
 def _gpus(value: object) -> object:
@@ -70,10 +57,8 @@ def _gpus(value: object) -> object:
 
 if TYPE_CHECKING:
     LaunchModeName: TypeAlias = str
-    SamplerName: TypeAlias = str
-else:  # the registered launch modes and samplers (tracker/launch_modes.py, samplers.py)
+else:  # the registered launch modes (tracker/launch_modes.py)
     LaunchModeName = Literal[NAMES]
-    SamplerName = Literal[SAMPLER_NAMES]
 
 
 class ServerSection(ServerConnection):
@@ -162,22 +147,13 @@ class ServerSection(ServerConnection):
         return self
 
 
-def _list_or_range(value: object) -> str:
-    return "@range" if isinstance(value, Mapping | BaseModel) else "@list"
-
-
-def _as_list(value: object) -> object:
-    """A single scalar stands for a one-element list (a pinned value)."""
-    return value if isinstance(value, list | Mapping | BaseModel) else [value]
-
-
 Concurrency = Annotated[
     Union[  # noqa: UP007 - the tagged members read better this way
         Annotated[list[PosInt], Field(min_length=1), Tag("@list")],
         Annotated[ConcurrencyRange, Tag("@range")],
     ],
-    Discriminator(_list_or_range),
-    BeforeValidator(_as_list),
+    Discriminator(list_or_range),
+    BeforeValidator(as_list),
 ]
 
 
@@ -277,80 +253,6 @@ class LoadSection(ClientTransports):
         if isinstance(self.concurrency, ConcurrencyRange):
             return self.concurrency.levels()
         return sorted(set(self.concurrency))
-
-
-SpaceValue = Annotated[
-    Union[  # noqa: UP007
-        Annotated[list[Scalar], Field(min_length=1), BeforeValidator(check_space_value_shape),
-                  Tag("@list")],
-        Annotated[Range, Tag("@range")],
-    ],
-    Discriminator(_list_or_range),
-    BeforeValidator(_as_list),
-]
-SpaceKey = Annotated[str, AfterValidator(check_knob)]
-Space: TypeAlias = dict[str, list[Scalar] | Range]
-
-
-class SearchSection(SpecModel):
-    """How configurations are chosen: the Optuna sampler, the budget and the search space."""
-
-    sampler: SamplerName = "tpe"
-    """The Optuna sampler (grid: every configuration, needs a finite space)."""
-    n_trials: PosInt = 20
-    """Complete trials the study should hold."""
-    timeout_s: PosFloat | None = None
-    """Stop starting new trials after this many seconds."""
-    seed: Annotated[int, Field(ge=0)] | None = None
-    """Sampler seed, for a repeatable sequence of trials."""
-    patience: PosInt | None = None
-    """Stop after this many trials without improvement."""
-    study_name: Annotated[str, Field(min_length=1)] | None = None
-    """The Optuna study name (default: the model name); name and storage resume a study."""
-    storage: str | None = None
-    """An Optuna storage URL (default: optuna.db beside the MLflow sqlite database)."""
-    space: dict[SpaceKey, SpaceValue] = Field(default_factory=dict)
-    """Knob -> a list of choices, one pinned value or a range (default: from the model)."""
-    sweep: Literal["guided", "full"] = "guided"  # guided: tracker/search/sweep_plan.py
-    """guided: start each sweep at the best trial's level; full: every level from the lowest."""
-
-    @field_validator("storage")
-    @classmethod
-    def _storage(cls, value: str | None) -> str | None:
-        if value is not None and "://" not in value:
-            raise problem("must be a database URL such as 'sqlite:///optuna.db' or "
-                          f"'postgresql://user@host/db', but got {show(value)}")
-        return value
-
-    @model_validator(mode="after")
-    def _space(self) -> SearchSection:
-        items: list[tuple[str, str]] = []
-        for key, value in self.space.items():
-            path = knob_path(key)
-            field = server_field(key) if server_knob(key) else config_field(path)
-            found = knob_value_problems(path, field, value)
-            items.extend((join_path(f"space.{key}", sub), msg) for sub, msg in found)
-        if SAMPLERS[self.sampler].finite_space:
-            for key, value in self.space.items():
-                if isinstance(value, Range) and not value.is_int and value.step is None:
-                    items.append(("sampler", f"{self.sampler!r} needs a finite space, but "
-                                             f"search.space."
-                                             f"{key} is a continuous range; give it a `step` "
-                                             "or list its values"))
-        if items:
-            raise Problems(items)
-        return self
-
-    def resolved_storage(self, tracking_uri: str | None = None) -> str:
-        """``storage``; when it is not set, ``optuna.db`` beside the MLflow sqlite database
-        (``tracking_uri``) or else in the current working directory, as an absolute URL."""
-        if self.storage:
-            return self.storage
-        prefix, cwd = "sqlite:///", Path.cwd()
-        if tracking_uri and tracking_uri.startswith(prefix) and ":memory:" not in tracking_uri:
-            db = Path(tracking_uri[len(prefix):])
-            return prefix + str((db if db.is_absolute() else cwd / db).parent / "optuna.db")
-        return prefix + str(cwd / "optuna.db")
 
 
 class MlflowSection(SpecModel):

@@ -1,17 +1,31 @@
 """The value shapes of the study spec: a concurrency range (``{start, stop}``), a constraint's
-bound (``{max, min}``) and a search range (``{low, high, step, log}``)."""
+bound (``{max, min}``), a search range (``{low, high, step, log}``), and the choice between a
+list (or one value) and a range that ``load.concurrency`` and ``search.space`` share."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, TypeAlias
 
-from pydantic import BeforeValidator, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
 from tracker.spec.checks import check_range, parse_number
 from tracker.spec.messages import problem
 from tracker.spec.model_section import SpecModel
 
 PosInt = Annotated[int, Field(ge=1)]
+PosFloat = Annotated[float, Field(gt=0)]
+Scalar: TypeAlias = bool | int | float | str
+
+
+def list_or_range(value: object) -> str:
+    """The tag of a list-or-range value: ``@range`` for a mapping, else ``@list``."""
+    return "@range" if isinstance(value, Mapping | BaseModel) else "@list"
+
+
+def as_list(value: object) -> object:
+    """A single scalar stands for a one-element list (a pinned value)."""
+    return value if isinstance(value, list | Mapping | BaseModel) else [value]
 
 
 class ConcurrencyRange(SpecModel):
