@@ -4,7 +4,7 @@ One entry per metric (Model Analyzer's names): which way is better, its unit,
 the :class:`~tracker.measure.types.Measurement` field that holds it (None: a monitor's figure,
 in ``Measurement.monitors``) and its perf_analyzer CSV column (None: not in the file). The spec
 (objective/constraint names), the Measurement's ``metrics()``, the CSV reader and the report's
-units all read this table; tests/test_metrics.py checks that they agree.
+units all read this table; tests/bottom/test_metrics.py checks that they agree.
 
 Adding a metric: one :class:`Metric` entry here, plus the code that measures it (a Measurement
 field, or a monitor in measure/monitors.py that returns it under this name).

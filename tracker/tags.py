@@ -1,7 +1,7 @@
 """Every MLflow tag name the tracker writes (``tracker.*``, plus the ``mlflow.*`` ones it sets).
 
-A bottom-layer module (imports nothing from the package): the tuning loop (trial.py,
-conclude.py), tracking/ (runs, registry, scale-out), deploy/ (promotion, watcher) and the
+A bottom-layer module (imports nothing from the package): the tuning loop (study/trial.py,
+study/conclude.py), tracking/ (runs, registry, scale-out), deploy/ (promotion, watcher) and the
 report all name tags from here, so a reader finds what a tag means in one place.
 """
 

@@ -1,6 +1,6 @@
 """The command line's parameter types and helpers: MLproject passes every parameter, and an
-empty string means "not given" (the spec's value). Kept apart from cli.py so the commands
-stay readable."""
+empty string means "not given" (the spec's value). Kept apart from the commands
+(tracker/cli/study.py, tracker/cli/deploy.py) so they stay readable."""
 
 from __future__ import annotations
 

@@ -6,9 +6,10 @@ request, waited for) and ``spawn`` (one request, not waited for) and keeps the r
 
 Per request the hot path does one ``perf_counter_ns`` before and after the call and two list
 appends; the requests are pre-built (see transport.py). Completions are appended in the order
-they are observed, so end times are sorted and a window is a bisect away: :meth:`take` hands
-over (and forgets) everything that ended before a given instant. ``perf_counter_ns`` is
-CLOCK_MONOTONIC on Linux, shared by all processes, so several processes' records line up.
+they are observed, so end times are sorted and a window is a bisect away:
+:meth:`LocalLoad.take` hands over (and forgets) everything that ended before a given instant.
+``perf_counter_ns`` is CLOCK_MONOTONIC on Linux, shared by all processes, so several processes'
+records line up.
 
 A kind that records more than the latency (``LoadKind.fields``: a streamed request's time to
 its first token, ...) turns each answer into its latency and those values

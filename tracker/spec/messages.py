@@ -4,8 +4,8 @@ Each line names the field path as the user wrote it (``load.concurrency[2]``,
 ``search.space.instance_group.count``) and the bad value, and an unknown key gets the closest
 valid one. Pydantic's own text (URLs, "Input should be ...") never reaches the user.
 
-Validators in spec.py report problems that need their own sub-paths, or several at once, by
-raising :class:`Problems`.
+Validators of the sections (tracker/spec/sections.py and the modules beside it) report
+problems that need their own sub-paths, or several at once, by raising :class:`Problems`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pydantic_core import ErrorDetails
 
 from tracker.spec.fields import closest
 
-# Tags of the discriminated unions in spec.py start with this; they are not user-visible keys.
+# Tags of the discriminated unions in the sections start with this; they are not user-visible keys.
 TAG_PREFIX = "@"
 
 #: fields that were renamed, old path -> new path: a spec that still writes the old name is

@@ -1,4 +1,5 @@
-"""The study loop: spec -> study -> trials -> report (one trial: trial.py, pipeline.py).
+"""The study loop: spec -> study -> trials -> report (one trial: trial.py; one measured
+configuration: measured.py).
 
 ``tune(spec_path, options)`` runs (or resumes) a study until one of: ``n_trials`` COMPLETE
 trials in the study (across every run and worker), the timeout, ``patience`` trials without
@@ -6,8 +7,9 @@ improvement, every configuration of a finite space tried, or as many failed tria
 ``n_trials``. Then it writes the report on the parent run and ends it.
 
 Ctrl-C / SIGTERM: the server is stopped, the current trial is FAIL in Optuna (its parameters
-queued again) and its child run KILLED, the parent run KILLED, and :class:`Interrupted` is
-raised (the CLI exits 130 / 143). The same command resumes: finished trials are kept.
+queued again) and its child run KILLED, the parent run KILLED, and
+:class:`~tracker.study.session.Interrupted` is raised (the CLI exits 130 / 143). The same
+command resumes: finished trials are kept.
 """
 
 from __future__ import annotations

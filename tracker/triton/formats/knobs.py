@@ -6,7 +6,7 @@ and each backend's README (onnxruntime_backend, pytorch_backend, python_backend,
 openvino_backend, tensorrt_backend). A knob is a field path exactly as the study spec, Optuna
 and MLflow name it; ``parameters.KEY`` is the string-valued ``parameters`` map a backend reads.
 
-`check_knobs` refuses a ``parameters.*`` or ``optimization.*`` knob the model's backend does
+:func:`refused` refuses a ``parameters.*`` or ``optimization.*`` knob the model's backend does
 not read (Triton's core ignores those fields and the backend never looks at the key, so the
 trial would measure nothing new); every other field path is Triton core's and applies to all.
 """

@@ -1,6 +1,6 @@
 """The contract every Triton server launcher keeps (local process, Docker container, remote).
 
-Each method's promise is written on it; tests/test_server_contract.py checks every promise
+Each method's promise is written on it; tests/triton/test_server_contract.py checks every promise
 against every launch mode. The shared machinery behind the promises (retries, readiness,
 staging for the reload strategy) is :class:`tracker.triton.server.launcher.Launcher`; a launch
 mode implements its hooks. Modes are registered in tracker/launch_modes.py and made by
