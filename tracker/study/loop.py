@@ -1,5 +1,4 @@
-"""The study loop: spec -> study -> trials -> report (one trial: trial.py; one measured
-configuration: measured.py).
+"""The study loop: spec -> study -> trials -> report (one trial: trial.py, measured.py).
 
 ``tune(spec_path, options)`` runs (or resumes) a study until one of: ``n_trials`` COMPLETE
 trials in the study (across every run and worker), the timeout, ``patience`` trials without
@@ -182,8 +181,7 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
                 ctx = StudyContext(session, dists, study, parent, server,
                                    resolve_serving(spec, server, session.configuration),
                                    progress, worker_tags={**worker.tags(), **machine},
-                                   store_model=options.store_model,
-                                   load_client=options.load_client)
+                                   store_model=options.store_model, load_client=options.load_client)
                 stop = _loop(ctx, storage, worker.id, started, grid_size)
                 if _last_worker(study):  # the confirmation round (tracker/confirm/rounds.py)
                     confirm_rounds.after_search(ctx)
