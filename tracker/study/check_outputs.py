@@ -79,15 +79,17 @@ def tolerance(spec: StudySpec) -> Tolerance | None:
 
 
 def make_probes(spec: StudySpec, config: ModelConfig) -> list[Tensors]:
-    """The probe requests for the entry model's ``config``: one batch item each (a stateful
-    model's: whole sequences, :func:`_sequences`)."""
+    """The probe requests for the entry model's ``config``, from that model's own load
+    (``load.models.<name>`` among several): one batch item each (a stateful model's: whole
+    sequences, :func:`_sequences`)."""
     count = spec.check.outputs.probes
     types = {s.name: s.datatype for s in input_specs(config)}
-    data = spec.load.input_data
+    load = spec.load.for_model(str(config.name))
+    data = load.input_data
     if is_sequence(config):
         samples = _sequences(spec, config, count)
     elif is_decoupled(config):  # the load's own requests (prompt lengths, tokens to make)
-        samples = samples_for(config, spec.load.model_copy(update={"batch_size": 1}))[:count]
+        samples = samples_for(config, load.model_copy(update={"batch_size": 1}))[:count]
     elif data is not None:
         samples = load_samples(data, config, 1)[:count]
     else:
@@ -100,7 +102,7 @@ def _sequences(spec: StudySpec, config: ModelConfig, count: int) -> list[dict[st
     """``count`` whole sequences of one-item steps, each input's steps stacked on a first
     axis: the load's sequences from ``load.input_data`` when it gives them, else its rows (or
     inputs drawn from the seed) taken :data:`STEPS` at a time."""
-    load = spec.load.model_copy(update={"batch_size": 1})
+    load = spec.load.for_model(str(config.name)).model_copy(update={"batch_size": 1})
     steps, given = sequence_samples(config, load) if load.input_data is not None else ([], None)
     if given is not None:
         seqs = [[steps[k] for k in seq] for seq in given[:count]]
