@@ -112,11 +112,15 @@ CHECKED = [
      "instance_group.rate_limiter.resources.count: [1, 4]}}",
      "search.space.instance_group.rate_limiter.resources.count: resource 'R1' has 2 on the "
      "server"),
+    ("search: {space: {dynamic_batching.priority_levels: [0, 2], "
+     "dynamic_batching.preserve_ordering: [false, true]}}",
+     "search.space.dynamic_batching.priority_levels: Triton allows one priority level at most "
+     "while dynamic_batching.preserve_ordering is true"),
 ]
 
 
 @pytest.mark.parametrize(("extra", "expected"), CHECKED, ids=["flag", "gpus", "priority",
-                                                              "resource"])
+                                                              "resource", "ordering"])
 def test_tracker_check_refuses_what_the_server_or_triton_would(
         tmp_path: Path, extra: str, expected: str) -> None:
     models.dynamic_batch(tmp_path / "model.onnx")

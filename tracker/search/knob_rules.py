@@ -1,7 +1,8 @@
 """Rules Triton applies to a model's knobs together, said before any trial runs: request
-priorities (``dynamic_batching.default_priority_level`` within ``priority_levels``, and the
-levels ``load.priorities`` sends at), an instance group's rate limiter resources within
-what the server gives (``server.options``), and a warmup Triton can run (``model_warmup``).
+priorities (``dynamic_batching.default_priority_level`` within ``priority_levels``, one level
+while ``preserve_ordering`` is true, and the levels ``load.priorities`` sends at), an instance
+group's rate limiter resources within what the server gives (``server.options``), and a
+warmup Triton can run (``model_warmup``).
 
 Each function returns the problems as ``search.space.<knob>: <rule and value>`` lines; the
 values a knob may take are its space's choices or range, else the model's default config.
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 LEVELS = "dynamic_batching.priority_levels"
 DEFAULT_LEVEL = "dynamic_batching.default_priority_level"
+ORDERING = "dynamic_batching.preserve_ordering"
 RESOURCE_COUNT = "instance_group.rate_limiter.resources.count"
 RESOURCE_NAME = "instance_group.rate_limiter.resources.name"
 
@@ -48,7 +50,12 @@ def _numbers(space: Mapping[str, Range | list[Scalar]], key: str,
 def priority_problems(space: Mapping[str, Range | list[Scalar]], cfg: ModelConfig) -> list[str]:
     """Triton refuses a ``default_priority_level`` outside ``[1, priority_levels]`` when
     priorities are on, and above 0 when they are off (a trial that leaves it unset gets the
-    lowest level, tracker/triton/model_config.py ``apply``)."""
+    lowest level, tracker/triton/model_config.py ``apply``), and more than one level while
+    ``preserve_ordering`` is true."""
+    if ORDERING in space or LEVELS in space:
+        ordering = _ordering_problems(space, cfg, max(_numbers(space, LEVELS, cfg) or [0.0]))
+        if ordering:
+            return ordering
     if DEFAULT_LEVEL not in space and LEVELS not in space:
         return []
     levels = _numbers(space, LEVELS, cfg) or [0.0]
@@ -65,6 +72,19 @@ def priority_problems(space: Mapping[str, Range | list[Scalar]], cfg: ModelConfi
         return [f"{where}: default_priority_level {highest:g} needs priority levels "
                 "(dynamic_batching.priority_levels > 0), but priority_levels may be 0"]
     return []
+
+
+def _ordering_problems(space: Mapping[str, Range | list[Scalar]], cfg: ModelConfig,
+                       most: float) -> list[str]:
+    """Triton allows one priority level at most while ``preserve_ordering`` is true."""
+    ordered = (True in space[ORDERING] if isinstance(space.get(ORDERING), list)
+               else field_paths.get_value(cfg, ORDERING) is True)
+    if not ordered or most <= 1:
+        return []
+    where = LEVELS if LEVELS in space else ORDERING
+    return [f"search.space.{where}: Triton allows one priority level at most while "
+            f"{ORDERING} is true, but priority_levels may be {most:g} and preserve_ordering "
+            "true"]
 
 
 def resource_problems(space: Mapping[str, Range | list[Scalar]],
