@@ -161,6 +161,9 @@ OWNER = textwrap.dedent("""
     import faulthandler, json, signal, sys, time
     from pathlib import Path
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks for stacks
+    # a job started in the background (nohup, `&` in a script) inherits SIGINT ignored, and
+    # Python then installs no KeyboardInterrupt handler: the SIGINT case hung in CI so
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from tracker.triton.server.local import LocalTritonServer
     if sys.argv[2] == "term":  # what the CLI does: SIGTERM unwinds like Ctrl-C
         signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
