@@ -270,7 +270,7 @@ def _write(spec: StudySpec, conf: Configuration, cfg: ModelConfig | Mapping[str,
         raise ConfigFailed(f"cannot write the trial's model repository: {err}", err) from err
 
 
-def _serve(server: TritonServer, repo: TrialRepository, conf: Configuration, mark: int,
+def _serve(server: TritonServer, repo: TrialRepository, mark: int,
            spec: StudySpec, values: Mapping[str, object] | None,
            on_phase: Callable[[str], None] | None,
            check: Check | None = None) -> tuple[ModelConfig, dict[str, str], int]:
@@ -280,9 +280,6 @@ def _serve(server: TritonServer, repo: TrialRepository, conf: Configuration, mar
     try:
         said = serve_trial(server, repo, spec.server, values, on_phase)
         loaded = repo.served_config
-        if conf.entry_info.auto_complete:
-            with server.client() as client:
-                loaded = client.model_config(repo.model_name)
         warmed = check(server, repo.model_name, loaded) if check is not None else 0
         return loaded, said, warmed
     except TrackerError as err:
@@ -320,8 +317,7 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
         text = repo.served_config_path.read_text()
         knob_texts = {name: path.read_text() for name, path in repo.knob_files.items()}
         mark = len(server.log_text()) if server.strategy == "reload" else 0
-        loaded, said, warm = _serve(server, repo, conf, mark, spec, server_values, on_phase, check)
-        text = model_config.dumps(loaded) if conf.entry_info.auto_complete else text
+        loaded, said, warm = _serve(server, repo, mark, spec, server_values, on_phase, check)
         monitors = (monitors_factory or _monitors)(server)
         try:
             served = {**dict(repo.models), conf.entry: loaded}
