@@ -304,8 +304,11 @@ def answers_of(spec: StudySpec, client: probes.Infers, model: str, config: Model
         raise MeasurementError(f"cannot make the output check's probes: {err}") from err
     made = ProbeSet(inputs, output_names(spec, config), sequence=sequence_kind(config),
                     stream=is_decoupled(config))
+    # a sequence set that is also sent together (a model that batches) needs the default's
+    # answer at each position of that phase, each under its own correlation ID
+    every = bool(made.sequence) and config.max_batch_size > 0
     return dataclasses.replace(made, answers=made.ask(client, model, times=times,
-                                                      every_position=True))
+                                                      every_position=every))
 
 
 def warm_up(spec: StudySpec, model: str, asked: ProbeSet, times: list[float],

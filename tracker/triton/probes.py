@@ -129,9 +129,9 @@ class ProbeSet:
         return len(next(iter(tensors.values()))[1]) if self.sequence else 1
 
     def positions(self) -> list[Tensors]:
-        """What the default answers one at a time for the reference: each probe once; a
-        sequence probe set every position a check asks (each probe :data:`COPIES` times,
-        as sent together), since each position has its own correlation ID."""
+        """Every position a check that also sends the probes together asks: each probe
+        :data:`COPIES` times for a sequence set (each position has its own correlation ID, so
+        the default answers each one), else each probe once."""
         return list(self.inputs) * (COPIES if self.sequence else 1)
 
     def ask(self, client: Infers, model: str, *, version: int | None = None,
