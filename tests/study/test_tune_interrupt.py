@@ -50,15 +50,23 @@ def _interrupt(cmd: list[str], cwd: Path, env: dict[str, str], storage: str, fir
                sig: int) -> tuple[int, str, int, int]:
     """Run ``cmd``, send ``sig`` while a trial numbered >= ``first`` is being measured;
     (exit status, output, pid, the interrupted trial's number)."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    # PYTHONFAULTHANDLER: a run that does not stop is sent SIGABRT, and the failure shows
+    # where each of its threads was
+    proc = subprocess.Popen(cmd, cwd=cwd, env={**env, "PYTHONFAULTHANDLER": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen: list[int] = []
     try:
         wait_for(lambda: _measuring(storage, first, proc.pid, seen), 180,
                  f"a trial >= {first} to be measured", proc)
         time.sleep(0.5)  # inside the trial: Triton starting or the sweep measuring
         proc.send_signal(sig)
-        out, _ = proc.communicate(timeout=90)
+        try:
+            out, _ = proc.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            out, _ = proc.communicate(timeout=30)
+            pytest.fail(f"{signal.Signals(sig).name} did not stop the run in 90 s; its "
+                        f"output and stacks:\n{out[-12000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()

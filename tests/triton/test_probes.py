@@ -4,9 +4,14 @@ message of a different one says, and the stored form a resumed study and a deplo
 from __future__ import annotations
 
 import math
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
+import pytest
 
+from tracker.errors import MeasurementError
 from tracker.triton import probes
 from tracker.triton.probes import ProbeSet, Tolerance
 
@@ -101,3 +106,47 @@ def test_sequence_and_stream_probe_sets_keep_their_kind_and_their_steps() -> Non
     ragged = joined([{"Y": np.array([1.0])}, {"Y": np.array([2.0, 3.0])}], ["Y"])
     np.testing.assert_array_equal(ragged["Y"], [1.0, 2.0, 3.0])
     assert joined([], ["Y"])["Y"].shape == (0,)
+
+
+def test_an_interrupt_while_the_requests_are_handed_out_does_not_hang(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C during the together phase's hand-out left the threads already started waiting
+    for the rest for ever (a `tracker tune` that never stopped)."""
+    sent: list[int] = []
+
+    class Interrupted(ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Future[Any]:
+            if len(sent) == 3:
+                raise KeyboardInterrupt
+            sent.append(1)
+            return super().submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(probes, "ThreadPoolExecutor", Interrupted)
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            probes.ask(None, "m", [{"IN": ("FP32", np.zeros((1, 2), np.float32))}] * 2,  # type: ignore[arg-type]
+                       ["OUT"], together=True, send=lambda *a: {})
+        except BaseException as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout=20)
+    assert not thread.is_alive(), "ask hung after the interrupt"
+    assert len(sent) == 3 and [type(e) for e in raised] == [KeyboardInterrupt]
+
+
+def test_requests_that_cannot_all_start_fail_with_the_cause(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probes, "BARRIER_S", 0.2)
+
+    class OneThread(ThreadPoolExecutor):  # the rest can never reach the barrier
+        def __init__(self, max_workers: int, thread_name_prefix: str) -> None:
+            super().__init__(max_workers=1, thread_name_prefix=thread_name_prefix)
+
+    monkeypatch.setattr(probes, "ThreadPoolExecutor", OneThread)
+    with pytest.raises(MeasurementError, match=r"did not all start within 0\.2 s"):
+        probes.ask(None, "m", [{"IN": ("FP32", np.zeros((1, 2), np.float32))}] * 2,  # type: ignore[arg-type]
+                   ["OUT"], together=True, send=lambda *a: {})

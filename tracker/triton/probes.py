@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tracker.errors import TrackerError
+from tracker.errors import MeasurementError, TrackerError
 
 Array = np.ndarray[Any, Any]
 Tensors = dict[str, tuple[str, Array]]   # input name -> (Triton datatype, array)
@@ -55,6 +55,7 @@ class Infers(Protocol):
                        outputs: Sequence[str] = ()) -> list[dict[str, Array]]: ...
 
 
+BARRIER_S = 60.0  # the longest the requests sent together wait for each other to start
 Send = Callable[[Infers, str, Tensors, Sequence[str], "int | None", int], dict[str, Array]]
 #: the correlation ID of the sequence probe at position ``k`` of an ask is ``ID_BASE + k``:
 #: the same in the default's answers and in every trial's, so that a model whose outputs
@@ -181,14 +182,27 @@ def ask(client: Infers, model: str, probes: Sequence[Tensors], outputs: Sequence
                 times.append(time.perf_counter() - started)
         return answers
     requests = list(probes) * COPIES
-    start = threading.Barrier(len(requests))
+    start = threading.Barrier(len(requests), timeout=BARRIER_S)
 
     def one(k: int) -> Answer:
-        start.wait()
+        try:
+            start.wait()
+        except threading.BrokenBarrierError as err:
+            raise MeasurementError(f"the {len(requests)} probe requests sent together did "
+                                   f"not all start within {BARRIER_S:g} s") from err
         return _answer(client, model, requests[k], outputs, version, send, k)
 
-    with ThreadPoolExecutor(max_workers=len(requests), thread_name_prefix="probe") as pool:
-        return list(pool.map(one, range(len(requests))))
+    pool = ThreadPoolExecutor(max_workers=len(requests), thread_name_prefix="probe")
+    try:
+        futures = [pool.submit(one, k) for k in range(len(requests))]
+        return [f.result() for f in futures]
+    except BaseException:
+        # Ctrl-C while the requests were being handed out: the threads already waiting for
+        # the rest would wait for ever, and so would the pool's shutdown below
+        start.abort()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _head(array: Array) -> str:
