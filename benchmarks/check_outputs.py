@@ -28,7 +28,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tracker.study import check_outputs  # noqa: E402
+from tracker.study import check_outputs, check_stored  # noqa: E402
 from tracker.study.loop import tune  # noqa: E402
 from tracker.study.session import TuneOptions  # noqa: E402
 
@@ -79,7 +79,7 @@ def main() -> None:
         print({k: v for k, v in run.data.params.items() if k in space},
               m.get(check_outputs.MAX_DIFF), m.get(check_outputs.SECONDS),
               m.get(check_outputs.WARMUP))
-    reference = check_outputs.load_reference(client, result.parent_run_id)
+    reference = check_stored.load_reference(client, result.parent_run_id)
     largest = max(float(abs(a).max()) for ans in reference.answers
                   if isinstance(ans, dict) for a in ans.values())
     print(json.dumps({"model": args.model, "trials": len(kids), "max_abs_diff": max(diffs),

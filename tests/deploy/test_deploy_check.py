@@ -24,7 +24,7 @@ from tracker.cli import cli
 from tracker.deploy import service, verify
 from tracker.deploy.settings import resolve_settings
 from tracker.errors import DeployError
-from tracker.study.check_outputs import store_reference
+from tracker.study.check_stored import store_reference
 from tracker.tracking import flavor, registry
 from tracker.triton.probes import Answer, ProbeSet, Tolerance
 from tracker.triton.server.local import LocalTritonServer

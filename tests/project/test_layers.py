@@ -24,8 +24,8 @@ _CONFIRM_RECORD = ("tracker.triton", "tracker.measure", "tracker.search", "track
                    "tracker.confirm.rounds", "tracker.confirm.command", *_LOOP)
 
 #: the study package, bottom first: each module may import those before it, never one after
-STUDY_ORDER = ("progress", "model_store", "joint", "measured", "check_outputs", "session",
-               "check_default", "trial", "conclude", "loop", "profile")
+STUDY_ORDER = ("progress", "model_store", "joint", "measured", "check_stored", "check_outputs",
+               "session", "check_default", "trial", "conclude", "loop", "profile")
 
 
 def _study_above(name: str) -> tuple[str, ...]:

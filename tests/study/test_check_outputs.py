@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from tests.support.models import noisy
 from tests.support.tune import REPO, build_quickstart, trials, write_spec
 from tracker.cli import cli
-from tracker.study import check_outputs
+from tracker.study import check_outputs, check_stored
 from tracker.study.loop import tune
 from tracker.study.session import TuneOptions
 from tracker.triton.probes import COPIES
@@ -77,9 +77,9 @@ def test_configurations_that_batch_a_batch_dependent_model_fail_their_check(
     assert result.best_trial is not None and got[result.best_trial].state == TrialState.COMPLETE
     # the reference: stored once on the parent run, named by the study
     study = load_study(study_name="batchdep", storage=f"sqlite:///{tmp_path / 'optuna.db'}")
-    assert study.user_attrs[check_outputs.REFERENCE_ATTR] == result.parent_run_id
-    check_outputs._CACHE.clear()
-    reference = check_outputs.load_reference(client, result.parent_run_id)
+    assert study.user_attrs[check_stored.REFERENCE_ATTR] == result.parent_run_id
+    check_stored._CACHE.clear()
+    reference = check_stored.load_reference(client, result.parent_run_id)
     assert len(reference.inputs) == 4 and reference.outputs == ["OUTPUT0"]
     rows = _trials_csv(client, result.parent_run_id, tmp_path / "csv")
     assert {r[check_outputs.PASSED] for r in rows} == {"1.0", "0.0"}

@@ -30,23 +30,24 @@ less one, at most; the sweep sends only the rest) and ``check/warmup_s`` is what
 from __future__ import annotations
 
 import dataclasses
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from optuna.storages import fail_stale_trials
-from optuna.trial import TrialState
 
 from tracker import tags
 from tracker.errors import MeasurementError, SpecError, TrackerError
 from tracker.measure.inputs import input_specs, load_samples, random_samples
 from tracker.measure.sequence_steps import sequence_samples
 from tracker.measure.stream_inputs import samples_for
-from tracker.tracking import runs
+from tracker.study.check_stored import (
+    REFERENCE_ATTR,
+    find_reference,
+    load_reference,
+    store_reference,
+)
 from tracker.trial_attrs import TrialRecord, shown_params
 from tracker.triton import probes
 from tracker.triton.probes import ProbeSet, Tensors, Tolerance, Verdict
@@ -60,12 +61,10 @@ if TYPE_CHECKING:
     from tracker.triton.model_config import ModelConfig
     from tracker.triton.server.base import TritonServer
 
-REFERENCE_ATTR = tags.CHECK_REFERENCE
 ARTIFACT = probes.ARTIFACT
 PASSED, MAX_DIFF, SECONDS = "check/passed", "check/max_abs_diff", "check/seconds"
 WARMUP = "check/warmup_s"  # of check/seconds: the probes that were the sweep's warm-up
 STEPS = 4  # steps of a stateful model's drawn probe sequences
-WAIT_S = 900.0  # how long a worker waits for another's default configuration to answer
 
 
 class OutputsDiffer(TrackerError):
@@ -156,57 +155,6 @@ def summary_note(spec: StudySpec) -> str:
         return (f" The output check ignored {', '.join(out.ignore)} "
                 "(check.outputs.ignore): those outputs may differ from the default's.")
     return ""
-
-
-# ---- the reference, stored once per study -------------------------------------------------
-
-_CACHE: dict[str, ProbeSet] = {}
-
-
-def store_reference(study: optuna.Study, client: MlflowClient, run_id: str,
-                    reference: ProbeSet, tol: Tolerance) -> None:
-    """The reference on the parent run; the run and the tolerances named on the study (what
-    ``tracker promote`` copies onto the registered version, for the deploy check)."""
-    runs.log_files(client, run_id, {ARTIFACT: probes.dumps(reference)})
-    ignored = f"; outputs ignored: {', '.join(sorted(tol.ignore))}" if tol.ignore else ""
-    runs.set_tags(client, run_id, {tags.CHECK: (
-        f"{len(reference.inputs)} probes, outputs {reference.outputs} within rtol "
-        f"{tol.rtol:g}, atol {tol.atol:g}{ignored}")})
-    study.set_user_attr(tags.CHECK_TOLERANCE, {"rtol": tol.rtol, "atol": tol.atol,
-                                               "ignore": sorted(tol.ignore)})
-    study.set_user_attr(REFERENCE_ATTR, run_id)
-    _CACHE[run_id] = reference
-
-
-def load_reference(client: MlflowClient, run_id: str) -> ProbeSet:
-    if run_id not in _CACHE:
-        with tempfile.TemporaryDirectory(prefix="tracker-probes-") as tmp:
-            path = client.download_artifacts(run_id, ARTIFACT, tmp)
-            _CACHE[run_id] = probes.loads(Path(path).read_bytes())
-    return _CACHE[run_id]
-
-
-def _baseline_running(study: optuna.Study) -> bool:
-    """Whether another worker is running the default configuration now. A waiting default
-    does not count: this worker may be the one to run it, after the trial that waits."""
-    return any(TrialRecord.of(t).baseline for t in study.get_trials(
-        deepcopy=False, states=(TrialState.RUNNING,)))
-
-
-def find_reference(study: optuna.Study, client: MlflowClient,
-                   wait_s: float = WAIT_S) -> ProbeSet | None:
-    """The study's reference answers, waiting (up to ``wait_s``) while another worker's
-    default configuration is still answering; None when the study has none (yet)."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        run_id = study.user_attrs.get(REFERENCE_ATTR)
-        if run_id:
-            return load_reference(client, str(run_id))
-        if not _baseline_running(study) or time.monotonic() > deadline:
-            return None
-        time.sleep(1.0)
-        # a killed worker's default stops holding us up once its heartbeat is stale
-        fail_stale_trials(study)
 
 
 # ---- one trial's check --------------------------------------------------------------------

@@ -26,15 +26,14 @@ from tracker.study.check_default import serve_default
 from tracker.study.check_outputs import (
     MAX_DIFF,
     PASSED,
-    REFERENCE_ATTR,
     OutputsDiffer,
     answers_of,
     check_answers,
-    load_reference,
     tolerance,
     unchecked_reason,
     warm_up,
 )
+from tracker.study.check_stored import REFERENCE_ATTR, load_reference
 from tracker.triton.model_config import split_params
 from tracker.triton.probes import ProbeSet, Tolerance, Verdict
 
