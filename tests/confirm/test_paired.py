@@ -75,11 +75,14 @@ def test_block_window_is_sized_from_the_slower_throughput_within_bounds() -> Non
     assert paired.window_ms([None, 0.0], 700) == 700
 
 
-def test_the_order_within_pairs_is_random_and_reproducible() -> None:
+def test_the_order_alternates_from_a_drawn_first_pair() -> None:
     orders = [tuple(paired.order_of(7, i, [0, 3])) for i in range(40)]
-    assert orders == [tuple(paired.order_of(7, i, [0, 3])) for i in range(40)]
-    assert {(0, 3), (3, 0)} == set(orders)  # both orders occur
-    assert all(sorted(o) == [0, 3] for o in orders)
+    assert orders == [tuple(paired.order_of(7, i, [0, 3])) for i in range(40)]  # reproducible
+    assert all(orders[i] == orders[i + 1][::-1] for i in range(39))  # AB, BA, AB, ...
+    firsts = {paired.order_of(seed, 0, [0, 3])[0] for seed in range(20)}
+    assert firsts == {0, 3}  # which copy goes first is drawn
+    three = [tuple(paired.order_of(7, i, [0, 3, 5])) for i in range(40)]
+    assert len(set(three)) > 2 and all(sorted(o) == [0, 3, 5] for o in three)
 
 
 def _paired_record(ratios: list[float], design: str = paired.PAIRED,

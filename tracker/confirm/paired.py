@@ -4,10 +4,10 @@ Rounds (:mod:`tracker.confirm.rounds`) serve one configuration at a time, so min
 between the best's measurement and the default's, and a neighbour's burst hits one and not the
 other. Here both are loaded into one server as two copies of the model under two names
 (``<model>__default`` and ``<model>__best``), and the load alternates between them in short
-blocks, the order within each pair drawn at random. A pair is one round of the record: one
-reading of each copy taken seconds apart, so what the machine does to one it does to the other
-and it cancels in the pair's ratio. The verdict (:mod:`tracker.confirm.stats`) is then the
-same as for rounds, on the pairs.
+blocks, the order within a pair alternating from pair to pair (:func:`order_of`). A pair is
+one round of the record: one reading of each copy taken seconds apart, so what the machine
+does to one it does to the other and it cancels in the pair's ratio. The verdict
+(:mod:`tracker.confirm.stats`) is then the same as for rounds, on the pairs.
 
 Pairing cannot hold (:func:`choose` says why, and the confirmation runs in rounds) when
 
@@ -127,7 +127,7 @@ def choose(ctx: StudyContext, rows: list[TrialRow], asked: str) -> Design:
     if why is not None:
         return Design(ROUNDS, f"in rounds, not paired: {why}")
     return Design(PAIRED, f"{best.name} and the default side by side in one server, in pairs "
-                          "of short blocks in random order")
+                          "of short blocks, the order alternating")
 
 
 def _gpu_total_mb(ctx: StudyContext) -> float | None:
@@ -224,8 +224,16 @@ def _bare(_entry: str, metric: str) -> str:
 
 
 def order_of(seed: int, index: int, pair: list[int]) -> list[int]:
-    """The random order of pair ``index`` (reproducible from the confirmation's seed)."""
+    """The order of round ``index`` (reproducible from the confirmation's seed). Two: the
+    first round's order is drawn, then the rounds alternate (AB, BA, AB, ...), so that
+    whatever favours the first block of a pair (or the second) falls on each side equally and
+    widens the interval instead of moving it; a random order per pair left 3-5 pairs in one
+    order often enough for A/A confirmations to call a copy of the default better. More than
+    two (rounds of ``confirm.top_k``): each round's order drawn anew."""
     got = list(pair)
+    if len(got) == 2:
+        random.Random(seed * 1000).shuffle(got)
+        return got[::-1] if index % 2 else got
     random.Random(seed * 1000 + index).shuffle(got)
     return got
 
