@@ -28,6 +28,7 @@ from tests.support.tune import (
     write_spec,
 )
 from tracker.cli import cli
+from tracker.confirm import paired
 from tracker.confirm import record as confirmed
 from tracker.deploy.promote import promote
 from tracker.errors import DeployError
@@ -179,14 +180,17 @@ def test_tune_confirms_then_tracker_confirm_reproduces_and_resumes(
 
 
 def test_a_study_where_nothing_beats_the_default_is_equivalent(
-        tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, model: Path, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture[str]) -> None:
     """The only other configuration (the grid is the default's delay 0, widened in, and 20 ms;
     3 trials: the default, and both grid points, one a duplicate of the default) waits 20 ms
     for a batch that concurrency 1 never fills:
     far slower than the default, so the verdict must be equivalent (the default is as good:
     none beats it by more than the tie margin), said plainly, and promotion is refused. The
     confirmation is paired (design auto, one model, no server option): both copies served by
-    one server, each pair one reading of each in a random order."""
+    one server, each pair one reading of each, the order alternating; the copies loaded
+    again before every pair after the first (every 3 pairs by default)."""
+    monkeypatch.setattr(paired, "RELOAD_PAIRS", 1)
     uri = env_for(tmp_path)["MLFLOW_TRACKING_URI"]
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
@@ -202,6 +206,11 @@ def test_a_study_where_nothing_beats_the_default_is_equivalent(
                and set(rnd["results"]) == {str(n) for n in rnd["order"]}
                for rnd in record["rounds"])
     assert re.search(r"confirmed in \d+ pairs side by side", result.summary)
+    assert all(a["order"] == b["order"][::-1]
+               for a, b in zip(record["rounds"], record["rounds"][1:], strict=False))
+    reloads = re.findall(r"confirm pair (\d+): the two copies loaded again",
+                         capfd.readouterr().out)
+    assert reloads == [str(k) for k in range(2, len(record["rounds"]) + 1)]
     parent = _parent(uri)
     assert parent.data.tags[confirmed.VERDICT_TAG] == "equivalent"
     assert parent.data.tags["tracker.confirm_design"] == "paired"

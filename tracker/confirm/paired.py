@@ -56,6 +56,8 @@ DESIGNS = (AUTO, PAIRED, ROUNDS)
 SERVER_KNOB = "server/"
 #: windows per block (the stability rule's three; a block is not retried)
 WINDOWS = 3
+#: pairs between two loads of the copies (:meth:`Pairs.reload`)
+RELOAD_PAIRS = 3
 #: requests a block aims at (its windows together), and the window's lower bound in ms (the
 #: upper: the spec's window_ms). 200 ms windows (0.6 s blocks) of the quickstart model at load
 #: 15 gave pair ratios from 0.23 to 2.02; 500 ms is the shortest window the quickstart's
@@ -158,10 +160,16 @@ class Pairs:
     rows: dict[int, TrialRow]         # by trial number: the default and the best
     window: int                       # ms
     served: dict[int, tuple[str, ModelConfig]] | None = None
+    workdir: Path | None = None
+    loads: int = 0                    # how often the two copies were loaded
 
     def setup(self, workdir: Path) -> None:
         """Write both copies into one repository and serve it (TrackerError when either
         copy does not load)."""
+        self.workdir = workdir
+        self.loads += 1
+        if self.loads > 1:  # a fresh folder: the running server may still read the last
+            workdir = workdir.with_name(f"{workdir.name}-{self.loads}")
         ctx = self.ctx
         written: dict[int, TrialRepository] = {}
         for n, row in self.rows.items():
@@ -193,12 +201,15 @@ class Pairs:
         return sweep(self.ctx.server.endpoints, {name: EntryLoad(served, short, [level])},
                      dict(self.ctx.spec.constraints)).levels
 
-    def pair(self, order: list[int], say: Callable[[str], None],
-             label: str) -> dict[str, Reading]:
-        """One pair: a block of each copy in ``order``; each one's reading."""
+    def pair(self, order: list[int], say: Callable[[str], None], label: str,
+             index: int = 0) -> dict[str, Reading]:
+        """One pair: a block of each copy in ``order``; each one's reading. Every
+        :data:`RELOAD_PAIRS` pairs the two copies are loaded again first (:meth:`reload`)."""
         objectives = dict(self.ctx.spec.objectives)
         metric = next(iter(objectives))
         out: dict[str, Reading] = {}
+        if index > 0 and index % RELOAD_PAIRS == 0:
+            self.reload(say, label)
         for n in order:
             t0 = time.monotonic()
             try:
@@ -216,6 +227,23 @@ class Pairs:
                            "feasible": choice.feasible, "concurrency": choice.concurrency,
                            "seconds": round(time.monotonic() - t0, 2)}
         return out
+
+
+    def reload(self, say: Callable[[str], None], label: str) -> None:
+        """Load the two copies again (new instances, new processes): how the machine places
+        them can favour one copy for as long as they stay loaded, by 15-20% on a loaded
+        2-core machine (docs/benchmarks.md, "The paired design again"), so the pairs sample
+        several placements. A copy that does not load again leaves the pair's blocks to fail
+        and say why."""
+        assert self.workdir is not None
+        t0 = time.monotonic()
+        try:
+            self.setup(self.workdir)
+        except TrackerError as err:
+            say(f"confirm {label}: loading the two copies again failed: "
+                f"{str(err).splitlines()[0][:200]}")
+            return
+        say(f"confirm {label}: the two copies loaded again ({time.monotonic() - t0:.1f} s)")
 
 
 def _bare(_entry: str, metric: str) -> str:

@@ -252,7 +252,7 @@ def _loop(ctx: StudyContext, record: Record, by_number: dict[int, TrialRow],
         rnd = rounds[-1]
         todo = [n for n in rnd["order"] if str(n) not in rnd["results"]]
         if pairs is not None:
-            got_pair = pairs.pair(rnd["order"], say, f"pair {len(rounds)}")
+            got_pair = pairs.pair(rnd["order"], say, f"pair {len(rounds)}", len(rounds) - 1)
             spent += sum(float(g.get("seconds") or 0.0) for g in got_pair.values())
             rnd["results"].update(got_pair)
             say(paired.pair_line(rnd, base, len(rounds), next(iter(ctx.spec.objectives))))
