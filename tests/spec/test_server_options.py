@@ -6,10 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from tests.support import models
-from tracker.cli import cli
+from tests.support.tune import refused_by_check
 from tracker.errors import SpecError
 from tracker.spec import parse_spec
 from tracker.spec.server_options import ServerOptions
@@ -123,13 +121,7 @@ CHECKED = [
                                                               "resource", "ordering"])
 def test_tracker_check_refuses_what_the_server_or_triton_would(
         tmp_path: Path, extra: str, expected: str) -> None:
-    models.dynamic_batch(tmp_path / "model.onnx")
-    path = tmp_path / "study.yaml"
-    path.write_text("model: {name: quickstart, path: model.onnx}\n" + extra + "\n")
-    result = CliRunner().invoke(cli, ["check", str(path)])
-    assert result.exit_code == 1, result.output
-    assert expected in result.stderr
-    assert "Traceback" not in result.stderr
+    assert expected in refused_by_check(tmp_path, extra)
 
 
 def test_an_instance_group_by_index_has_one_name_mlflow_accepts() -> None:

@@ -14,11 +14,9 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from tests.support.tune import all_runs, build_quickstart, write_spec
-from tracker import tags
+from tests.support.tune import build_quickstart, measured_trial_runs, write_spec
 from tracker.study.loop import tune
 from tracker.study.session import TuneOptions
-from tracker.tracking import runs
 from tracker.triton import model_config
 
 pytestmark = pytest.mark.triton
@@ -37,9 +35,7 @@ def test_a_study_measures_each_priority_level_and_loads_the_warmup(tmp_path: Pat
     result = tune(spec, TuneOptions(bar=False))
 
     client = MlflowClient(mlflow_uri)
-    kids = [r for r in all_runs(mlflow_uri) if r.data.tags.get(runs.PARENT_TAG)
-            == result.parent_run_id and r.data.tags.get(tags.ROLE, "trial") == "trial"
-            and tags.DUPLICATE_OF not in r.data.tags and "perf_throughput" in r.data.metrics]
+    kids = measured_trial_runs(mlflow_uri, result.parent_run_id)
     assert len(kids) >= 3, [r.data.params for r in kids]
     for run in kids:
         got = run.data.metrics

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from tests.support.tune import all_runs, build_quickstart, write_spec
+from tests.support.tune import build_quickstart, measured_trial_runs, write_spec
 from tracker import tags
 from tracker.study.loop import tune
 from tracker.study.session import TuneOptions
-from tracker.tracking import runs
 
 pytestmark = pytest.mark.triton
 
@@ -36,9 +35,7 @@ def test_cache_and_rate_limiter_study_runs_with_its_server_options(tmp_path: Pat
     result = tune(spec, TuneOptions(bar=False))
 
     client = MlflowClient(mlflow_uri)
-    kids = [r for r in all_runs(mlflow_uri) if r.data.tags.get(runs.PARENT_TAG)
-            == result.parent_run_id and r.data.tags.get(tags.ROLE, "trial") == "trial"
-            and tags.DUPLICATE_OF not in r.data.tags and "perf_throughput" in r.data.metrics]
+    kids = measured_trial_runs(mlflow_uri, result.parent_run_id)
     cached = [r for r in kids if r.data.params.get("response_cache.enable") == "True"
               and r.data.tags.get(tags.BASELINE) != "true"]
     plain = [r for r in kids if r not in cached]

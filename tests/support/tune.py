@@ -13,7 +13,13 @@ from typing import Any
 import optuna
 import psutil
 import yaml
+from click.testing import CliRunner
 from mlflow import MlflowClient
+
+from tests.support import models
+from tracker import tags
+from tracker.cli import cli
+from tracker.tracking import runs
 
 REPO = Path(__file__).resolve().parents[2]
 TRACKER = str(Path(sys.executable).parent / "tracker")
@@ -90,3 +96,22 @@ def env_for(tmp: Path) -> dict[str, str]:
     env.pop("MLFLOW_RUN_ID", None)
     env.pop("MLFLOW_EXPERIMENT_ID", None)
     return env
+
+
+def measured_trial_runs(uri: str, parent_run_id: str) -> list[Any]:
+    """The study's trial runs that measured a configuration (no repeats, no failures)."""
+    return [r for r in all_runs(uri) if r.data.tags.get(runs.PARENT_TAG) == parent_run_id
+            and r.data.tags.get(tags.ROLE, "trial") == "trial"
+            and tags.DUPLICATE_OF not in r.data.tags and "perf_throughput" in r.data.metrics]
+
+
+def refused_by_check(folder: Path, extra: str) -> str:
+    """``tracker check`` of a spec for a batching ONNX model plus the YAML ``extra``, which
+    it must refuse cleanly (exit 1, no traceback): its stderr."""
+    models.dynamic_batch(folder / "model.onnx")
+    path = folder / "study.yaml"
+    path.write_text("model: {name: quickstart, path: model.onnx}\n" + extra + "\n")
+    result = CliRunner().invoke(cli, ["check", str(path)])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.stderr
+    return str(result.stderr)
