@@ -228,7 +228,6 @@ class Pairs:
                            "seconds": round(time.monotonic() - t0, 2)}
         return out
 
-
     def reload(self, say: Callable[[str], None], label: str) -> None:
         """Load the two copies again (new instances, new processes): how the machine places
         them can favour one copy for as long as they stay loaded, by 15-20% on a loaded

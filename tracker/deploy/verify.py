@@ -32,7 +32,7 @@ from tracker.triton.probes import ProbeSet, Tolerance
 if TYPE_CHECKING:
     from tracker.deploy.transport import ControlClient
 
-ARTIFACT = probes.ARTIFACT  # where the study stores it (study/check_outputs.py)
+ARTIFACT = probes.ARTIFACT  # where the study stores it (study/check_stored.py)
 STEP = "comparing its answers with the study's reference"
 Verify = Callable[["ControlClient", str, int], None]
 

@@ -61,7 +61,6 @@ if TYPE_CHECKING:
     from tracker.triton.model_config import ModelConfig
     from tracker.triton.server.base import TritonServer
 
-ARTIFACT = probes.ARTIFACT
 PASSED, MAX_DIFF, SECONDS = "check/passed", "check/max_abs_diff", "check/seconds"
 WARMUP = "check/warmup_s"  # of check/seconds: the probes that were the sweep's warm-up
 STEPS = 4  # steps of a stateful model's drawn probe sequences
