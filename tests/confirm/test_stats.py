@@ -189,6 +189,20 @@ def test_few_noisy_rounds_are_inconclusive() -> None:
     assert n is not None and n > 3
 
 
+def test_more_rounds_may_lean_toward_a_decision_by_the_mean_s_standard_error() -> None:
+    # the pair ratios of a 3-trial quickstart confirmation stopped by its floor (7 pairs, mean
+    # +1.5%, spread 8%): taken at face value they need more than 30 pairs to prove the two
+    # within the 5% margin; with the mean one standard error (3%) lower, about 24
+    ratios = [1.02, 0.95, 0.96, 1.09, 0.93, 1.01, 1.17]
+    cands = [_cand("trial-0", [100.0] * 7, baseline=True),
+             _cand("trial-4", [100.0 * r for r in ratios])]
+    v = confirm_stats.decide(cands)
+    assert v.verdict == "inconclusive"
+    assert confirm_stats.more_rounds(v, cands, most=30) is None
+    assert confirm_stats.more_rounds(v, cands, most=30, lean=1.0) == 24
+    assert confirm_stats.more_rounds(v, cands, most=30, lean=2.0) < 24  # type: ignore[operator]
+
+
 def test_infeasible_in_most_rounds_is_not_eligible() -> None:
     v = confirm_stats.decide([_cand("trial-0", BASE, baseline=True),
                               _cand("trial-1", [b * 1.5 for b in BASE], feasible=2),

@@ -318,10 +318,12 @@ def swinging(scored: Mapping[str, Scored]) -> tuple[str, float, float] | None:
 
 
 def more_rounds(verdict: Verdict, candidates: Sequence[Candidate],
-                direction: str = "maximize", most: int = 100) -> int | None:
+                direction: str = "maximize", most: int = 100, lean: float = 0.0) -> int | None:
     """For an undecided verdict: about how many rounds in all would decide it if the best
     configuration's per-round ratios went on spreading as they do (None: not within
-    ``most``)."""
+    ``most``). ``lean``: standard errors of the mean log-ratio by which the mean may lie
+    nearer a decision than its estimate (0: the estimate itself; 1: what is still plausible
+    after few rounds, whose mean is uncertain)."""
     base = next(c for c in candidates if c.baseline)
     cand = next((c for c in candidates if c.key == verdict.winner), None)
     if cand is None:
@@ -329,8 +331,9 @@ def more_rounds(verdict: Verdict, candidates: Sequence[Candidate],
     logs = log_ratios(cand.values, base.values, direction)
     if len(logs) < 2:
         return None
-    mean = seq.mean_sd(logs)[0]
-    room = max(mean, math.log1p(verdict.margin_pct / 100.0) - mean)
+    mean, sd = seq.mean_sd(logs)
+    shift = lean * sd / math.sqrt(len(logs))
+    room = max(mean + shift, math.log1p(verdict.margin_pct / 100.0) - (mean - shift))
     return seq.rounds_to_decide(logs, room, most=most)
 
 

@@ -10,7 +10,8 @@ short:
   wide to decide anything (7.6 standard deviations of a pair's log-ratio after 3 pairs, 2.0
   after 6);
 - with the default budget, a short study's confirmation may go on up to :data:`FLOOR_S` seconds
-  of measuring, but only while the pairs' own spread says a decision is in reach within it
+  of measuring, but only while the pairs' own spread says a decision is in reach within it,
+  their mean taken :data:`LEAN` standard errors nearer a decision than its estimate
   (:func:`tracker.confirm.stats.more_rounds`): a 3-trial study of a fast model has a budget of a
   few seconds, a long study's third is above the floor and is never raised.
 
@@ -30,6 +31,10 @@ PAIRED_MIN = 6
 #: the paired design with the default budget: the measuring time a confirmation may reach
 #: when its pairs' spread says they decide within it (docs/tuning.md, "Paired confirmation")
 FLOOR_S = 60.0
+#: the floor's test of "in reach": the pairs' mean may lie this many standard errors nearer a
+#: decision than its estimate (after 7 pairs of a tie the estimate is still uncertain by
+#: about a third of a pair's spread, enough to read "+1%" where the truth is "-6%")
+LEAN = 1.0
 
 
 def next_step(record: Record, objectives: Mapping[str, str], every: list[str],
@@ -58,7 +63,8 @@ def next_step(record: Record, objectives: Mapping[str, str], every: list[str],
     if floor <= float(budget) or verdict is None:
         return [], why
     need = confirm_stats.more_rounds(verdict, confirmed.candidates(record, next(iter(
-        objectives))), next(iter(objectives.values())), most=record["rounds_target"])
+        objectives))), next(iter(objectives.values())), most=record["rounds_target"],
+        lean=LEAN)
     if need is not None and spent + (need - n) * cost <= floor:
         return keys, ""
     reach = (f"about {need} {rounds} in all" if need is not None
