@@ -189,8 +189,19 @@ def test_a_study_where_nothing_beats_the_default_is_equivalent(
     none beats it by more than the tie margin), said plainly, and promotion is refused. The
     confirmation is paired (design auto, one model, no server option): both copies served by
     one server, each pair one reading of each, the order alternating; the copies loaded
-    again before every pair after the first (every 3 pairs by default)."""
-    monkeypatch.setattr(paired, "RELOAD_PAIRS", 1)
+    again before every second pair (every 3 pairs by default), and after each load both
+    copies under load together, unmeasured, before the pair's blocks (paired.WARM_S, here
+    0.3 s)."""
+    monkeypatch.setattr(paired, "RELOAD_PAIRS", 2)
+    monkeypatch.setattr(paired, "WARM_S", 0.3)
+    sweeps: list[str] = []  # W: both copies together (the warm-up), B: one copy's block
+    real_sweep = paired.sweep
+
+    def sweep(endpoints: Any, entries: Any, *args: Any, **kwargs: Any) -> Any:
+        sweeps.append("W" if len(entries) == 2 else "B")
+        return real_sweep(endpoints, entries, *args, **kwargs)
+
+    monkeypatch.setattr(paired, "sweep", sweep)
     uri = env_for(tmp_path)["MLFLOW_TRACKING_URI"]
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.chdir(tmp_path)
@@ -208,9 +219,13 @@ def test_a_study_where_nothing_beats_the_default_is_equivalent(
     assert re.search(r"confirmed in \d+ pairs side by side", result.summary)
     assert all(a["order"] == b["order"][::-1]
                for a, b in zip(record["rounds"], record["rounds"][1:], strict=False))
-    reloads = re.findall(r"confirm pair (\d+): the two copies loaded again",
-                         capfd.readouterr().out)
-    assert reloads == [str(k) for k in range(2, len(record["rounds"]) + 1)]
+    out = capfd.readouterr().out
+    reloads = re.findall(r"confirm pair (\d+): the two copies loaded again", out)
+    pairs = len(record["rounds"])
+    assert reloads == [str(k) for k in range(3, pairs + 1, 2)]
+    warms = re.findall(r"confirm pair (\d+): the two copies warmed together", out)
+    assert warms == [str(k) for k in range(1, pairs + 1, 2)]
+    assert "".join(sweeps) == "".join(("W" if i % 2 == 0 else "") + "BB" for i in range(pairs))
     parent = _parent(uri)
     assert parent.data.tags[confirmed.VERDICT_TAG] == "equivalent"
     assert parent.data.tags["tracker.confirm_design"] == "paired"

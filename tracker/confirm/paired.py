@@ -19,8 +19,9 @@ Pairing cannot hold (:func:`choose` says why, and the confirmation runs in round
   the server's GPUs' total, from NVML);
 - ``confirm.design: rounds`` asks for rounds.
 
-A block is the spec's load at the level each configuration was judged by, warmed by a few
-requests (the batcher's ramp) and then :data:`WINDOWS` windows; the window is sized from the
+After each load both copies run together for :data:`WARM_S` seconds, unmeasured. A block is the
+spec's load at the level each configuration was judged by, warmed by a few requests (the
+batcher's ramp) and then :data:`WINDOWS` windows; the window is sized from the
 search's throughput so that a block holds about :data:`BLOCK_REQUESTS` requests
 (docs/tuning.md, "Paired confirmation", says why these numbers).
 """
@@ -64,6 +65,11 @@ RELOAD_PAIRS = 3
 #: search itself found usable on 2 cores
 BLOCK_REQUESTS = 300
 MIN_WINDOW_MS = 500
+#: seconds both copies are loaded together, unmeasured, after each load before the first
+#: block (:meth:`Pairs.warm`): without it, the first pair after a load read the quickstart's
+#: 2-instance best against its default 9-18% higher than the two pairs after it, in 3 of 3
+#: confirmations of 40 pairs; with it, 3-6% (docs/tuning.md, "Paired confirmation")
+WARM_S = 3.0
 #: a GPU is "full" for two copies above this share of its memory
 GPU_SHARE = 0.9
 SUFFIX = {True: "__default", False: "__best"}
@@ -162,6 +168,7 @@ class Pairs:
     served: dict[int, tuple[str, ModelConfig]] | None = None
     workdir: Path | None = None
     loads: int = 0                    # how often the two copies were loaded
+    warmed: bool = False              # since the last load (:meth:`warm`)
 
     def setup(self, workdir: Path) -> None:
         """Write both copies into one repository and serve it (TrackerError when either
@@ -188,18 +195,42 @@ class Pairs:
                                     for r in written.values()})
         ctx.server.apply_trial(repo)
         self.served = {n: (r.model_name, r.served_config) for n, r in written.items()}
+        self.warmed = False
 
-    def block(self, n: int) -> list[SweepLevel]:
-        """One block of trial ``n``'s copy at its level (the sweep's one level)."""
+    def _entry(self, n: int, window: int) -> tuple[str, EntryLoad]:
+        """Trial ``n``'s copy under the spec's load at its level: a short warm-up (the
+        batcher's ramp), then :data:`WINDOWS` windows of ``window`` ms, no retries."""
         assert self.served is not None
         name, served = self.served[n]
         load = self.ctx.spec.load
         level = float(self.rows[n].concurrency or 1)
         short = load.model_copy(update={
-            "max_tries": WINDOWS, "window_ms": self.window, "window_requests": None,
+            "max_tries": WINDOWS, "window_ms": window, "window_requests": None,
             "warmup_requests": min(load.warmup_requests, max(4, 2 * int(level)))})
-        return sweep(self.ctx.server.endpoints, {name: EntryLoad(served, short, [level])},
+        return name, EntryLoad(served, short, [level])
+
+    def block(self, n: int) -> list[SweepLevel]:
+        """One block of trial ``n``'s copy at its level (the sweep's one level)."""
+        name, entry = self._entry(n, self.window)
+        return sweep(self.ctx.server.endpoints, {name: entry},
                      dict(self.ctx.spec.constraints)).levels
+
+    def warm(self, say: Callable[[str], None], label: str) -> float:
+        """Both copies under load together for about :data:`WARM_S` seconds, unmeasured
+        (the first pairs after a load read differently from the rest); the seconds it took.
+        A copy that fails here fails its blocks too, and they say why."""
+        t0 = time.monotonic()
+        window = max(int(1000 * WARM_S / WINDOWS), 1)
+        try:
+            sweep(self.ctx.server.endpoints, dict(self._entry(n, window) for n in self.rows), {})
+        except TrackerError as err:
+            say(f"confirm {label}: warming the two copies failed: "
+                f"{str(err).splitlines()[0][:200]}")
+        else:
+            say(f"confirm {label}: the two copies warmed together "
+                f"({time.monotonic() - t0:.1f} s)")
+        self.warmed = True
+        return time.monotonic() - t0
 
     def pair(self, order: list[int], say: Callable[[str], None], label: str,
              index: int = 0) -> dict[str, Reading]:
@@ -210,8 +241,10 @@ class Pairs:
         out: dict[str, Reading] = {}
         if index > 0 and index % RELOAD_PAIRS == 0:
             self.reload(say, label)
+        warming = 0.0 if self.warmed else self.warm(say, label)
         for n in order:
-            t0 = time.monotonic()
+            t0 = time.monotonic() - warming  # the first block's seconds count the warm-up's
+            warming = 0.0
             try:
                 name = self.served[n][0] if self.served else str(n)
                 choice = pick_best_level(self.block(n), dict(self.ctx.spec.constraints),
