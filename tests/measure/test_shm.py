@@ -3,7 +3,9 @@ registered for the sweep and unregistered and unlinked after it, also when it fa
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -83,6 +85,21 @@ def test_a_remote_server_is_refused(served: tuple[LocalTritonServer, TrialReposi
         sweep(far, {repo.model_name: EntryLoad(
             repo.served_config, LoadSection(**LOAD))})
     assert shm.leftovers() == []
+
+
+def test_leftovers_are_this_process_s_regions_only() -> None:
+    """Another process's region (a second study or test run measuring on the machine) is not
+    this one's leftover; this process's is."""
+    theirs = Path("/dev/shm") / f"{shm.PREFIX}1_0000test_in"
+    mine = Path("/dev/shm") / f"{shm.PREFIX}{os.getpid()}_0000test_in"
+    try:
+        theirs.touch()
+        assert shm.leftovers() == []
+        mine.touch()
+        assert shm.leftovers() == [mine.name]
+    finally:
+        theirs.unlink(missing_ok=True)
+        mine.unlink(missing_ok=True)
 
 
 def test_output_sizes_follow_the_config(quickstart_info: model_config.ModelInfo) -> None:

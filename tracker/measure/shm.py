@@ -179,9 +179,12 @@ def system_regions(client: TritonClient, protocol: str, model: str, config: Mode
 
 
 def leftovers() -> list[str]:
-    """Regions of this tool still in /dev/shm (for tests and checks)."""
+    """Regions this process made that are still in /dev/shm (for tests and checks). Another
+    process's are its own: a second study or test run on the machine has its regions open
+    while it measures."""
+    mine = f"{PREFIX}{os.getpid()}_"
     with contextlib.suppress(OSError):
-        return sorted(p for p in os.listdir("/dev/shm") if p.startswith(PREFIX))
+        return sorted(p for p in os.listdir("/dev/shm") if p.startswith(mine))
     return []
 
 
