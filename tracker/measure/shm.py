@@ -139,7 +139,7 @@ def system_regions(client: TritonClient, protocol: str, model: str, config: Mode
                    samples: Sequence[Sample], datatypes: dict[str, str],
                    batch: int) -> Iterator[list[Payload]]:
     """The requests of ``samples`` over shared memory; the regions live inside the block."""
-    tag = f"{PREFIX}{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    tag = f"{_mine()}{uuid.uuid4().hex[:8]}"
     layout: list[list[tuple[str, str, list[int], int, int]]] = []
     chunks: list[bytes] = []
     offset = 0
@@ -182,10 +182,14 @@ def leftovers() -> list[str]:
     """Regions this process made that are still in /dev/shm (for tests and checks). Another
     process's are its own: a second study or test run on the machine has its regions open
     while it measures."""
-    mine = f"{PREFIX}{os.getpid()}_"
     with contextlib.suppress(OSError):
-        return sorted(p for p in os.listdir("/dev/shm") if p.startswith(mine))
+        return sorted(p for p in os.listdir("/dev/shm") if p.startswith(_mine()))
     return []
+
+
+def _mine() -> str:
+    """How this process's region names begin (:data:`PREFIX`, then its PID)."""
+    return f"{PREFIX}{os.getpid()}_"
 
 
 def shared_payloads(stack: contextlib.ExitStack, memory: str, endpoints: Endpoints,
