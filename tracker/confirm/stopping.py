@@ -32,7 +32,7 @@ PAIRED_MIN = 6
 #: when its pairs' spread says they decide within it (docs/tuning.md, "Paired confirmation").
 #: A tie (the best within a few percent of the default) is what needs it: the quickstart's
 #: pairs of about 4 s, their log-ratio's spread 0.06-0.08, need 22-38 pairs to put the
-#: interval inside the 5% margin; 60 s left two 3-trial runs of 6 and 12 pairs undecided
+#: interval inside the 5% margin; 60 s left three 3-trial runs undecided (6, 12, 10 pairs)
 FLOOR_S = 120.0
 #: the floor's test of "in reach": the pairs' mean may lie this many standard errors nearer a
 #: decision than its estimate (after 7 pairs of a tie the estimate is still uncertain by
