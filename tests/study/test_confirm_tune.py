@@ -189,16 +189,17 @@ def test_a_study_where_nothing_beats_the_default_is_equivalent(
     none beats it by more than the tie margin), said plainly, and promotion is refused. The
     confirmation is paired (design auto, one model, no server option): both copies served by
     one server, each pair one reading of each, the order alternating; the copies loaded
-    again before every second pair (every 3 pairs by default), and after each load both
+    again before every second pair (every 4 pairs by default), and after each load both
     copies under load together, unmeasured, before the pair's blocks (paired.WARM_S, here
-    0.3 s)."""
+    0.3 s), their windows at once (no warm-up requests), while a block ramps up first."""
     monkeypatch.setattr(paired, "RELOAD_PAIRS", 2)
     monkeypatch.setattr(paired, "WARM_S", 0.3)
     sweeps: list[str] = []  # W: both copies together (the warm-up), B: one copy's block
     real_sweep = paired.sweep
 
     def sweep(endpoints: Any, entries: Any, *args: Any, **kwargs: Any) -> Any:
-        sweeps.append("W" if len(entries) == 2 else "B")
+        ramps = {e.load.warmup_requests > 0 for e in entries.values()}
+        sweeps.append({(2, False): "W", (1, True): "B"}.get((len(entries), *ramps), "?"))
         return real_sweep(endpoints, entries, *args, **kwargs)
 
     monkeypatch.setattr(paired, "sweep", sweep)

@@ -57,13 +57,16 @@ DESIGNS = (AUTO, PAIRED, ROUNDS)
 SERVER_KNOB = "server/"
 #: windows per block (the stability rule's three; a block is not retried)
 WINDOWS = 3
-#: pairs between two loads of the copies (:meth:`Pairs.reload`)
-RELOAD_PAIRS = 3
+#: pairs between two loads of the copies (:meth:`Pairs.reload`): 4, not 3, so that a
+#: confirmation that decides in 4 pairs (most of the README study's) pays for one load and one
+#: warm-up, not two (docs/tuning.md, "Paired confirmation")
+RELOAD_PAIRS = 4
 #: requests a block aims at (its windows together), and the window's lower bound in ms (the
 #: upper: the spec's window_ms). 200 ms windows (0.6 s blocks) of the quickstart model at load
-#: 15 gave pair ratios from 0.23 to 2.02; 500 ms is the shortest window the quickstart's
-#: search itself found usable on 2 cores
-BLOCK_REQUESTS = 300
+#: 15 gave pair ratios from 0.23 to 2.02, and 333 ms windows a spread of 0.15 against 0.11 at
+#: 500 ms (load 4); DenseNet's pairs spread no more with 0.5 s windows than with 1 s, and
+#: a pair of 1 s windows costs 6.7 s against 3.7 s (docs/tuning.md, "Paired confirmation")
+BLOCK_REQUESTS = 45
 MIN_WINDOW_MS = 500
 #: seconds both copies are loaded together, unmeasured, after each load before the first
 #: block (:meth:`Pairs.warm`): without it, the first pair after a load read the quickstart's
@@ -197,16 +200,18 @@ class Pairs:
         self.served = {n: (r.model_name, r.served_config) for n, r in written.items()}
         self.warmed = False
 
-    def _entry(self, n: int, window: int) -> tuple[str, EntryLoad]:
+    def _entry(self, n: int, window: int, ramp: bool = True) -> tuple[str, EntryLoad]:
         """Trial ``n``'s copy under the spec's load at its level: a short warm-up (the
-        batcher's ramp), then :data:`WINDOWS` windows of ``window`` ms, no retries."""
+        batcher's ramp; none without ``ramp``), then :data:`WINDOWS` windows of ``window`` ms,
+        no retries."""
         assert self.served is not None
         name, served = self.served[n]
         load = self.ctx.spec.load
         level = float(self.rows[n].concurrency or 1)
+        warmup = min(load.warmup_requests, max(4, 2 * int(level))) if ramp else 0
         short = load.model_copy(update={
             "max_tries": WINDOWS, "window_ms": window, "window_requests": None,
-            "warmup_requests": min(load.warmup_requests, max(4, 2 * int(level)))})
+            "warmup_requests": warmup})
         return name, EntryLoad(served, short, [level])
 
     def block(self, n: int) -> list[SweepLevel]:
@@ -218,11 +223,13 @@ class Pairs:
     def warm(self, say: Callable[[str], None], label: str) -> float:
         """Both copies under load together for about :data:`WARM_S` seconds, unmeasured
         (the first pairs after a load read differently from the rest); the seconds it took.
-        A copy that fails here fails its blocks too, and they say why."""
+        Its windows start at once: a block's warm-up requests would only lengthen it. A copy
+        that fails here fails its blocks too, and they say why."""
         t0 = time.monotonic()
         window = max(int(1000 * WARM_S / WINDOWS), 1)
         try:
-            sweep(self.ctx.server.endpoints, dict(self._entry(n, window) for n in self.rows), {})
+            sweep(self.ctx.server.endpoints,
+                  dict(self._entry(n, window, ramp=False) for n in self.rows), {})
         except TrackerError as err:
             say(f"confirm {label}: warming the two copies failed: "
                 f"{str(err).splitlines()[0][:200]}")
