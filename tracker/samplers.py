@@ -12,17 +12,19 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Sampler:
+class SamplerChoice:
+    """One `search.sampler` choice: its name, what it does, what space it needs."""
+
     name: str
     text: str                       # what it does, in words (docs, `tracker check`)
     finite_space: bool = False      # it needs every knob to have a finite list of values
 
 
-SAMPLERS: dict[str, Sampler] = {s.name: s for s in (
-    Sampler("tpe", "multivariate TPE after one random start-up trial (the default)"),
-    Sampler("random", "independent uniform draws"),
-    Sampler("grid", "every configuration of the space, the default's first",
-            finite_space=True),
-    Sampler("nsga2", "NSGA-II, for two objectives (constrained domination)"),
+SAMPLERS: dict[str, SamplerChoice] = {s.name: s for s in (
+    SamplerChoice("tpe", "multivariate TPE after one random start-up trial (the default)"),
+    SamplerChoice("random", "independent uniform draws"),
+    SamplerChoice("grid", "every configuration of the space, the default's first",
+                  finite_space=True),
+    SamplerChoice("nsga2", "NSGA-II, for two objectives (constrained domination)"),
 )}
 NAMES: tuple[str, ...] = tuple(SAMPLERS)

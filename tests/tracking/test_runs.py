@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from tracker.errors import TrackingError
 from tracker.measure.types import Measurement
 from tracker.tracking import runs
 from tracker.tracking.redact import redact_text, redact_url
@@ -57,6 +58,9 @@ def test_parent_and_child_runs(mlflow_uri: str, monkeypatch: pytest.MonkeyPatch)
     assert sorted((m.step, m.value) for m in history) == [(1, 100.0), (2, 200.0), (4, 400.0)]
     names = {a.path for a in client.list_artifacts(child)}
     assert names == {"config.pbtxt", "perf.csv"}
+    assert runs.read_file(client, child, "perf.csv") == b"a,b\n"  # what log_files wrote
+    with pytest.raises(TrackingError, match=f"check/reference.npz of run {child}"):
+        runs.read_file(client, child, "check/reference.npz")  # a reference never stored
 
 
 def test_mlflow_run_id_is_the_parent(mlflow_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:

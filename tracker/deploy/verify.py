@@ -14,9 +14,7 @@ check existed) is deployed without it.
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import mlflow
@@ -24,8 +22,8 @@ from mlflow.exceptions import MlflowException
 
 from tracker import tags
 from tracker.deploy import steps
-from tracker.errors import DeployError
-from tracker.tracking import registry
+from tracker.errors import DeployError, TrackingError
+from tracker.tracking import registry, runs
 from tracker.triton import probes
 from tracker.triton.probes import ProbeSet, Tolerance
 
@@ -50,12 +48,9 @@ def for_version(client: mlflow.MlflowClient, name: str, version: int) -> Verify 
     tol = Tolerance(float(given.get("rtol", 0.0)), float(given.get("atol", 0.0)),
                     frozenset(given.get("ignore", ())))
     try:
-        with tempfile.TemporaryDirectory(prefix="tracker-probes-") as tmp:
-            path = client.download_artifacts(run_id, ARTIFACT, tmp)
-            reference = probes.loads(Path(path).read_bytes())
-    except (MlflowException, OSError) as exc:
-        raise DeployError(f"cannot read the study's reference answers ({ARTIFACT} of run "
-                          f"{run_id}): {exc}") from exc
+        reference = probes.loads(runs.read_file(client, run_id, ARTIFACT))
+    except TrackingError as exc:
+        raise DeployError(f"cannot read the study's reference answers: {exc}") from exc
     return lambda control, model, v: answers_as_reference(control, model, v, reference, tol)
 
 

@@ -5,9 +5,7 @@ another worker compares against the same answers."""
 
 from __future__ import annotations
 
-import tempfile
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from optuna.storages import fail_stale_trials
@@ -48,9 +46,7 @@ def store_reference(study: optuna.Study, client: MlflowClient, run_id: str,
 
 def load_reference(client: MlflowClient, run_id: str) -> ProbeSet:
     if run_id not in _CACHE:
-        with tempfile.TemporaryDirectory(prefix="tracker-probes-") as tmp:
-            path = client.download_artifacts(run_id, ARTIFACT, tmp)
-            _CACHE[run_id] = probes.loads(Path(path).read_bytes())
+        _CACHE[run_id] = probes.loads(runs.read_file(client, run_id, ARTIFACT))
     return _CACHE[run_id]
 
 

@@ -204,6 +204,18 @@ def log_files(client: MlflowClient, run_id: str, files: Mapping[str, str | bytes
         _call("log artifacts", client.log_artifacts, run_id, tmp)
 
 
+def read_file(client: MlflowClient, run_id: str, path: str) -> bytes:
+    """One artifact's bytes (the reverse of :func:`log_files`); TrackingError naming the run
+    and the path when MLflow or the artifact store cannot give it."""
+    with tempfile.TemporaryDirectory(prefix="tracker-artifacts-") as tmp:
+        try:
+            local = client.download_artifacts(run_id, path, tmp)
+            return Path(local).read_bytes()
+        except (MlflowException, OSError) as exc:
+            raise TrackingError(f"MLflow could not read artifact {path} of run {run_id}: "
+                                f"{redact_text(str(exc))}") from exc
+
+
 def set_tags(client: MlflowClient, run_id: str, tags: Mapping[str, object]) -> None:
     _call("tag a run", client.log_batch, run_id,
           tags=[RunTag(k, _str(v)) for k, v in tags.items()])
