@@ -63,9 +63,10 @@ WINDOWS = 3
 RELOAD_PAIRS = 4
 #: requests a block aims at (its windows together), and the window's lower bound in ms (the
 #: upper: the spec's window_ms). 200 ms windows (0.6 s blocks) of the quickstart model at load
-#: 15 gave pair ratios from 0.23 to 2.02, and 333 ms windows a spread of 0.15 against 0.11 at
-#: 500 ms (load 4); DenseNet's pairs spread no more with 0.5 s windows than with 1 s, and
-#: a pair of 1 s windows costs 6.7 s against 3.7 s (docs/tuning.md, "Paired confirmation")
+#: 15 gave pair ratios from 0.23 to 2.02; at load 4 the quickstart's spread was 0.15 and 0.14
+#: with 333 ms windows, 0.11 and 0.16 with 500 ms (two runs each). DenseNet's, one run each,
+#: 0.079, 0.126 and 0.087 with 1, 0.5 and 0.33 s windows: no trend, while a pair of 1 s
+#: windows costs 6.7 s against 3.7 s (docs/tuning.md, "Paired confirmation")
 BLOCK_REQUESTS = 45
 MIN_WINDOW_MS = 500
 #: seconds both copies are loaded together, unmeasured, after each load before the first
