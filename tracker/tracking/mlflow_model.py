@@ -32,9 +32,10 @@ from mlflow.models import Model, ModelSignature
 from mlflow.types.schema import Schema, TensorSpec
 from tritonclient.grpc import model_config_pb2
 
-from tracker.errors import DeployError
+from tracker.errors import DeployError, TrackingError
 from tracker.tracking import flavor
 from tracker.tracking.model_files import StoredModel, download
+from tracker.tracking.runs import read_file
 from tracker.triton import model_config
 from tracker.triton.formats.base import backend_of, copy_model_dir
 
@@ -120,17 +121,42 @@ def model_dir(model_path: Path, production: str, dst: Path) -> Path:
     return root
 
 
-def _production_text(client: MlflowClient, run_id: str, tmp: Path) -> str:
+def trial_text(client: MlflowClient, run_id: str, path: str) -> str:
+    """Artifact ``path`` of trial run ``run_id`` as text; DeployError naming both."""
+    try:
+        return read_file(client, run_id, path).decode()
+    except (TrackingError, UnicodeDecodeError) as exc:
+        raise DeployError(f"cannot read the trial's {path}: {exc}") from exc
+
+
+def stored_files(client: MlflowClient, stored: StoredModel, dst: Path) -> Path:
+    """The study's stored model files downloaded into ``dst``; DeployError naming them."""
+    try:
+        return download(client, stored, dst)
+    except (TrackingError, OSError) as exc:
+        raise DeployError(f"cannot read the trial's model files ({stored.uri}): "
+                          f"{exc}") from exc
+
+
+def trial_artifacts(client: MlflowClient, run_id: str, path: str | None = None) -> set[str]:
+    """The paths of trial run ``run_id``'s artifacts (under ``path``); DeployError."""
+    try:
+        return {f.path for f in client.list_artifacts(run_id, path)}
+    except MlflowException as exc:
+        raise DeployError(f"cannot read the trial's run {run_id}: {exc.message}") from exc
+
+
+def _production_text(client: MlflowClient, run_id: str) -> str:
     """The trial's production config: ``production_config.pbtxt`` when the trial was served
     through the Python-backend shim, else the ``config.pbtxt`` the server loaded."""
-    names = {f.path for f in client.list_artifacts(run_id)}
+    names = trial_artifacts(client, run_id)
     name = "production_config.pbtxt" if "production_config.pbtxt" in names else "config.pbtxt"
     if name not in names:
         raise DeployError(f"the trial's run {run_id} has no config.pbtxt artifact")
-    return Path(client.download_artifacts(run_id, name, str(tmp))).read_text()
+    return trial_text(client, run_id, name)
 
 
-def put_knob_files(client: MlflowClient, run_id: str, root: Path, tmp: Path) -> list[str]:
+def put_knob_files(client: MlflowClient, run_id: str, root: Path) -> list[str]:
     """The trial's ``FILE:KEY`` files (model.json, ...) as its server loaded them, put in
     place of the user's in the registered model directory ``root``: the registered version
     is what was measured. Returns the files replaced."""
@@ -138,15 +164,15 @@ def put_knob_files(client: MlflowClient, run_id: str, root: Path, tmp: Path) -> 
 
     try:
         files = json_knobs.files_of(client.get_run(run_id).data.params)
-        for file in files:
-            text = Path(client.download_artifacts(run_id, file, str(tmp))).read_text()
-            target = json_knobs.locate(root, file)
-            fresh = target.with_name(f".{target.name}.winner")
-            fresh.write_text(text)
-            fresh.replace(target)  # a new file, never through a hard link to the user's
     except MlflowException as exc:
         raise DeployError(f"cannot read the trial's knob files from run {run_id}: "
                           f"{exc.message}") from exc
+    for file in files:
+        text = trial_text(client, run_id, file)
+        target = json_knobs.locate(root, file)
+        fresh = target.with_name(f".{target.name}.winner")
+        fresh.write_text(text)
+        fresh.replace(target)  # a new file, never through a hard link to the user's
     return files
 
 
@@ -155,16 +181,10 @@ def log_winner_model(client: MlflowClient, run_id: str, stored: StoredModel
     """Build the registered model of trial run ``run_id`` from the stored model file and the
     trial's production config, and log it as the MLflow model ``model`` of that run."""
     with tempfile.TemporaryDirectory(prefix="tracker-winner-") as tmp:
-        try:
-            production = _production_text(client, run_id, Path(tmp))
-            local = download(client, stored, Path(tmp) / "files")
-        except MlflowException as exc:
-            raise DeployError(f"cannot read the trial's run {run_id}: {exc.message}") from exc
-        except Exception as exc:  # TrackingError and OSError: say which run
-            raise DeployError(f"cannot read the trial's model files ({stored.uri}): "
-                              f"{exc}") from exc
+        production = _production_text(client, run_id)
+        local = stored_files(client, stored, Path(tmp) / "files")
         root = model_dir(local, production, Path(tmp) / "model")
-        put_knob_files(client, run_id, root, Path(tmp) / "knobs")
+        put_knob_files(client, run_id, root)
         cfg = model_config.parse(production)
         onnx_file = f"1/{cfg.default_model_filename or 'model.onnx'}"
 

@@ -26,14 +26,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mlflow import MlflowClient
-from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
 
 from tracker import tags
 from tracker.errors import DeployError, ModelError
 from tracker.tracking import flavor
-from tracker.tracking.mlflow_model import signature_for
-from tracker.tracking.model_files import StoredModel, download
+from tracker.tracking.mlflow_model import signature_for, stored_files, trial_artifacts, trial_text
+from tracker.tracking.model_files import StoredModel
 from tracker.tracking.pipeline_flavor import (
     ENSEMBLE,
     ModelOrder,
@@ -51,16 +50,13 @@ def config_artifact(model: str) -> str:
     return f"{CONFIGS_DIR}/{model}/{flavor.CONFIG_FILE}"
 
 
-def _configs(client: MlflowClient, run_id: str, models: Sequence[str],
-             tmp: Path) -> dict[str, str]:
-    listed = {f.path for m in models
-              for f in client.list_artifacts(run_id, f"{CONFIGS_DIR}/{m}")}
+def _configs(client: MlflowClient, run_id: str, models: Sequence[str]) -> dict[str, str]:
+    listed = {p for m in models for p in trial_artifacts(client, run_id, f"{CONFIGS_DIR}/{m}")}
     missing = [m for m in models if config_artifact(m) not in listed]
     if missing:
         raise DeployError(f"the trial's run {run_id} has no production config for "
                           f"{missing} (artifacts {[config_artifact(m) for m in missing]})")
-    return {m: Path(client.download_artifacts(run_id, config_artifact(m), str(tmp))).read_text()
-            for m in models}
+    return {m: trial_text(client, run_id, config_artifact(m)) for m in models}
 
 
 def _onnx_file(stored: Path, filename: str) -> Path | None:
@@ -115,16 +111,8 @@ def log_pipeline_winner(client: MlflowClient, run_id: str, stored: StoredModel,
     run."""
     models = order.models
     with tempfile.TemporaryDirectory(prefix="tracker-pipeline-") as tmp:
-        try:
-            configs = _configs(client, run_id, models, Path(tmp) / "configs")
-            local = download(client, stored, Path(tmp) / "files")
-        except MlflowException as exc:
-            raise DeployError(f"cannot read the trial's run {run_id}: {exc.message}") from exc
-        except DeployError:
-            raise
-        except Exception as exc:  # TrackingError and OSError: say which run
-            raise DeployError(f"cannot read the trial's model files ({stored.uri}): "
-                              f"{exc}") from exc
+        configs = _configs(client, run_id, models)
+        local = stored_files(client, stored, Path(tmp) / "files")
         if not local.is_dir():
             raise DeployError(f"the study's stored model files ({stored.uri}/{stored.file}) "
                               f"are one file, but a pipeline stores a folder per model "

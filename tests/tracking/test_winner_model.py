@@ -1,0 +1,64 @@
+"""What the registered model of a single-model trial is built from, and what each missing piece
+says (real MLflow on sqlite, no server)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlflow
+import pytest
+from mlflow import MlflowClient
+
+from tracker.errors import DeployError
+from tracker.tracking import model_files
+from tracker.tracking.mlflow_model import log_winner_model
+
+CONFIG = 'name: "echo"\nbackend: "python"\nmax_batch_size: 8\n'
+
+
+def _stored(client: MlflowClient, exp: str, tmp: Path) -> model_files.StoredModel:
+    folder = tmp / "echo"
+    (folder / "1").mkdir(parents=True)
+    (folder / "1" / "model.py").write_text("# the user's model\n")
+    (folder / "1" / "model.json").write_text(json.dumps({"depth": 1}))
+    (folder / "config.pbtxt").write_text(CONFIG)
+    owner = client.create_run(exp).info.run_id
+    return model_files.upload(client, owner, folder)
+
+
+def test_the_winner_is_built_from_the_trials_config_and_knob_files(
+        tmp_path: Path, mlflow_uri: str) -> None:
+    client = MlflowClient(mlflow_uri)
+    exp = client.create_experiment("winner")
+    stored = _stored(client, exp, tmp_path)
+    run = client.create_run(exp).info.run_id
+    client.log_text(run, CONFIG.replace("8", "16"), "config.pbtxt")
+    client.log_param(run, "model.json:depth", 3)
+    client.log_text(run, json.dumps({"depth": 3}), "model.json")
+    made = log_winner_model(client, run, stored)
+    local = Path(mlflow.artifacts.download_artifacts(made.model_uri,
+                                                     dst_path=str(tmp_path / "dl")))
+    assert "max_batch_size: 16" in (local / "config.pbtxt").read_text()
+    assert json.loads((local / "1" / "model.json").read_text()) == {"depth": 3}
+    # the user's own folder is untouched
+    assert json.loads((tmp_path / "echo" / "1" / "model.json").read_text()) == {"depth": 1}
+
+
+def test_each_missing_piece_is_named(tmp_path: Path, mlflow_uri: str) -> None:
+    client = MlflowClient(mlflow_uri)
+    exp = client.create_experiment("winner")
+    stored = _stored(client, exp, tmp_path)
+    bare = client.create_run(exp).info.run_id
+    with pytest.raises(DeployError, match=f"the trial's run {bare} has no config.pbtxt") as err:
+        log_winner_model(client, bare, stored)
+    assert "model files" not in str(err.value)  # not blamed on the stored files
+    knob = client.create_run(exp).info.run_id
+    client.log_text(knob, CONFIG, "config.pbtxt")
+    client.log_param(knob, "model.json:depth", 3)  # its file was never logged
+    with pytest.raises(DeployError, match=f"cannot read the trial's model.json: .*{knob}"):
+        log_winner_model(client, knob, stored)
+    gone = model_files.StoredModel(run_id=stored.run_id, file="nothing", sha256="",
+                                   bytes=0, path=stored.path)
+    with pytest.raises(DeployError, match="cannot read the trial's model files"):
+        log_winner_model(client, knob, gone)
