@@ -68,12 +68,12 @@ def test_several_models_too_big_or_asked_rounds_fall_back() -> None:
 
 
 def test_block_window_is_sized_from_the_slower_throughput_within_bounds() -> None:
-    # 45 requests over 3 windows at 10 infer/s (the slower): 1.5 s windows, capped by the
-    # spec's window; at 20 infer/s 750 ms; at 50, 300 ms, raised to the 500 ms floor
-    assert paired.window_ms([10.0, 80.0], 5000) == 1500
-    assert paired.window_ms([10.0, 80.0], 1000) == 1000
-    assert paired.window_ms([20.0, 80.0], 1000) == 750
-    assert paired.window_ms([50.0], 1000) == paired.MIN_WINDOW_MS == 500
+    # 24 requests over 3 windows at 5 infer/s (the slower): 1.6 s windows, capped by the
+    # spec's window; at 10 infer/s 800 ms; at 20, 400 ms, raised to the 500 ms floor
+    assert paired.window_ms([5.0, 80.0], 5000) == 1600
+    assert paired.window_ms([5.0, 80.0], 1000) == 1000
+    assert paired.window_ms([10.0, 80.0], 1000) == 800
+    assert paired.window_ms([20.0], 1000) == paired.MIN_WINDOW_MS == 500
     assert paired.window_ms([None, 0.0], 700) == 700
 
 

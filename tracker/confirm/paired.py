@@ -66,8 +66,10 @@ RELOAD_PAIRS = 4
 #: 15 gave pair ratios from 0.23 to 2.02; at load 4 the quickstart's spread was 0.15 and 0.14
 #: with 333 ms windows, 0.11 and 0.16 with 500 ms (two runs each). DenseNet's, one run each,
 #: 0.079, 0.126 and 0.087 with 1, 0.5 and 0.33 s windows: no trend, while a pair of 1 s
-#: windows costs 6.7 s against 3.7 s (docs/tuning.md, "Paired confirmation")
-BLOCK_REQUESTS = 45
+#: windows costs 6.7 s against 3.7 s. 45 requests left DenseNet's windows at 0.8 s under the
+#: benchmark's light neighbour (19 infer/s) and its confirmation at 29% of the study; 24 puts
+#: them at the floor down to 16 infer/s: 21% (docs/tuning.md, "Paired confirmation")
+BLOCK_REQUESTS = 24
 MIN_WINDOW_MS = 500
 #: seconds both copies are loaded together, unmeasured, after each load before the first
 #: block (:meth:`Pairs.warm`): without it, the first pair after a load read the quickstart's
