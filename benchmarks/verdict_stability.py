@@ -293,7 +293,8 @@ def _ci(r: dict[str, Any]) -> str:
 
 def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5, help="runs per mode and design")
+    parser.add_argument("--runs", type=int, default=5,
+                        help="runs per mode and design (0: the A/A check alone)")
     parser.add_argument("--spec", type=Path, default=ROOT / "projects" / "densenet_onnx" /
                         "study.yaml")
     parser.add_argument("--aa-spec", type=Path, default=ROOT / "projects" / "quickstart" /
@@ -322,9 +323,9 @@ def _figures(results: list[dict[str, Any]], refs: list[dict[str, Any]],
              for r, x in zip(results, refs, strict=True)]
     covered = [r["ci"][0] <= x["pct"] <= r["ci"][1] for r, x in zip(results, refs, strict=True)]
     false = sum(v in (confirm_stats.BETTER, confirm_stats.TIED) for v in aa)
-    return {"power": round(sum(found) / max(len(found), 1), 3),
+    return {"power": round(sum(found) / len(found), 3) if found else None,
             "aa_false_better": round(false / max(len(aa), 1), 3), "aa_confirmations": len(aa),
-            "ci_coverage": round(sum(covered) / max(len(covered), 1), 3),
+            "ci_coverage": round(sum(covered) / len(covered), 3) if covered else None,
             "confirm_wall_share": round(statistics.median(r["share"] for r in results), 3)
             if results else None,
             "verdicts": [r["verdict"] for r in results], "rounds": [r["rounds"] for r in results],
@@ -358,6 +359,8 @@ def main() -> None:
                 _print_run(g, i, results[g][-1])
         for mode in modes:
             mine = [g for g in groups if g.startswith(f"{mode}/")]
+            if not any(results[g] for g in mine):  # --runs 0: the A/A check alone
+                continue
             refs[mode] = reference(args.spec.resolve(), folders[mine[0]][0],
                                    [r for g in mine for r in results[g]],
                                    args.reference_rounds, rng.randrange(1 << 30), mode)
@@ -374,23 +377,24 @@ def main() -> None:
         for folder in [*(f for g in groups for f in folders[g]), *aa_folders.values()]:
             shutil.rmtree(folder, ignore_errors=True)
     wall = time.monotonic() - started
-    per_mode = {mode: iter(got["runs"]) for mode, got in refs.items()}
+    per_mode = {mode: iter(refs[mode]["runs"] if mode in refs else []) for mode in modes}
     figures = {}
     for g in groups:
-        mine = [next(per_mode[g.split("/")[0]]) for _ in results[g]]
-        figures[g] = _figures(results[g], mine, aa[g])
+        theirs = [next(per_mode[g.split("/")[0]]) for _ in results[g]]
+        figures[g] = _figures(results[g], theirs, aa[g])
         print(f"\n{g}:  {'verdict':<12} {'configuration':<56} {'improvement (95% CI)':<26} "
               f"{'rounds':>6} {'confirm':>8} {'reference':>10}")
-        for i, (r, x) in enumerate(zip(results[g], mine, strict=True)):
+        for i, (r, x) in enumerate(zip(results[g], theirs, strict=True)):
             about = f"{_pair(r['about'], r['about_level'])} vs @{r['default_level']:g}"
             print(f"{i:>3}  {r['verdict']:<12} {about:<56} {_ci(r):<26} {r['rounds']:>6} "
                   f"{r['share']:>7.0%} {x['pct']:>+9.1f}%  (reference {x['low']:+.1f} to "
                   f"{x['high']:+.1f}%, {'better' if x['better'] else 'not shown better'})")
         f = figures[g]
-        print(f"{g}: power {f['power']:.2f}; intervals holding the reference "
-              f"{f['ci_coverage']:.2f}; A/A false better {f['aa_false_better']:.2f} of "
-              f"{f['aa_confirmations']}; confirming a median {f['confirm_wall_share']:.0%} "
-              "of a run's wall time")
+        share = ("no runs" if f["confirm_wall_share"] is None else
+                 f"confirming a median {f['confirm_wall_share']:.0%} of a run's wall time")
+        print(f"{g}: power {f['power']}; intervals holding the reference "
+              f"{f['ci_coverage']}; A/A false better {f['aa_false_better']:.2f} of "
+              f"{f['aa_confirmations']}; {share}")
     print(f"\nwall {wall:.0f} s; load average before {load_before[0]:.2f}, after "
           f"{os.getloadavg()[0]:.2f}")
     print(json.dumps({
