@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,8 @@ def test_inconclusive_says_the_rounds_the_interval_and_how_to_measure_more() -> 
     assert f"`{command}` measures more of the same rounds" in text
     assert "the default is kept and nothing is promoted unless forced" in text
     assert "inconclusive after 3 rounds" in words.headline(v)
+    paired = words.sentence(replace(v, design="paired"), OBJ, command)
+    assert f"`{command}` measures more of the same pairs" in paired
 
 
 def test_an_old_no_better_record_reads_by_todays_rules() -> None:

@@ -103,7 +103,8 @@ def sentence(v: confirm_stats.Verdict, objectives: Mapping[str, str],
     elif v.verdict == confirm_stats.INCONCLUSIVE:
         why = (f"{best}, not yet told apart from the default configuration ({base_ci})"
                if best else "no configuration met the constraints in most of its rounds")
-        more = f"; `{command}` measures more of the same rounds" if command else ""
+        what = "pairs" if v.design == "paired" else "rounds"
+        more = f"; `{command}` measures more of the same {what}" if command else ""
         text = (f"inconclusive after {rounds}: {why}{more}; until then the default is kept "
                 "and nothing is promoted unless forced.")
     else:
