@@ -47,10 +47,6 @@ def count(seconds: float, span_s: float) -> list[int]:
     return out
 
 
-def _worker(args: tuple[float, float]) -> list[int]:
-    return count(*args)
-
-
 def figures(counts: list[int], span_s: float) -> dict[str, dict[str, float]]:
     """Per length: the averages' relative sd and their Allan deviation."""
     mean = statistics.fmean(counts)
@@ -74,12 +70,15 @@ def main() -> None:
     ap.add_argument("--span-ms", type=float, default=50.0)
     ap.add_argument("--procs", type=int, default=1)
     a = ap.parse_args()
+    if a.procs < 1 or a.seconds <= 0 or a.span_ms <= 0:
+        ap.error(f"--procs must be >= 1 and --seconds, --span-ms > 0, but got {a.procs}, "
+                 f"{a.seconds:g} and {a.span_ms:g}")
     span_s = a.span_ms / 1000.0
     load = os.getloadavg()[0]
     print(f"{a.procs} busy loop(s) for {a.seconds:g} s in {a.span_ms:g} ms spans; load average "
           f"{load:.2f} at the start")
     with mp.Pool(a.procs) as pool:
-        runs = pool.map(_worker, [(a.seconds, span_s)] * a.procs)
+        runs = pool.starmap(count, [(a.seconds, span_s)] * a.procs)
     per_proc = [figures(c, span_s) for c in runs]
     print(f"{'length':>8} " + " ".join(f"{'proc ' + str(i) + ' sd/adjacent':>22}"
                                        for i in range(a.procs)))
