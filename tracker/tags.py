@@ -63,6 +63,9 @@ MODEL_RUN_ID = "tracker.run_id"         # a version: the trial run it was regist
 MODEL_CONSTRAINT = "tracker.constraint"  # a version: tracker.constraint.<metric>
 MODEL_FILES = "tracker.model_files"    # a trial run: runs:/<parent>/study_model (stored once)
 MODEL_SHA256 = "tracker.model_sha256"  # a trial run: the stored model file's digest
+# a logged model and the version registered from it: the sha256 of its files as deployed
+# (tracking/flavor.py artifact_digest); a deployment refuses a download that differs
+ARTIFACT_SHA256 = "tracker.artifact_sha256"
 # a trial run of a configuration of several models (a pipeline): every model in load order
 # (composing first, entry last) as a JSON list, and the entry model; absent for one model
 MODELS = "tracker.models"

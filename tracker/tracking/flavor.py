@@ -16,10 +16,11 @@ so it is safe from Optuna worker threads: the model becomes an MLflow 3 logged m
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +31,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.models import Model
 from tritonclient.grpc import model_config_pb2
 
+from tracker import tags as tag_names
 from tracker.errors import DeployError, ModelError
 
 FLAVOR_NAME = "triton"
@@ -124,6 +126,38 @@ def inspect_model_dir(path: str | Path) -> TritonModelDir:
                           platform=cfg.platform)
 
 
+def model_digest(model: TritonModelDir) -> str:
+    """The digest a deployment tells two versions of a model apart by: config.pbtxt and the
+    latest version folder's files (their paths and bytes, ``__pycache__`` left out); a
+    deployment compares versions by it (:func:`tracker.deploy.steps.source_digest`)."""
+    h = hashlib.sha256(model.config_text.encode())
+    root = model.latest_version_dir
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(str(path.relative_to(root)).encode())
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def artifact_digest(models: Sequence[TritonModelDir],
+                    per_model: Callable[[TritonModelDir], str] = model_digest) -> str:
+    """The sha256 of a configuration's files as deployed: each model's ``per_model`` digest in
+    load order, with its name when there are several (one model is served under the
+    deployment's name, so its folder name, which depends on where it was downloaded, is not
+    part of what it is). The tag ``tracker.artifact_sha256`` of a logged model and of a
+    registered version."""
+    h = hashlib.sha256()
+    several = len(models) > 1
+    for model in models:
+        h.update(f"{model.name if several else ''}\0{per_model(model)}\n".encode())
+    return h.hexdigest()
+
+
+def _one_model(local: Path) -> Sequence[TritonModelDir]:
+    return (inspect_model_dir(local),)
+
+
 def save_model(model_dir: str | Path, path: str | Path, mlflow_model: Model | None = None) -> Model:
     """Write the Triton model directory ``model_dir`` as an MLflow model at ``path``.
 
@@ -182,7 +216,9 @@ def log_triton_model(
     """Log a Triton model directory as an MLflow model produced by run ``run_id``.
 
     Thread-safe: it only uses an explicit :class:`mlflow.MlflowClient`. ``params`` (the trial's
-    knobs) and ``tags`` are stored on the logged model. Raises :class:`ModelError` for a bad
+    knobs) and ``tags`` are stored on the logged model, with ``tracker.artifact_sha256`` (the
+    :func:`artifact_digest` of what is uploaded, which a deployment checks its download
+    against once the model is registered). Raises :class:`ModelError` for a bad
     directory and :class:`DeployError` when MLflow refuses. ``extend(model, folder)`` may add
     flavors and files to the saved model before it is uploaded (tracking/mlflow_model.py).
     """
@@ -195,10 +231,14 @@ def log_triton_model(
 def log_saved(save: Callable[[Path, Model], object], what: str, run_id: str, *,
               name: str = MODEL_ARTIFACT_PATH, tracking_uri: str | None = None,
               params: dict[str, str] | None = None, tags: dict[str, str] | None = None,
-              extend: Callable[[Model, Path], None] | None = None) -> LoggedTritonModel:
+              extend: Callable[[Model, Path], None] | None = None,
+              read: Callable[[Path], Sequence[TritonModelDir]] = _one_model
+              ) -> LoggedTritonModel:
     """Log what ``save(folder, model)`` writes (an MLflow model of the ``triton`` flavor) as
     the logged model ``name`` of run ``run_id`` (see :func:`log_triton_model`); ``what``
-    names it in errors."""
+    names it in errors. ``read(folder)`` gives the saved models as a download of them is read
+    at deploy time: their :func:`artifact_digest` becomes the logged model's tag
+    ``tracker.artifact_sha256``."""
     client = mlflow.MlflowClient(tracking_uri)
     try:
         run = client.get_run(run_id)
@@ -220,6 +260,8 @@ def log_saved(save: Callable[[Path, Model], object], what: str, run_id: str, *,
             ))
             if extend is not None:
                 extend(Model.load(str(local / "MLmodel")), local)
+            client.set_logged_model_tags(
+                logged.model_id, {tag_names.ARTIFACT_SHA256: artifact_digest(read(local))})
             client.log_model_artifacts(logged.model_id, str(local))
         client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
         client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)

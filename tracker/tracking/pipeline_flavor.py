@@ -204,11 +204,15 @@ def log_pipeline_model(repo: TritonRepositoryDir, run_id: str, *, tracking_uri: 
                        tags: dict[str, str] | None = None,
                        signature: Any = None) -> LoggedTritonModel:
     """Log the configuration as the MLflow model ``model`` of run ``run_id`` (thread-safe, as
-    :func:`tracker.tracking.flavor.log_triton_model`); ``signature``: the first entry's."""
+    :func:`tracker.tracking.flavor.log_triton_model`, tagged ``tracker.artifact_sha256`` as
+    it is); ``signature``: the first entry's."""
     def save(local: Path, model: Model) -> Model:
         if signature is not None:
             model.signature = signature
         return save_pipeline(repo, local, model)
 
+    def read(local: Path) -> tuple[TritonModelDir, ...]:  # as a download is read
+        return read_pipeline(local, Model.load(str(local / "MLmodel")).flavors[FLAVOR_NAME]).models
+
     return log_saved(save, f"pipeline {list(repo.names)}", run_id, tracking_uri=tracking_uri,
-                     tags=tags)
+                     tags=tags, read=read)

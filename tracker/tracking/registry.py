@@ -103,14 +103,27 @@ def ensure_registered_model(client: MlflowClient, name: str) -> None:
 
 
 def register_version(client: MlflowClient, name: str, request: VersionRequest) -> ModelVersion:
-    """Register ``request.source`` as a new version of ``name`` (created when missing)."""
+    """Register ``request.source`` as a new version of ``name`` (created when missing).
+
+    The logged model ``request.model_id``'s tag ``tracker.artifact_sha256`` (the digest of its
+    files, :func:`tracker.tracking.flavor.artifact_digest`) goes on the version too, unless
+    ``request.tags`` sets it: a deployment checks its download against it."""
     ensure_registered_model(client, name)
+    version_tags = {k: str(v)[:_MAX_TAG] for k, v in (request.tags or {}).items()}
+    if request.model_id and tags.ARTIFACT_SHA256 not in version_tags:
+        try:
+            logged = client.get_logged_model(request.model_id)
+        except MlflowException as exc:
+            raise _fail(f"cannot read the logged model {request.model_id!r} to register it as "
+                        f"a version of {name!r}", exc) from exc
+        if digest := (logged.tags or {}).get(tags.ARTIFACT_SHA256):
+            version_tags[tags.ARTIFACT_SHA256] = digest
     try:
         return client.create_model_version(
             name,
             request.source,
             run_id=request.run_id,
-            tags={k: str(v)[:_MAX_TAG] for k, v in (request.tags or {}).items()},
+            tags=version_tags,
             description=request.description,
             model_id=request.model_id,
         )
