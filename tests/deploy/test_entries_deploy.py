@@ -111,7 +111,7 @@ def test_two_entry_models_are_one_version_switched_and_rolled_back_together(
     assert {k: v.tags[registry.TAG_DEPLOY_STATUS] for k, v in versions.items()} == {
         "1": "serving", "2": "failed"}
     assert {k: v.current_stage for k, v in versions.items()} == {
-        "1": "Production", "2": "Archived"}
+        "1": "Production", "2": "None"}  # never entered it
     assert str(client.get_model_version_by_alias("two", "production").version) == "1"
 
     # v3 through the watcher (an alias move, as the registry UI does) while a client calls

@@ -12,11 +12,12 @@
    registered model, with tags (study, trial, run id, perf_throughput, perf_latency_p99, each
    entry model's as ``<model>/perf_throughput``, the constraint it met) and the summary
    sentence as description;
-3. the version moves to the stage (the previous Production version is archived) and gets the
-   alias;
-4. it is deployed to Triton (:func:`tracker.deploy.service.deploy`); a failure leaves the
-   previous version serving, tags the new one ``failed``, puts the stage and alias back on
-   the version that serves (the failed one is archived) and raises :class:`DeployError`.
+3. it is deployed to Triton (:func:`tracker.deploy.service.deploy`), and once it serves, in
+   the same transaction, it moves to the stage (the previous Production version is archived)
+   and gets the alias; without a deployment (``--no-deploy``) it moves there at once, and the
+   watcher deploys it;
+4. a failed deployment leaves the previous version serving and the stage and alias on it,
+   tags the new one ``failed`` and raises :class:`DeployError`.
 """
 
 from __future__ import annotations
@@ -157,37 +158,52 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
         description=description))
     version = int(mv.version)
     _tag_model(client, registered_model, deployment_name)
-    staged = _stage(client, registered_model, version, stage, log)
-    registry.set_alias(client, registered_model, alias, version)
-    log(f"registered {registered_model} version {version} from trial {best.number} "
-        f"({_headline(best.metrics)}); " + (f"stage {stage}, " if staged else "")
-        + f"alias {alias!r}")
-    deployment = None if settings is None else _deploy(
-        client, settings, registered_model, version, deployment_name, Pointers(stage, alias),
-        f"{registered_model} version {version} (trial {best.number})", log)
+    what = f"{registered_model} version {version} (trial {best.number})"
+    staged, deployment = _place(client, settings, registered_model, version, deployment_name,
+                                Pointers(stage, alias), what, _headline(best.metrics), log)
     return Promotion(registered_model, version, best.number, best.run_id,
                      stage if staged else "no stage (refused by the registry)", alias,
                      description, deployment)
 
 
+def _place(client: mlflow.MlflowClient, settings: TargetSettings | None, registered: str,
+           version: int, deployment_name: str, pointers: Pointers, what: str, headline: str,
+           log: Callable[[str], None]) -> tuple[bool, dict[str, Any] | None]:
+    """Step 3: deployed (the pointers move once it serves), or with ``settings`` None the
+    pointers moved at once. Returns (whether the stage holds it, the deployment)."""
+    stage, alias = pointers.stage, pointers.alias
+    if settings is None:
+        staged = _stage(client, registered, version, stage, log)
+        registry.set_alias(client, registered, alias, version)
+        log(f"registered {what} ({headline}); "
+            + (f"stage {stage}, " if staged else "") + f"alias {alias!r}")
+        return staged, None
+    log(f"registered {what} ({headline}); deploying it: stage {stage} and alias {alias!r} "
+        "move to it once it serves")
+    deployment = _deploy(client, settings, registered, version, deployment_name, pointers,
+                         what, log)
+    return registry.get_version(client, registered, version).current_stage == stage, deployment
+
+
 def _deploy(client: mlflow.MlflowClient, settings: TargetSettings, registered: str,
             version: int, deployment_name: str, pointers: Pointers, what: str,
             log: Callable[[str], None]) -> dict[str, Any]:
-    """Step 4 of the module docstring: deploy the version; on failure the stage and the alias
-    go back to the version that still serves. Either way the pointers are recorded as seen
-    (the watcher must not repeat it)."""
+    """Step 3 and 4 of the module docstring: deploy the version, which moves the stage and
+    the alias to it once it serves (in the same transaction); on failure they stay on the
+    version that still serves, and where they are is recorded as seen (the watcher must not
+    try the failed version again)."""
     try:
         return service.deploy(settings, deployment_name, f"models:/{registered}/{version}",
                               log=log, pointers=pointers)
     except DeployError as exc:
-        back = registry.restore_serving(client, registered, stage=pointers.stage,
-                                        alias=pointers.alias)
-        if back is not None:
-            log(f"version {version} archived; stage {pointers.stage} and alias "
-                f"{pointers.alias!r} are back on version {back.version}, which still serves")
-        raise DeployError(f"{what} was not deployed: {exc}") from exc
-    finally:
         record_seen(client, registered, pointers)
+        serving = registry.serving_version(client, registered)
+        still = ("" if serving is None else
+                 f"; stage {pointers.stage} and alias {pointers.alias!r} stay on version "
+                 f"{serving.version}, which still serves")
+        raise DeployError(f"{what} was not deployed: {exc}{still}") from exc
+
+
 def _check_tags(study: optuna.Study) -> dict[str, str]:
     """The study's output-check reference (run and tolerances) for the version's tags: the
     deployment sends the new version the same probes (deploy/verify.py)."""

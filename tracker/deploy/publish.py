@@ -14,7 +14,6 @@ that backend).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from tracker.deploy import steps
+from tracker.deploy import lock, steps
 from tracker.errors import DeployError, ServerError
 from tracker.serving import CHOICES, serving_choices
 from tracker.tracking.flavor import is_model_name, validate_model_name
@@ -36,7 +35,7 @@ if TYPE_CHECKING:
 
 SERVING_MODES: tuple[str, ...] = CHOICES
 META_FILE = "deployment.json"
-LOCK_FILE = ".tracker-deploy.lock"
+LOCK_FILE = lock.LOCK_FILE
 
 
 @dataclass(frozen=True)
@@ -141,12 +140,9 @@ class Publisher:
     # -- writing ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        with open(self.repository / LOCK_FILE, "a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        """The repository lock (:mod:`tracker.deploy.lock`), held for a whole deployment."""
+        with lock.held(self.repository):
+            yield
 
 
     def modes(self, name: str, production: ModelConfig, previous: tuple[int, ...]) -> list[str]:
@@ -167,10 +163,14 @@ class Publisher:
     def load(self, name: str, step: str) -> None:
         steps.load(self.client, name, step, self.server_log)
 
-    def write_meta(self, model_dir: Path, name: str, version: int, mode: str,
-                   meta: Mapping[str, Any] | None) -> None:
+    @staticmethod
+    def meta_text(name: str, version: int, mode: str, meta: Mapping[str, Any] | None) -> str:
+        """The text of a model's ``deployment.json``."""
         record = {"name": name, "version": version, "serving": mode,
                   "deployed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                   **dict(meta or {})}
-        steps.write_atomic(model_dir / META_FILE,
-                           json.dumps(record, indent=2, sort_keys=True) + "\n")
+        return json.dumps(record, indent=2, sort_keys=True) + "\n"
+
+    def write_meta(self, model_dir: Path, name: str, version: int, mode: str,
+                   meta: Mapping[str, Any] | None) -> None:
+        steps.write_atomic(model_dir / META_FILE, self.meta_text(name, version, mode, meta))

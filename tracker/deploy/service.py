@@ -14,16 +14,16 @@ from __future__ import annotations
 import contextlib
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import mlflow
 
-from tracker.deploy import nvidia, switch, verify
+from tracker.deploy import guard, integrity, journal, nvidia, registry_sync, switch, verify
 from tracker.deploy.inference import infer_version, to_arrays, to_lists
-from tracker.deploy.pointers import Pointers, align, record_seen
+from tracker.deploy.pointers import Pointers
 from tracker.deploy.publish import META_FILE, DeploymentState, Publisher, PublishResult
 from tracker.deploy.settings import TargetSettings
 from tracker.deploy.transport import ControlClient, make_client
@@ -94,64 +94,126 @@ def describe(state: DeploymentState, settings: TargetSettings) -> dict[str, Any]
 
 def deploy(settings: TargetSettings, name: str, model_uri: str, *,
            exists: bool | None = None, log: Callable[[str], None] | None = None,
-           model_flavor: str | None = None,
-           pointers: Pointers | None = None) -> dict[str, Any]:
-    """Publish ``model_uri`` as deployment ``name`` and record the outcome in the registry.
+           model_flavor: str | None = None, pointers: Pointers | None = None,
+           after_serving: registry_sync.AfterServing | None = None) -> dict[str, Any]:
+    """Publish ``model_uri`` as deployment ``name`` and record the outcome in the registry,
+    as one transaction under the repository lock (:mod:`tracker.deploy.switch`).
 
     ``exists``: True = update (the deployment must exist), False = create (it must not),
     None = either. ``model_flavor``: ``triton`` or ``onnx`` (None: the model's, see
     :func:`tracker.tracking.foreign.load_deployable`). ``pointers``: for a registry version,
     move that stage and alias to it once it serves and record them as seen (None: leave the
-    registry's pointers to the caller, as the watcher does). Raises :class:`DeployError` with
-    Triton's message; the previous version keeps serving and a registry version is tagged
-    ``failed``.
+    registry's pointers to ``after_serving``, as the watcher does). Raises
+    :class:`DeployError` with Triton's message; the previous version keeps serving and a
+    registry version is tagged ``failed``. A registry that fails after a good switch leaves
+    ``registry_pending`` (the reason) in the result: the version serves.
     """
     flavor.validate_model_name(name)
     ref = resolve_registry_uri(model_uri)
-    with make_client(settings) as client:
-        publisher = make_publisher(settings, client, log)
-        current = publisher.state(name)
-        if exists is False and current is not None:
-            raise DeployError(f"deployment {name!r} already exists (version {current.version}); "
-                              "use update")
-        if exists is True and current is None:
-            raise DeployError(f"deployment {name!r} does not exist; use create")
+    say = log or (lambda _line: None)
+    with tempfile.TemporaryDirectory(prefix="triton-deploy-") as tmp, \
+            make_client(settings) as client, guard.interruptible():
+        loaded = foreign.load_deployable(model_uri, Path(tmp), name=name, flavor=model_flavor)
         if ref is not None:
-            version = ref.version
-        elif settings.version is not None:
-            version = settings.version
-        else:
-            version = max([0, *(current.files_versions if current else ())]) + 1
-        meta = {"model_uri": model_uri, "registered_model": ref.name if ref else None,
-                "registry_version": str(ref.version) if ref else None,
-                "run_id": ref.run_id if ref else None}
-        with tempfile.TemporaryDirectory(prefix="triton-deploy-") as tmp:
-            loaded = foreign.load_deployable(model_uri, Path(tmp), name=name,
-                                             flavor=model_flavor)
-            meta["flavor"] = loaded.flavor
+            integrity.check_download(mlflow.MlflowClient(), ref.name, ref.version, loaded.source)
+        publisher = make_publisher(settings, client, log)
+        with publisher.locked():
+            recover(publisher, say)
+            version = _version(publisher.state(name), name, ref, settings, exists)
+            meta = {"model_uri": model_uri, "registered_model": ref.name if ref else None,
+                    "registry_version": str(ref.version) if ref else None,
+                    "run_id": ref.run_id if ref else None, "flavor": loaded.flavor}
+            update = None if ref is None else registry_sync.job(
+                ref.name, ref.version, target=settings.describe(), message="",
+                pointers=pointers)
+            pending: list[str] = []
+
+            def after_commit(result: PublishResult) -> None:
+                nvidia.write_meta(settings.repository / name, name, loaded.flavor, model_uri)
+                if update is not None:
+                    update["message"] = _summary(result)
+                    reason = registry_sync.apply(update, say, after_serving)
+                    if reason is not None:
+                        pending.append(reason)
+                        say(registry_sync.pending_line(update, reason))
+                        return
+                _clear_journal(publisher, name)
+
             try:
                 check = None if ref is None else verify.for_version(
                     mlflow.MlflowClient(), ref.name, ref.version)
-                result = switch.publish(publisher, name, version, loaded.source, meta=meta,
-                                        check=check)
+                switch.publish(publisher, name, version, loaded.source, meta=meta,
+                               check=check, registry=update, after_commit=after_commit)
             except DeployError as exc:
                 if ref is not None:
                     verify.mark_failed(ref.name, ref.version, exc, target=settings.describe())
                 raise
-        nvidia.write_meta(settings.repository / name, name, loaded.flavor, model_uri)
-        if ref is not None:
-            reg = mlflow.MlflowClient()
-            registry.mark_served(reg, ref.name, ref.version, target=settings.describe(),
-                                 message=_summary(result))
-            if pointers is not None:
-                for moved in align(reg, ref.name, ref.version, pointers):
-                    if log is not None:
-                        log(f"{ref.name}: {moved} (the version that serves)")
-                record_seen(reg, ref.name, pointers)
-        state = publisher.state(name)
+            state = publisher.state(name)
     if state is None:  # pragma: no cover - publish just wrote it
         raise DeployError(f"deployment {name!r} vanished right after publishing")
-    return describe(state, settings)
+    found = describe(state, settings)
+    if pending:
+        found["registry_pending"] = pending[0]
+    return found
+
+
+def _version(current: DeploymentState | None, name: str, ref: RegistryRef | None,
+             settings: TargetSettings, exists: bool | None) -> int:
+    """The Triton version to deploy as: the registry's number, the ``version`` setting, or
+    one above every version folder; ``exists`` checked against what the repository has."""
+    if exists is False and current is not None:
+        raise DeployError(f"deployment {name!r} already exists (version {current.version}); "
+                          "use update")
+    if exists is True and current is None:
+        raise DeployError(f"deployment {name!r} does not exist; use create")
+    if ref is not None:
+        return ref.version
+    if settings.version is not None:
+        return settings.version
+    return max([0, *(current.files_versions if current else ())]) + 1
+
+
+def recover(publisher: Publisher, log: Callable[[str], None]) -> None:
+    """Complete what an interrupted deployment of this repository left (the caller holds the
+    lock): a switch that did not commit is rolled back, one that did is finished, and a
+    registry update still pending is made (left pending, said once, if the registry still
+    fails)."""
+    for path in journal.left_behind(publisher.repository):
+        found = journal.load(path)
+        if found.phase == journal.SWITCHING:
+            with guard.shielded():
+                switch.undo(publisher, found)
+            state = publisher.state(found.deployment)
+            serving = state.version if state is not None else None
+            log(f"{found.deployment}: an interrupted deployment of version {found.version} "
+                "was rolled back; " + (f"version {serving} serves" if serving
+                                       else "nothing serves"))
+            continue
+        switch.finish(publisher, found)
+        if found.registry is not None:
+            reason = registry_sync.apply(found.registry, log, tries=1)
+            if reason is not None:
+                log(registry_sync.pending_line(found.registry, reason))
+                continue
+            log(f"{found.deployment}: the registry update of version {found.version} "
+                "that was pending is made")
+        found.clear()
+
+
+@contextlib.contextmanager
+def transaction(settings: TargetSettings, log: Callable[[str], None]) -> Iterator[None]:
+    """The repository lock held around a block (re-entrant: a deployment inside takes it
+    again), with what an interrupted deployment left completed first (:func:`recover`)."""
+    with make_client(settings) as client, guard.interruptible():
+        publisher = make_publisher(settings, client, log)
+        with publisher.locked():
+            recover(publisher, log)
+            yield
+
+
+def _clear_journal(publisher: Publisher, name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        journal.path_for(publisher.repository, name).unlink()
 
 
 def _summary(result: PublishResult) -> str:
@@ -181,10 +243,12 @@ def delete_deployment(settings: TargetSettings, name: str,
                       log: Callable[[str], None] | None = None) -> None:
     """Unload and remove ``name`` (nothing to do when it does not exist)."""
     flavor.validate_model_name(name)
-    with make_client(settings) as client:
+    with make_client(settings) as client, guard.interruptible():
         publisher = make_publisher(settings, client, log)
-        state = publisher.state(name)
-        switch.remove(publisher, name)
+        with publisher.locked():
+            recover(publisher, log or (lambda _line: None))
+            state = publisher.state(name)
+            switch.remove(publisher, name)
     meta = state.meta if state else {}
     reg, ver = meta.get("registered_model"), meta.get("registry_version")
     if reg and ver:

@@ -8,7 +8,6 @@ only "failed to poll"), the wait for READY and the check inference. A step that 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -21,6 +20,7 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tracker.deploy.inference import infer_version
 from tracker.errors import ServerError
+from tracker.tracking.flavor import model_digest
 from tracker.triton import model_config
 from tracker.triton.formats.base import backend_of
 from tracker.triton.server.logs import error_messages, log_since, log_size
@@ -49,15 +49,9 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def source_digest(source: TritonModelDir) -> str:
-    """A digest of the version's files and config (what makes two deployments the same)."""
-    h = hashlib.sha256(source.config_text.encode())
-    root = source.latest_version_dir
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        h.update(str(path.relative_to(root)).encode())
-        with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-    return h.hexdigest()[:16]
+    """A digest of the version's files and config (what makes two deployments the same): the
+    rule of :func:`tracker.tracking.flavor.model_digest`, which logging a model also uses."""
+    return model_digest(source)
 
 
 def with_policy(cfg: ModelConfig, name: str, versions: list[int]) -> ModelConfig:

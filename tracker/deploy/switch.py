@@ -1,29 +1,33 @@
 """Publish a configuration (one model, a pipeline, several entry models with their composing
 models) into a Triton model repository: every model switched to the new version, or every
-model rolled back. One model is the configuration of one model, its only entry: the same
-steps, run once.
+model as it was. One model is the configuration of one model, its only entry: the same
+steps, run once. The caller holds the repository lock (:meth:`Publisher.locked`) for the
+whole deployment.
 
 The first entry serves under the deployment name; every other model (composing models, the
 other entries) under its own name (an entry's config calls its steps by name). Publishing
 version N:
 
-1. every model's files are staged aside and renamed to ``<repo>/<model>/N/`` (a version
-   folder is complete or absent);
-2. in load order (composing models first, the entries last) each model's config.pbtxt lists
-   the versions it serves now and N, and it is loaded: N loads beside the serving version,
-   which keeps answering; each must be READY (an ONNX model on a server without the
-   onnxruntime backend is staged again with the onnxruntime shim, ``serving: auto``);
-3. :func:`verify`: the new version of every model is loaded and READY beside the old one and
-   nothing has switched yet; each entry answers one inference sent to version N (when its
-   inputs are numbers: random bytes mean nothing to a model that decodes them). **A check
-   of the new version before it takes traffic belongs here.**
-4. in reverse load order (the entries first) config.pbtxt lists only N and is loaded again:
-   the old versions are dropped (requests without a version go to the newest READY one, so
-   clients see no failed request); every model is READY again;
-5. any failure on the way: in reverse load order every model gets its previous config.pbtxt
-   back and is loaded again, a model that did not exist before is unloaded and its folder
-   removed, the N folders are removed; :class:`DeployError` names the model, the step and
-   Triton's message. The previous version of every model serves as before.
+1. the journal (:mod:`tracker.deploy.journal`) is written: from here on, an exception, a
+   signal or a ``kill -9`` ends in every model as it was;
+2. the check, where no client reaches it (:mod:`tracker.deploy.shadow`): every model is loaded
+   under its shadow name and must be READY, each entry answers one inference (when its
+   inputs are numbers) and the study's output check; the shadows are then removed. Until
+   here the serving repository folders are untouched;
+3. the switch, in load order (composing models first, the entries last): each model's
+   version folder is put in place (a version folder is complete or absent; a folder of the
+   same number is kept aside until the end), its config.pbtxt lists the versions it serves
+   and N, and it is loaded: N, already checked, loads beside the serving version; then, in
+   reverse load order, config.pbtxt lists only N and is loaded again, dropping the old
+   versions (requests without a version go to the newest READY one, so clients see the old
+   version, then N, and no failed request);
+4. the commit: the journal's phase becomes ``committed``; the old version folders are
+   removed and every model's record written (repeatable, so a crash here is finished by the
+   next deployment);
+5. any failure before the commit: in reverse load order every model gets its previous
+   config.pbtxt and folders back and is loaded again (a model that served keeps serving, one
+   that did not exist is unloaded and removed); :class:`DeployError` names the model, the step
+   and Triton's message, and a signal is raised again once the rollback is done.
 
 The deployment's record (``deployment.json`` of the first entry) lists every model
 (``models``, load order) and the entries; every other model's says ``part_of:
@@ -39,44 +43,22 @@ import hashlib
 import shutil
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tritonclient.grpc import model_config_pb2
-
-from tracker.deploy import steps
-from tracker.deploy.publish import DeploymentState, Publisher, PublishResult
+from tracker.deploy import guard, shadow, steps
+from tracker.deploy.journal import COMMITTED, SWITCHING, Journal
+from tracker.deploy.plan import Model, load_with_fallback, plan, stage_into, write_config
+from tracker.deploy.publish import META_FILE, DeploymentState, Publisher, PublishResult
 from tracker.errors import DeployError, ServerError
-from tracker.tracking.flavor import CONFIG_FILE, TritonModelDir, validate_model_name
-from tracker.triton import model_config
+from tracker.tracking.flavor import CONFIG_FILE, validate_model_name
 
 if TYPE_CHECKING:
-    from tritonclient.grpc.model_config_pb2 import ModelConfig
-
     from tracker.tracking.pipeline_flavor import TritonRepositoryDir
 
 PART_OF = "part_of"   #: deployment.json of a model served for another: the deployment
 MODELS = "models"     #: deployment.json of the first entry: every model, load order
 ENTRIES = "entries"   #: deployment.json of the first entry: the entries (served names)
-
-
-@dataclass
-class _Model:
-    """One model of the switch and what it takes to undo it."""
-
-    name: str  #: the name it serves as
-    source: TritonModelDir
-    production: ModelConfig
-    previous: tuple[int, ...]
-    old_text: str | None
-    existed: bool
-    modes: list[str]
-    entry: bool
-    served: ModelConfig | None = None
-    created: bool = False
-    touched: bool = False
-    staging: tuple[Path, ...] = ()
 
 
 def served_names(source: TritonRepositoryDir, name: str) -> list[str]:
@@ -91,10 +73,6 @@ def digest(source: TritonRepositoryDir, name: str) -> str:
     for served, model in zip(served_names(source, name), source.models, strict=True):
         h.update(f"\0{served}\0{steps.source_digest(model)}".encode())
     return h.hexdigest()[:16]
-
-
-def _numeric_inputs(cfg: ModelConfig) -> bool:
-    return all(i.data_type != model_config_pb2.TYPE_STRING for i in cfg.input)
 
 
 def _refuse_foreign(name: str, names: list[str],
@@ -117,11 +95,15 @@ def _refuse_foreign(name: str, names: list[str],
 
 
 def publish(pub: Publisher, name: str, version: int, source: TritonRepositoryDir, *,
-            meta: Mapping[str, Any] | None = None,
-            check: Callable[[Any, str, int], None] | None = None) -> PublishResult:
+            meta: Mapping[str, Any] | None = None, check: shadow.Check | None = None,
+            registry: Mapping[str, Any] | None = None,
+            after_commit: Callable[[PublishResult], None] | None = None) -> PublishResult:
     """Serve ``source`` as version ``version`` of every model, the first entry as ``name``
-    (the module docstring). Raises :class:`DeployError` (with the server's message) after
-    rolling every model back."""
+    (the module docstring). ``registry``: the registry update still to make once it serves,
+    kept in the journal until it is made (None: none); ``after_commit`` runs once every model
+    serves, with signals held until it returns (the registry update goes there). Raises
+    :class:`DeployError` (with the server's message) after rolling every model back; a
+    signal (:class:`~tracker.deploy.guard.Interrupted`) is raised again after the rollback."""
     validate_model_name(name)
     if not isinstance(version, int) or version < 1:
         raise DeployError(f"a Triton version must be a positive integer, but got {version!r}")
@@ -129,176 +111,167 @@ def publish(pub: Publisher, name: str, version: int, source: TritonRepositoryDir
     if names.count(name) > 1:
         raise DeployError(f"deployment name {name!r} is also the name of another model of "
                           f"the configuration {list(source.names)}")
-    with pub.locked():
-        start = time.monotonic()
-        states = {n: pub.state(n) for n in names}
-        _refuse_foreign(name, names, states)
-        before = states[name]
-        sha = digest(source, name)
-        if (before is not None and before.meta.get("source_digest") == sha
-                and all(s is not None and s.ready_versions == (version,)
-                        for s in states.values())):
-            pub.log(f"{name}: version {version} already serves ({', '.join(names)}); "
-                    "nothing to do")
-            production = steps.production_of(source.entry, name)
-            return PublishResult(name, version, (), str(before.meta.get("serving", "")),
-                                 production, production, 0.0)
-        entries = {name if e == source.entries[0] else e for e in source.entries}
-        plan = [_plan(pub, n, src, version, states[n], entry=n in entries)
-                for n, src in zip(names, source.models, strict=True)]
-        _switch(pub, name, version, plan, before, check)
-        _record(pub, name, version, plan, sha, meta)
+    start = time.monotonic()
+    states = {n: pub.state(n) for n in names}
+    _refuse_foreign(name, names, states)
+    before = states[name]
+    sha = digest(source, name)
+    if (before is not None and before.meta.get("source_digest") == sha
+            and all(s is not None and s.ready_versions == (version,)
+                    for s in states.values())):
+        pub.log(f"{name}: version {version} already serves ({', '.join(names)}); "
+                "nothing to do")
+        production = steps.production_of(source.entry, name)
+        return PublishResult(name, version, (), str(before.meta.get("serving", "")),
+                             production, production, 0.0)
+    entries = {name if e == source.entries[0] else e for e in source.entries}
+    models = [plan(pub, n, src, version, states[n], entry=n in entries)
+              for n, src in zip(names, source.models, strict=True)]
+    journal = Journal(name, version, SWITCHING, [m.undo for m in models],
+                      registry=dict(registry) if registry is not None else None)
+    journal.save(pub.repository)
+    _switch(pub, name, version, models, before, check, journal)
+    with guard.shielded():  # past the commit point a signal waits for the end
+        journal.records = _records(name, version, models, sha, meta)
+        journal.phase = COMMITTED
+        journal.save(pub.repository)
+        finish(pub, journal)
         _remove_left_behind(pub, name, before, names)
         took = time.monotonic() - start
-        holder = next(m for m in plan if m.name == name)
+        holder = next(m for m in models if m.name == name)
         pub.log(f"{name}: version {version} serves ({', '.join(names)})"
                 + (f", replaced {list(holder.previous)}" if holder.previous else "")
                 + f" in {took:.1f} s")
         assert holder.served is not None
-        return PublishResult(name, version, holder.previous, holder.modes[0],
-                             steps.with_policy(holder.served, name, [version]),
-                             holder.production, took)
+        result = PublishResult(name, version, holder.previous, holder.modes[0],
+                               steps.with_policy(holder.served, name, [version]),
+                               holder.production, took)
+        if after_commit is not None:
+            after_commit(result)
+    return result
 
 
-def _switch(pub: Publisher, name: str, version: int, plan: list[_Model],
-            before: DeploymentState | None, check: Callable[[Any, str, int], None] | None
-            ) -> None:
-    """Steps 1 to 5 of the module docstring: every model on ``version``, or every model as
-    it was and :class:`DeployError`."""
+def _switch(pub: Publisher, name: str, version: int, models: list[Model],
+            before: DeploymentState | None, check: shadow.Check | None,
+            journal: Journal) -> None:
+    """Steps 2, 3 and 5 of the module docstring: every model on ``version``, or every model
+    as it was and :class:`DeployError` (or the signal, raised again)."""
     try:
-        for model in plan:
-            _stage(pub, model, version, model.modes[0])
-        for model in plan:
-            _load_beside(pub, model, version)
-        verify(pub, plan, version)
-        if check is not None:  # the output check (deploy/verify.py)
-            check(pub.client, name, version)
-        for model in reversed(plan):
+        shadow.check(pub, models, version, journal,
+                     lambda m: _stage_and_load(pub, m, version, journal), check)
+        for model in models:
+            if not model.undo.touched:
+                _stage_and_load(pub, model, version, journal)
+        for model in reversed(models):
             _drop_old(pub, model, version)
-    except (steps.StepFailed, OSError) as exc:
+    except BaseException as exc:
+        with guard.shielded():
+            undo(pub, journal)
+        if not isinstance(exc, (steps.StepFailed, OSError)):
+            raise
         fail = exc if isinstance(exc, steps.StepFailed) else steps.StepFailed(
             "writing the version folders", str(exc))
-        _rollback(pub, plan, version)
         serving = before.version if before is not None else None
         still = (f"version {serving} still serves" if serving
                  else "nothing served before, nothing serves now")
         raise DeployError(f"deploying version {version} of {name!r} (models: "
-                          f"{', '.join(m.name for m in plan)}) failed while {fail.step}; "
+                          f"{', '.join(m.name for m in models)}) failed while {fail.step}; "
                           f"every model is rolled back: {still}. Triton said: "
                           f"{fail.message}") from None
-    finally:
-        for model in plan:
-            for folder in model.staging:
-                shutil.rmtree(folder, ignore_errors=True)
 
 
-def verify(pub: Publisher, plan: list[_Model], version: int) -> None:
-    """After load, before switch: version ``version`` of every model is READY beside the
-    serving one, which still takes the traffic. Each entry answers one inference sent to
-    ``version`` (when its inputs are numbers). Raises :class:`~tracker.deploy.steps.StepFailed`,
-    which rolls every model back. Checks of the new version's outputs go here."""
-    for model in plan:
-        assert model.served is not None
-        if model.entry and _numeric_inputs(model.served):
-            steps.check_inference(pub.client, model.name, version, model.served)
-
-
-def _plan(pub: Publisher, name: str, source: TritonModelDir, version: int,
-          state: DeploymentState | None, *, entry: bool) -> _Model:
-    production = steps.production_of(source, name)
-    config_path = pub.model_dir(name) / CONFIG_FILE
-    previous = tuple(v for v in (state.ready_versions if state else ()) if v != version)
-    return _Model(name=name, source=source, production=production, previous=previous,
-                  old_text=config_path.read_text() if config_path.is_file() else None,
-                  existed=pub.model_dir(name).exists(),
-                  modes=pub.modes(name, production, previous), entry=entry)
-
-
-def _stage(pub: Publisher, model: _Model, version: int, mode: str) -> None:
+def _stage_and_load(pub: Publisher, model: Model, version: int, journal: Journal) -> None:
+    """Put version ``version`` in place under the model's own name and load it beside the
+    serving versions."""
     model_dir = pub.model_dir(model.name)
-    for left in model_dir.glob(f"{steps.STAGING}*") if model_dir.is_dir() else []:
-        if left not in model.staging:
-            shutil.rmtree(left, ignore_errors=True)  # a crashed publish's leftovers
-    existed = (model_dir / str(version)).exists()
-    staging, model.served = steps.stage(model_dir, version, model.source, model.production,
-                                        mode)
-    model.staging = (*model.staging, staging)
-    steps.put_in_place(model_dir, version, staging)
-    model.created = model.created or not existed
 
-
-def _load_beside(pub: Publisher, model: _Model, version: int) -> None:
-    """Load version ``version`` beside the serving ones; an ONNX model on a server without the
-    onnxruntime backend falls back to the shim (``serving: auto``)."""
-    while True:
-        assert model.served is not None
-        config_path = pub.model_dir(model.name) / CONFIG_FILE
+    def restage() -> None:
+        model.served = stage_into(model_dir, model, version, model.undo,
+                                  lambda: journal.save(pub.repository))
         both = steps.with_policy(model.served, model.name, [*model.previous, version])
-        steps.write_atomic(config_path, model_config.dumps(both))
-        model.touched = True
-        beside = (f" beside its serving version(s) {list(model.previous)}"
-                  if model.previous else "")
-        try:
-            pub.load(model.name, f"loading {model.name!r}{beside}")
-            steps.wait_ready(pub.client, model.name, version, pub.ready_timeout_s,
-                             step=f"waiting for {model.name!r} to be READY")
-            return
-        except steps.StepFailed as fail:
-            if not (model.modes[0] == "onnxruntime" and len(model.modes) > 1
-                    and steps.MISSING_BACKEND in fail.message):
-                raise
-        pub.log(f"{model.name}: the server has no onnxruntime backend; serving version "
-                f"{version} through the Python backend")
-        model.modes = model.modes[1:]
-        _stage(pub, model, version, model.modes[0])
+        model.undo.touched = True
+        journal.save(pub.repository)
+        write_config(model_dir, both)
+
+    restage()
+    beside = (f" beside its serving version(s) {list(model.previous)}"
+              if model.previous else "")
+    load_with_fallback(pub, model, model.name, version, restage,
+                       f"loading {model.name!r}{beside}")
 
 
-def _drop_old(pub: Publisher, model: _Model, version: int) -> None:
+def _drop_old(pub: Publisher, model: Model, version: int) -> None:
     assert model.served is not None
     only = steps.with_policy(model.served, model.name, [version])
-    steps.write_atomic(pub.model_dir(model.name) / CONFIG_FILE, model_config.dumps(only))
+    write_config(pub.model_dir(model.name), only)
     if model.previous:
         pub.load(model.name, f"dropping version(s) {list(model.previous)} of {model.name!r}")
         steps.wait_ready(pub.client, model.name, version, pub.ready_timeout_s,
                          step=f"waiting for {model.name!r} to be READY")
 
 
-def _rollback(pub: Publisher, plan: list[_Model], version: int) -> None:
-    """Every model back as it was, in reverse load order (module docstring, step 5)."""
-    for model in reversed(plan):
-        model_dir = pub.model_dir(model.name)
-        if model.old_text is not None:
-            steps.write_atomic(model_dir / CONFIG_FILE, model.old_text)
-        if model.touched and model.previous:
-            try:
-                pub.client.load_model(model.name)
-            except ServerError as exc:  # the old version serves through a failed load
-                pub.log(f"{model.name}: restoring the previous config: {exc.reason}")
-        elif model.touched:
+def undo(pub: Publisher, journal: Journal) -> None:
+    """Every model back as the journal says it was, in reverse load order (module docstring,
+    step 5); then the journal is removed. A model that served before is loaded again, never
+    unloaded; one that was not loaded before is unloaded."""
+    version = journal.version
+    for u in reversed(journal.models):
+        if u.shadow is not None:
             with contextlib.suppress(ServerError):
-                pub.client.unload_model(model.name, wait_s=10)
-        if model.created:
-            shutil.rmtree(model_dir / str(version), ignore_errors=True)
-        if not model.existed:
+                pub.client.unload_model(u.shadow, wait_s=10)
+            shutil.rmtree(pub.model_dir(u.shadow), ignore_errors=True)
+    for u in reversed(journal.models):
+        model_dir = pub.model_dir(u.name)
+        version_dir = model_dir / str(version)
+        if u.aside is not None and Path(u.aside).is_dir():
+            shutil.rmtree(version_dir, ignore_errors=True)
+            Path(u.aside).rename(version_dir)
+        elif u.created:
+            shutil.rmtree(version_dir, ignore_errors=True)
+        if u.old_text is not None:
+            steps.write_atomic(model_dir / CONFIG_FILE, u.old_text)
+        for folder in u.staging:
+            shutil.rmtree(folder, ignore_errors=True)
+        if u.touched and u.serving_before:
+            try:
+                pub.client.load_model(u.name)
+            except ServerError as exc:  # the old version serves through a failed load
+                pub.log(f"{u.name}: restoring the previous config: {exc.reason}")
+        elif u.touched:
+            with contextlib.suppress(ServerError):
+                pub.client.unload_model(u.name, wait_s=10)
+        if not u.existed:
             shutil.rmtree(model_dir, ignore_errors=True)
+    journal.clear()
 
 
-def _record(pub: Publisher, name: str, version: int, plan: list[_Model], sha: str,
-            meta: Mapping[str, Any] | None) -> None:
-    """The old version folders removed; deployment.json of every model."""
+def finish(pub: Publisher, journal: Journal) -> None:
+    """Step 4 of the module docstring (repeatable): the old version folders and the folders
+    kept aside removed, every model's deployment.json written."""
+    for u in journal.models:
+        model_dir = pub.model_dir(u.name)
+        steps.drop_other_versions(model_dir, journal.version)
+        for folder in [*u.staging, *([u.aside] if u.aside else [])]:
+            shutil.rmtree(folder, ignore_errors=True)
+        record = journal.records.get(u.name)
+        if record is not None:
+            steps.write_atomic(model_dir / META_FILE, str(record["text"]))
+
+
+def _records(name: str, version: int, models: list[Model], sha: str,
+             meta: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """deployment.json of every model, as text (written by :func:`finish`)."""
     common = dict(meta or {})
-    for model in plan:
-        model_dir = pub.model_dir(model.name)
-        steps.drop_other_versions(model_dir, version)
-        if model.name != name:
-            pub.write_meta(model_dir, model.name, version, model.modes[0],
-                           {**common, PART_OF: name,
-                            "source_digest": steps.source_digest(model.source)})
-    holder = next(m for m in plan if m.name == name)
-    pub.write_meta(pub.model_dir(name), name, version, holder.modes[0],
-                   {**common, MODELS: [m.name for m in plan], "source_digest": sha,
-                    ENTRIES: [m.name for m in plan if m.entry],
-                    "model_serving": {m.name: m.modes[0] for m in plan}})
+    found: dict[str, dict[str, Any]] = {}
+    for model in models:
+        extra = ({**common, MODELS: [m.name for m in models], "source_digest": sha,
+                  ENTRIES: [m.name for m in models if m.entry],
+                  "model_serving": {m.name: m.modes[0] for m in models}}
+                 if model.name == name else
+                 {**common, PART_OF: name, "source_digest": steps.source_digest(model.source)})
+        found[model.name] = {"text": Publisher.meta_text(model.name, version, model.modes[0],
+                                                         extra)}
+    return found
 
 
 def _remove_left_behind(pub: Publisher, name: str, before: DeploymentState | None,
