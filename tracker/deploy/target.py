@@ -32,6 +32,7 @@ from mlflow.deployments import BaseDeploymentClient, PredictionsResponse
 from mlflow.exceptions import MlflowException
 
 from tracker.deploy import nvidia, service
+from tracker.deploy.guard import Interrupted
 from tracker.deploy.pointers import Pointers
 from tracker.deploy.settings import help_text, resolve_settings
 from tracker.errors import TrackerError
@@ -46,6 +47,21 @@ def _flavor_ok(flavor: str | None) -> str | None:
 
 def _echo(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+def _deploy(settings: Any, name: str, model_uri: str, *, exists: bool,
+            model_flavor: str | None) -> dict[str, Any]:
+    """``create`` and ``update``: a registry version gets the stage and the alias once it
+    serves; a signal rolls the deployment back and is raised again, after one line."""
+    try:
+        return service.deploy(settings, name, model_uri, exists=exists, log=_echo,
+                              model_flavor=model_flavor, pointers=Pointers())
+    except TrackerError as exc:
+        raise MlflowException(str(exc)) from exc
+    except Interrupted as stop:
+        _echo(f"{stop}: the deployment of {name!r} was rolled back (or finished, once it had "
+              "switched)")
+        raise
 
 
 class TritonDeploymentClient(BaseDeploymentClient):
@@ -63,24 +79,19 @@ class TritonDeploymentClient(BaseDeploymentClient):
                           endpoint: str | None = None) -> dict[str, Any]:
         model_flavor = _flavor_ok(flavor)
         settings = self._settings(config)
-        try:
-            return service.deploy(settings, name, model_uri, exists=False, log=_echo,
-                                  model_flavor=model_flavor, pointers=Pointers())
-        except TrackerError as exc:
-            raise MlflowException(str(exc)) from exc
+        return _deploy(settings, name, model_uri, exists=False, model_flavor=model_flavor)
 
     def update_deployment(self, name: str, model_uri: str | None = None,
                           flavor: str | None = None, config: dict[str, Any] | None = None,
                           endpoint: str | None = None) -> dict[str, Any]:
         model_flavor = _flavor_ok(flavor)
         settings = self._settings(config)
-        try:
-            if model_uri is None:  # nothing new to serve: report what serves
+        if model_uri is None:  # nothing new to serve: report what serves
+            try:
                 return service.get_deployment(settings, name)
-            return service.deploy(settings, name, model_uri, exists=True, log=_echo,
-                                  model_flavor=model_flavor, pointers=Pointers())
-        except TrackerError as exc:
-            raise MlflowException(str(exc)) from exc
+            except TrackerError as exc:
+                raise MlflowException(str(exc)) from exc
+        return _deploy(settings, name, model_uri, exists=True, model_flavor=model_flavor)
 
     def delete_deployment(self, name: str, config: dict[str, Any] | None = None,
                           endpoint: str | None = None) -> None:
