@@ -46,6 +46,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tracker.samplers": ("tracker.",),
     "tracker.serving": ("tracker.",),
     "tracker.feasibility": ("tracker.",),
+    "tracker.redact": ("tracker.",),  # masks secrets in what any layer logs or prints
     # the spec package sits on the bottom
     "tracker.spec": _ABOVE_SPEC,
     "tracker.triton": ("tracker.measure", "tracker.search", "tracker.tracking", "tracker.deploy",

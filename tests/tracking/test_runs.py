@@ -9,8 +9,8 @@ from mlflow import MlflowClient
 
 from tracker.errors import TrackingError
 from tracker.measure.types import Measurement
+from tracker.redact import redact_text, redact_url
 from tracker.tracking import runs
-from tracker.tracking.redact import redact_text, redact_url
 
 PG = "postgresql://tuner:s3cr3t@db.example:5432/optuna"
 

@@ -3,7 +3,7 @@
 SIGTERM's default action ends the process at once, between any two steps of a switch, and
 SIGINT's raises :class:`KeyboardInterrupt` anywhere, including inside a rollback. While a
 deployment runs (:func:`interruptible`), both raise :class:`Interrupted` (a
-``KeyboardInterrupt``, so code that stops on Ctrl-C stops on it too) at the step they arrive
+KeyboardInterrupt, so code that stops on Ctrl-C stops on it too) at the step they arrive
 in; the switch then rolls every model back inside :func:`shielded`, where a further signal is
 held and raised only once the rollback is done. Outside the main thread (where Python
 delivers no signals) both are no-ops.

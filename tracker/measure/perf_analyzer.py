@@ -6,6 +6,12 @@ R:R``) with the spec's windows, stability and input data, writing its CSV
 gives. perf_analyzer stabilizes on p99 (``--percentile=99``), as the built-in client does. A
 run that fails or hangs (killed after a generous timeout, its process group with it) gives an
 invalid Measurement with the tail of its output.
+
+perf_analyzer takes extra headers (``server.headers``) only as ``-H name:value`` flags, so the
+real values are on its command line, where other users of the machine can read them in the
+process list. Nothing here logs or records the command, and the output that becomes an
+invalid Measurement's reason has every header value masked (the study redacts reasons again
+before recording them).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from tracker.measure.csvio import read_csv
 from tracker.measure.loadgen import Level
 from tracker.measure.monitor_sampler import Sampler
 from tracker.measure.types import Measurement
+from tracker.redact import redact_values, secret_header_values
 from tracker.triton.client import Endpoints
 
 if TYPE_CHECKING:
@@ -173,8 +180,13 @@ class PerfAnalyzer:
             m.monitors = sampler.aggregate(start, end)
         return m
 
+    def _hidden(self, text: str) -> str:
+        """``text`` with the value of every secret header this run sends masked
+        (perf_analyzer may echo its ``-H`` flags in an error)."""
+        return redact_values(text, secret_header_values(self.endpoints.security.headers))
+
     def _invalid(self, level: Level, reason: str, output: str) -> Measurement:
-        tail = _tail(output)
+        tail = self._hidden(_tail(output))
         return Measurement(concurrency=level.concurrency, request_rate=level.request_rate,
                            batch_size=self.load.batch_size, valid=False, source="perf_analyzer",
                            invalid_reason=reason + (f"; its output ends:\n{tail}" if tail else ""),

@@ -30,6 +30,7 @@ from optuna.distributions import (
 from tracker.errors import ConfigError, SpecError
 from tracker.search.knob_rules import priority_problems, warmup_problems
 from tracker.spec import Range, Scalar, Space
+from tracker.spec.limits import range_count
 from tracker.spec.server_options import server_knob
 from tracker.triton import sequence
 from tracker.triton.configuration import Configuration, as_configuration
@@ -138,15 +139,23 @@ def values(knob: Range | list[Scalar]) -> list[Scalar] | None:
     return [round(knob.low + i * knob.step, 12) for i in range(count + 1)]
 
 
+def value_count(knob: Range | list[Scalar]) -> int | None:
+    """How many values one knob takes (counted, not listed), or None for a continuous
+    float range."""
+    if isinstance(knob, list):
+        return len(knob)
+    return range_count(knob.low, knob.high, knob.step, knob.log, knob.is_int)
+
+
 def space_size(space: Mapping[str, Range | list[Scalar]]) -> int | None:
     """How many configurations the space holds (1 for an empty one); None when a knob is a
     continuous range."""
     sizes = []
     for knob in space.values():
-        found = values(knob)
+        found = value_count(knob)
         if found is None:
             return None
-        sizes.append(len(found))
+        sizes.append(found)
     return math.prod(sizes)
 
 

@@ -7,7 +7,6 @@ objectives and constraints, and the search space with its size.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from tritonclient.grpc import model_config_pb2
@@ -16,9 +15,17 @@ from tracker.errors import MeasurementError, SpecError
 from tracker.launch_modes import describe
 from tracker.measure.stream import stream_rule
 from tracker.measure.stream_inputs import samples_for
+from tracker.redact import redact_url
 from tracker.search.knob_rules import load_priority_problems, resource_problems
 from tracker.search.sequence_check import knobs_of, sequence_lines
-from tracker.search.space import check_space, model_knobs, resolve_space, space_size, values
+from tracker.search.space import (
+    check_space,
+    model_knobs,
+    resolve_space,
+    space_size,
+    value_count,
+    values,
+)
 from tracker.spec import Bound, Range, Scalar, StudySpec
 from tracker.spec.server_options import SERVER_KNOBS, server_knobs
 from tracker.triton.configuration import Configuration, as_configuration
@@ -27,13 +34,6 @@ from tracker.triton.sequence import is_sequence
 if TYPE_CHECKING:
     from tracker.spec.sections import LoadSection
     from tracker.triton.model_config import ModelInfo
-
-_PASSWORD = re.compile(r"(://[^:/@]+):[^@/]+@")
-
-
-def _redact(url: str) -> str:
-    return _PASSWORD.sub(r"\1:***@", url)
-
 
 def _dims(dims: object) -> str:
     return "[" + ", ".join(str(d) for d in dims) + "]"  # type: ignore[attr-defined]
@@ -47,8 +47,9 @@ def _knob(knob: Range | list[Scalar]) -> str:
         text += f" step {knob.step}"
     if knob.log:
         text += " (log)"
-    found = values(knob)
-    return text + (f" = {found}" if found is not None and len(found) <= 12 else "")
+    count = value_count(knob)
+    found = values(knob) if count is not None and count <= 12 else None
+    return text + (f" = {found}" if found is not None else "")
 
 
 def _tensors(info: ModelInfo) -> list[str]:
@@ -263,9 +264,9 @@ def check(spec: StudySpec, info: ModelInfo | Configuration) -> str:
         f"sampler: {search.sampler}, n_trials {search.n_trials}"
         + (f", seed {search.seed}" if search.seed is not None else "")
         + (f", timeout {search.timeout_s:g} s" if search.timeout_s else ""),
-        f"study: {spec.study_name} in {_redact(spec.resolved_storage())}",
+        f"study: {spec.study_name} in {redact_url(spec.resolved_storage())}",
         f"mlflow: experiment {spec.experiment_name} at "
-        f"{_redact(spec.mlflow.resolved_tracking_uri())}, registered model "
+        f"{redact_url(spec.mlflow.resolved_tracking_uri())}, registered model "
         f"{spec.registered_model_name}",
     ]
     return "\n".join(lines)

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Literal, TypeAlias
 
 import yaml
 from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, model_validator
@@ -47,6 +47,7 @@ from tracker.spec.sections import (
 )
 from tracker.spec.server_options import study_problems
 from tracker.spec.values import Scalar
+from tracker.spec.yaml_loader import load_yaml
 
 __all__ = [
     "DEFAULT_CONCURRENCY", "LOAD_KNOBS", "METRICS", "METRIC_BETTER", "Bound", "CheckSection",
@@ -232,30 +233,6 @@ class StudySpec(SpecModel):
         return self.search.resolved_storage(self.mlflow.resolved_tracking_uri())
 
 
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
-
-
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[object] = set()
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` may be overridden
-            continue
-        key = loader.construct_object(key_node)
-        if not isinstance(key, str | int | float | bool):
-            continue
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark)
-        seen.add(key)
-    return dict(loader.construct_mapping(node))
-
-
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
 def parse_spec(data: object, *, base_dir: str | Path | None = None,
                source: str | Path | None = None) -> StudySpec:
     """Validate already-parsed spec data (a mapping); relative paths resolve against
@@ -292,7 +269,7 @@ def load_spec(path: str | Path) -> StudySpec:
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError([f"cannot read {path}: {exc}"], str(path)) from exc
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass
+        data = load_yaml(text)  # safe, no key twice, aliases bounded (spec/yaml_loader.py)
     except yaml.YAMLError as exc:
         raise SpecError([_yaml_message(exc)], str(path)) from exc
     return parse_spec(data, base_dir=path.absolute().parent, source=path)

@@ -21,8 +21,10 @@ from tracker.spec.fields import (
     config_field_paths,
     file_knob,
     file_knob_problem,
+    path_parts,
     plain_path,
 )
+from tracker.spec.limits import MAX_VALUE, choices_problem, index_problem, range_problem
 from tracker.spec.messages import problem, show
 from tracker.spec.server_options import server_knob, server_knob_problem
 
@@ -79,12 +81,19 @@ def check_range(low: float, high: float, step: float | None, log: bool) -> None:
         if abs(count - round(count)) > 1e-9:
             raise problem("`high - low` must be a multiple of `step`, but got "
                           f"(low={low}, high={high}, step={step})")
+    is_int = all(isinstance(v, int) for v in (low, high, step) if v is not None)
+    too_many = range_problem(low, high, step, log, is_int)
+    if too_many is not None:
+        raise problem(too_many)
 
 
 def check_space_value_shape(value: object) -> object:
     """Before-validator for a list of choices: scalars only, none repeated."""
     if not isinstance(value, list):
         return value
+    too_many = choices_problem(len(value))
+    if too_many is not None:
+        raise problem(too_many)
     seen: set[tuple[type, object]] = set()
     for i, item in enumerate(value):
         if item is None or not isinstance(item, bool | int | float | str):
@@ -122,6 +131,9 @@ def check_knob(key: str) -> str:
             raise problem(why)
         return key
     key = canonical_path(key)  # instance_group[1].count -> instance_group.1.count
+    too_far = index_problem([i for _, i in path_parts(key.rpartition("/")[2]) if i is not None])
+    if too_far is not None:
+        raise problem(too_far)
     given = key
     if "/" in key:
         model, path = key.split("/", 1)
@@ -154,6 +166,7 @@ def knob_value_problems(key: str, field: ConfigField | None,
     if field is None:
         return []
     least = MIN_VALUE.get(plain_path(key), field.minimum)
+    most = upper_bound(key, field)
     out: list[tuple[str, str]] = []
     if isinstance(value, list):
         for i, item in enumerate(value):
@@ -161,6 +174,8 @@ def knob_value_problems(key: str, field: ConfigField | None,
                 out.append((f"[{i}]", f"must be {field.describe()}, but got {show(item)}"))
             elif least is not None and isinstance(item, int | float) and item < least:
                 out.append((f"[{i}]", f"must be >= {least}, but got {show(item)}"))
+            elif most is not None and isinstance(item, int | float) and item > most[0]:
+                out.append((f"[{i}]", f"must be <= {most[0]} ({most[1]}), but got {show(item)}"))
         return out
     if field.kind not in ("int", "float", "param"):
         return [("", f"a range needs a numeric field, but {key} takes {field.describe()}; "
@@ -170,4 +185,17 @@ def knob_value_problems(key: str, field: ConfigField | None,
                      f"field, but got (low={value.low}, high={value.high}, step={value.step})")]
     if least is not None and value.low < least:
         return [("low", f"must be >= {least}, but got {value.low}")]
+    if most is not None and value.high > most[0]:
+        return [("high", f"must be <= {most[0]} ({most[1]}), but got {value.high}")]
     return out
+
+
+def upper_bound(key: str, field: ConfigField) -> tuple[int, str] | None:
+    """(the largest value knob ``key`` takes, why) or None: the limit of
+    tracker/spec/limits.py, else the largest value of the field's protobuf type."""
+    tighter = MAX_VALUE.get(plain_path(key))
+    if tighter is not None:
+        return tighter
+    if field.maximum is not None:
+        return field.maximum, f"the largest {field.proto_type or 'integer'} value"
+    return None

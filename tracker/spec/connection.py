@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -47,17 +48,43 @@ class TlsSection(SpecModel):
         return self
 
 
-def check_headers(value: dict[str, object]) -> dict[str, str]:
+def _kind(value: object) -> str:
+    """What a header value is, without showing it (a value may be a credential)."""
+    shown = show(value) if value is None or value == "" else None
+    return shown or f"a value of type {type(value).__name__}"
+
+
+#: ``${VAR}`` in a header value: replaced from the environment when the spec is read
+ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(name: object, text: str) -> str:
+    """``text`` with each ``${VAR}`` replaced by the variable's value (a token kept out of
+    the spec file); a variable that is not set is an error, not a header sent as written."""
+    missing = sorted({m.group(1) for m in ENV_REF.finditer(text)} - set(os.environ))
+    if missing:
+        raise problem(f"header {name!r} names ${{{missing[0]}}}, which must be set in the "
+                      "environment, but is not")
+    expanded = ENV_REF.sub(lambda m: os.environ[m.group(1)], text)
+    if not expanded.strip():
+        raise problem(f"header {name!r} needs a value, but the variables it names are empty")
+    return expanded
+
+
+def check_headers(value: object) -> dict[str, str]:
     """Header name -> value, each a non-empty string (a header without a value is a mistake,
-    not an empty header)."""
+    not an empty header), ``${VAR}`` in a value taken from the environment. Messages name the
+    header, never its value (a token)."""
+    if not isinstance(value, dict):
+        raise problem(f"must be a mapping of header name -> value, but got {_kind(value)}")
     for name, text in value.items():
         if not HEADER_NAME.fullmatch(str(name)):
             raise problem(f"header names are HTTP tokens (letters, digits, '-'), but got "
                           f"{show(name)}")
         if not isinstance(text, str) or not text:
             raise problem(f"header {name!r} needs a value (a non-empty string), but got "
-                          f"{show(text)}")
-    return {str(k): str(v) for k, v in value.items()}
+                          f"{_kind(text)}")
+    return {str(k): _expand(k, str(v)) for k, v in value.items()}
 
 
 class ServerConnection(SpecModel):

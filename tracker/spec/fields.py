@@ -27,6 +27,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from tritonclient.grpc import model_config_pb2
 
 from tracker.errors import ConfigError
+from tracker.spec.limits import index_problem
 
 Kind = Literal["int", "float", "bool", "str", "enum", "param"]
 PARAMETERS = "parameters"
@@ -68,7 +69,9 @@ class ConfigField:
     kind: Kind
     repeated: bool
     enum_names: tuple[str, ...] = ()
-    minimum: int | None = None  # 0 for unsigned integer fields
+    minimum: int | None = None  #: an integer field's least value (its protobuf type's)
+    maximum: int | None = None  #: an integer field's largest value (its protobuf type's)
+    proto_type: str = ""  #: the protobuf type of an integer field: "int32", "uint64", ...
 
     def accepts(self, value: object) -> bool:
         """Whether a single value fits this field (one element for a repeated field).
@@ -184,10 +187,14 @@ def plain_path(path: str) -> str:
 def resolve(path: str) -> FieldDescriptor | None:
     """The descriptor of the scalar (or enum, or repeated scalar) field at ``path``; None for
     ``parameters.KEY``. Raises ConfigError for a path that does not name such a field, saying
-    why and suggesting the closest path."""
+    why and suggesting the closest path, or whose element index is beyond
+    :data:`~tracker.spec.limits.MAX_ELEMENTS`."""
     if not all(path.split(".")):
         raise _unknown(path, "empty segment")
     indexed = path_parts(path)
+    too_far = index_problem([i for _, i in indexed if i is not None])
+    if too_far is not None:
+        raise ConfigError(f"`{path}`: {too_far}")
     parts = [name for name, _ in indexed]
     if parts[0] == PARAMETERS:
         if len(parts) != 2:
@@ -230,9 +237,16 @@ def _leaf(path: str, field: FieldDescriptor) -> ConfigField:
         names = tuple(v.name for v in field.enum_type.values)
     else:
         kind = "str"
-    low = INT_RANGES.get(field.type, (None, None))[0]
+    low, high = INT_RANGES.get(field.type, (None, None))
     return ConfigField(path=path, kind=kind, repeated=is_repeated(field), enum_names=names,
-                       minimum=0 if low == 0 else None)
+                       minimum=low, maximum=high,
+                       proto_type=_TYPE_NAMES.get(field.type, "") if kind == "int" else "")
+
+
+#: protobuf's names of the integer types, for messages ("an int32 field")
+_TYPE_NAMES: dict[int, str] = {
+    number: name.removeprefix("TYPE_").lower() for name, number in vars(FieldDescriptor).items()
+    if name.startswith("TYPE_") and isinstance(number, int) and number in INT_RANGES}
 
 
 #: the sequence batcher's strategy, a choice between the two messages of one ``oneof``

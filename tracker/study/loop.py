@@ -28,6 +28,7 @@ from optuna.distributions import BaseDistribution
 from tracker.confirm import rounds as confirm_rounds
 from tracker.errors import TrackerError
 from tracker.measure.host import machine_tags
+from tracker.redact import redact_url
 from tracker.search import optuna_study
 from tracker.search.baseline import Baseline, fit_baseline
 from tracker.search.space import distributions, resolve_space
@@ -49,7 +50,6 @@ from tracker.study.session import (
 from tracker.study.trial import abandon_trial, run_trial
 from tracker.tracking import launcher, runs
 from tracker.tracking.machine import record_machine
-from tracker.tracking.redact import redact_url
 from tracker.tracking.rows import fmt
 from tracker.tracking.scaleout import (
     PARENT_RUN_ATTR,

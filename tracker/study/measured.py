@@ -27,11 +27,11 @@ from tracker.measure.monitors import Monitor, close_monitors, default_monitors
 from tracker.measure.sweep import LevelPlanner, sweep
 from tracker.measure.types import LoadClient, Measurement, SweepLevel, SweepResult
 from tracker.metrics import load_levels_from
+from tracker.redact import redact_text
 from tracker.search.objective import LevelChoice, pick_best_level
 from tracker.serving import Serving, serving_choices
 from tracker.study import joint
 from tracker.tracking import runs
-from tracker.tracking.redact import redact_text
 from tracker.triton import model_config
 from tracker.triton.configuration import Configuration, as_configuration
 from tracker.triton.formats import ServeOptions, format_of, json_knobs

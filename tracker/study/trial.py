@@ -31,6 +31,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tracker import tags, trial_attrs
 from tracker.errors import StudyError, TrackerError
 from tracker.feasibility import constraint_keys
+from tracker.redact import redact_text
 from tracker.search import sweep_plan
 from tracker.search.optuna_study import find_duplicate
 from tracker.search.workers import wait_for_duplicate
@@ -48,7 +49,6 @@ from tracker.study.measured import (
 )
 from tracker.tracking import runs
 from tracker.tracking.machine import record_machine
-from tracker.tracking.redact import redact_text
 from tracker.trial_attrs import TrialRecord, shown_params
 from tracker.triton import model_config
 from tracker.triton.formats import format_of, json_knobs

@@ -28,7 +28,7 @@ from mlflow.exceptions import MlflowException
 
 from tracker import tags
 from tracker.errors import TrackingError
-from tracker.tracking.redact import redact_text
+from tracker.redact import redact_text
 
 DEFAULT_EXPERIMENT_ID = "0"  # where `mlflow run` puts its run when no experiment is given
 LAUNCHER_ROLE = "launcher"

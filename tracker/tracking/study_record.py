@@ -1,5 +1,6 @@
 """What the parent run holds besides the report: the trials as an MLflow table, the spec as
-``study.yaml``, and the saved view of the experiment (tracking/view.py).
+``study.yaml`` (its secrets masked: :func:`spec_text`), and the saved view of the experiment
+(tracking/view.py).
 
 ``trials.json`` is the table of :func:`tracker.tracking.report.trials_csv` in the format of
 ``MlflowClient.log_table`` (pandas ``split`` orient, listed in the run's
@@ -12,11 +13,22 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Mapping, Sequence
 
+import yaml
 from mlflow import MlflowClient
+from yaml.nodes import MappingNode, Node, ScalarNode
 
-from tracker.tracking.redact import redact_text
+from tracker.redact import (
+    MASK,
+    mask_header,
+    mask_headers,
+    redact_text,
+    redact_values,
+    secret_header_values,
+)
+from tracker.spec.yaml_loader import compose_yaml, load_yaml
 from tracker.tracking.report import trials_csv
 from tracker.tracking.rows import TrialRow
 from tracker.tracking.runs import _call, log_files, set_tags
@@ -43,5 +55,76 @@ def log_trials_table(client: MlflowClient, run_id: str, rows: Sequence[TrialRow]
 
 
 def spec_text(source_text: str | None, dumped: str) -> str:
-    """The spec as the user wrote it (secrets masked), else the validated spec dumped."""
-    return redact_text(source_text if source_text is not None else dumped)
+    """The spec as the user wrote it, else ``dumped`` (the validated spec as YAML), with its
+    secrets masked: URLs and free-text credentials through :func:`redact_text`, and the value
+    of every ``server.headers`` entry (harmless ones aside, tracker/redact.py) replaced by
+    ``***`` where it stands and wherever else it appears. When the masked source does not
+    read back with every such value masked (a value the masking cannot find, e.g. one written
+    with YAML escapes or merged in from an anchor), the validated spec is logged instead, its
+    headers masked: comments are lost, the secrets never leak."""
+    data = _read(dumped)
+    headers = _headers(data)
+    secrets = secret_header_values(headers)
+    if not secrets:
+        return redact_text(source_text if source_text is not None else dumped)
+    if source_text is not None:
+        masked = _mask_source(source_text)
+        if masked is not None and _masked_everywhere(masked):
+            return redact_values(masked, secrets)
+    assert isinstance(data, dict)  # it has headers
+    safe = {**data, "server": {**data["server"], "headers": mask_headers(headers)}}
+    return redact_values(yaml.safe_dump(safe, sort_keys=False), secrets)
+
+
+#: a YAML node's anchor and tag, in front of its value
+_PROPERTIES = re.compile(r"(?:[&!]\S*\s+)+")
+
+
+def _read(text: str) -> object:
+    try:
+        return load_yaml(text)
+    except yaml.YAMLError:
+        return None
+
+
+def _headers(data: object) -> dict[str, object]:
+    """``server.headers`` of spec data, or {}."""
+    server = data.get("server") if isinstance(data, dict) else None
+    headers = server.get("headers") if isinstance(server, dict) else None
+    return {str(k): v for k, v in headers.items()} if isinstance(headers, dict) else {}
+
+
+def _entry(node: Node | None, key: str) -> Node | None:
+    """The value node of ``key`` in a mapping node (None when absent or not a mapping)."""
+    if not isinstance(node, MappingNode):
+        return None
+    return next((v for k, v in node.value if isinstance(k, ScalarNode) and k.value == key),
+                None)
+
+
+def _mask_source(text: str) -> str | None:
+    """``text`` with each secret header value's YAML scalar replaced by ``"***"`` (an aliased
+    value where its anchor defines it); None when the text cannot be read."""
+    try:
+        headers = _entry(_entry(compose_yaml(text), "server"), "headers")
+    except yaml.YAMLError:
+        return None
+    spans: set[tuple[int, int]] = set()
+    if isinstance(headers, MappingNode):
+        for key, value in headers.value:
+            if isinstance(key, ScalarNode) and isinstance(value, ScalarNode) and \
+                    mask_header(str(key.value), value.value) == MASK:
+                spans.add((value.start_mark.index, value.end_mark.index))
+    for start, end in sorted(spans, reverse=True):
+        old = text[start:end]
+        keep = _PROPERTIES.match(old)  # its anchor (`&tok`) and tag stay: aliases name it
+        tail = "\n" if old.endswith("\n") else ""
+        text = f'{text[:start]}{keep.group(0) if keep else ""}"{MASK}"{tail}{text[end:]}'
+    return text
+
+
+def _masked_everywhere(text: str) -> bool:
+    """Whether ``text`` reads back with every secret header value masked."""
+    headers = _headers(_read(text))
+    return bool(headers) and all(v == MASK for k, v in headers.items()
+                                 if mask_header(k, v) == MASK)

@@ -29,7 +29,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from tracker.measure.kinds.streaming import Streaming
-from tracker.tracking.redact import redact_url
+from tracker.redact import redact_url
 from tracker.tracking.runs import PARENT_TAG, SUPERSEDED_BY, SWEEP_PREFIX, _call
 
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."

@@ -23,7 +23,9 @@ from tritonclient.grpc.model_config_pb2 import ModelConfig
 from tracker.errors import ConfigError
 from tracker.metrics import LOAD_KNOBS
 from tracker.spec.fields import file_knob, plain_path
+from tracker.spec.limits import MAX_INSTANCE_COUNT
 from tracker.spec.server_options import server_knob
+from tracker.spec.yaml_loader import load_yaml
 from tracker.triton import field_paths, sequence, warmup
 from tracker.triton.onnx_reader import PLATFORM, rebatch_io
 
@@ -223,6 +225,9 @@ def validate(cfg: ModelConfig, *, supports_batching: bool) -> None:
     for i, group in enumerate(cfg.instance_group):
         if group.count < 0:
             raise ConfigError(f"instance_group[{i}].count must be >= 1, but got {group.count}")
+        if group.count > MAX_INSTANCE_COUNT:
+            raise ConfigError(f"instance_group[{i}].count must be <= {MAX_INSTANCE_COUNT} "
+                              f"(instances in one group), but got {group.count}")
     for kind in ("input", "output"):
         names: set[str] = set()
         for tensor in getattr(cfg, kind):
@@ -263,7 +268,7 @@ def _parse_value(raw: str) -> object:
         pass
     if raw.startswith("["):
         try:
-            value = yaml.safe_load(raw)
+            value = load_yaml(raw)  # safe, aliases bounded (tracker/spec/yaml_loader.py)
         except yaml.YAMLError as exc:
             raise ConfigError(f"cannot read list value {raw!r}: {exc}") from exc
         return value

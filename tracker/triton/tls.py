@@ -63,8 +63,8 @@ class Security:
                                   "does not exist")
         for name, value in self.headers:
             if not name or not value:
-                raise ServerError(f"a header needs a name and a value, but got "
-                                  f"{name!r}: {value!r}")
+                raise ServerError(f"a header needs a name and a value, but got name {name!r} "
+                                  f"with {'a' if value else 'no'} value")  # a value: a secret
 
     # -- gRPC ------------------------------------------------------------------------------
     def grpc_credentials(self) -> object:
