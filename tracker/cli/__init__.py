@@ -1,4 +1,5 @@
-"""`tracker ...`: the command line. Turns every TrackerError into a message and exit status 1.
+"""`tracker ...`: the command line. Turns every TrackerError and OSError into a one-line message
+and exit status 1 (tracker/cli/group.py).
 
 Each command parses its options, fills defaults from the spec where one is given (promote
 also opens the study's storage), calls the package and prints the result.

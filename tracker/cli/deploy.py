@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
@@ -117,26 +122,51 @@ def promote_command(spec_path: Path | None, study_name: str | None, storage: str
               help="Deploy each version that enters this stage.")
 @click.option("--alias", default="production", show_default=True,
               help="Deploy each version that receives this alias.")
-@click.option("--once", is_flag=True, help="Poll once and exit.")
+@click.option("--once", is_flag=True, help="Poll once and exit: status 1 when the poll fails "
+              "(registry or server unreachable) or a deployment it made fails.")
 @_deploy_options
 def watch_command(interval: float, models: tuple[str, ...], stage: str, alias: str, once: bool,
                   url: str | None, repository: str | None, serving: str | None,
                   tracking_uri: str | None) -> None:
     """Deploy each version that enters STAGE or receives ALIAS in the registry (one log line
-    per action). Restart-safe: what was handled is kept in the registry's tags."""
-    import signal
-    import threading
-
+    per action). Restart-safe: what was handled is kept in the registry's tags. SIGTERM and
+    Ctrl-C stop it at once, also while MLflow is retrying a request; a deployment in progress
+    is rolled back (or finished, when it had already switched) first."""
     from tracker.deploy.watch import Watcher
 
     watcher = Watcher(_deploy_settings(url, repository, serving), models=models, stage=stage,
                       alias=alias, log=lambda line: click.echo(line))
     stop = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
-    with _tracking_uri(tracking_uri):
-        watcher.run(interval, stop=stop, max_polls=1 if once else None)
+    with _tracking_uri(tracking_uri), _stop_on_signals(stop):
+        if once:
+            watcher.once()
+        else:
+            watcher.run(interval, stop=stop)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """SIGINT and SIGTERM set ``stop`` and raise :class:`tracker.deploy.guard.Interrupted`
+    where the process is, so that a request MLflow is retrying does not hold the watcher
+    (inside a deployment, the deployment's own handlers roll it back first). The previous
+    handlers come back afterwards; outside the main thread nothing is installed."""
+    from tracker.deploy.guard import Interrupted
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+        raise Interrupted(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            if old is not None:
+                signal.signal(sig, old)
 
 
 @cli.command("status")

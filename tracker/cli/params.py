@@ -84,6 +84,37 @@ def gpu_list(text: str | None) -> list[int] | str | None:
                                  param_hint="--gpus") from None
 
 
+#: MLflow's own HTTP settings (its environment variables), with the values the commands use
+#: where the user set none: 3 retries (at once, then after 2 and 4 s, each plus up to 1 s of
+#: jitter) and 30 s per request, so that a tracking server that refuses connections is
+#: reported in about 10 s and one that does not answer in about 2 minutes (MLflow's own
+#: defaults: 7 retries, 120 s per request, minutes before a closed port is reported).
+MLFLOW_HTTP_DEFAULTS: dict[str, str] = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
+
+
+@contextlib.contextmanager
+def mlflow_http_env() -> Iterator[dict[str, str]]:
+    """:data:`MLFLOW_HTTP_DEFAULTS` in the environment for the command, each only where the
+    user has not set that variable (a value they set, even MLflow's own default, wins);
+    removed afterwards, so that commands run in-process leave the environment as they found
+    it. Yields what was applied. MLflow reads these variables at each request, and the
+    processes a command starts inherit them."""
+    import os
+
+    applied = {k: v for k, v in MLFLOW_HTTP_DEFAULTS.items() if not os.environ.get(k)}
+    os.environ.update(applied)
+    try:
+        yield applied
+    finally:
+        for key, value in applied.items():
+            if os.environ.get(key) == value:
+                os.environ.pop(key, None)
+
+
 @contextlib.contextmanager
 def tracking_uri_env(uri: str | None) -> Iterator[str]:
     """MLflow's tracking and registry URI for the command (through the environment, restored

@@ -35,6 +35,7 @@ from tracker.deploy import pointers, service, status
 from tracker.deploy.settings import TargetSettings
 from tracker.errors import DeployError, TrackerError
 from tracker.tracking import flavor, registry
+from tracker.tracking.runs import unreachable
 
 SEEN_TAG = pointers.SEEN_TAG
 NAME_TAG = tags.DEPLOY_NAME
@@ -100,6 +101,12 @@ class Watcher:
         self.log(f"{_now()} {found.line()}")
 
     def _poll_model(self, client: mlflow.MlflowClient, registered: str) -> Action | None:
+        """Under the repository lock, after completing what an interrupted deployment left:
+        the pointers read, the version deployed and the pointers moved, as one transaction."""
+        with service.transaction(self.settings, lambda line: self.log(f"{_now()} {line}")):
+            return self._handle(client, registered)
+
+    def _handle(self, client: mlflow.MlflowClient, registered: str) -> Action | None:
         seen = pointers.read_seen(client, registered)
         in_stage, aliased = (pointers.number(v) for v in
                              pointers.current(client, registered, self.pointers))
@@ -115,12 +122,19 @@ class Watcher:
             self.log(f"{_now()} {registered}: {decision.conflict}")
         target = registry.get_version(client, registered, version)
         message = ""
+        moved: list[str] = []
         if registry.deploy_status(target) != registry.SERVING:
             name = deployment_name(client, registered)
             uri = f"models:/{registered}/{version}"
+
+            def after(reg: mlflow.MlflowClient, model: str, served: int) -> list[str]:
+                moved[:] = self._align(reg, model, served, in_stage, aliased)
+                return []
+
             try:
                 info = service.deploy(self.settings, name, uri,
-                                      log=lambda line: self.log(f"{_now()} {line}"))
+                                      log=lambda line: self.log(f"{_now()} {line}"),
+                                      after_serving=after)
             except TrackerError as exc:
                 back = registry.restore_serving(client, registered, stage=self.stage,
                                                 alias=self.alias)
@@ -129,7 +143,10 @@ class Watcher:
                 self.log(f"{_now()} {head}FAILED, {exc}{undo}")
                 return Action(registered, version, trigger, False, str(exc) + undo)
             message = f"deployed {uri} as {name!r} version {info['version']}"
-        moved = self._align(client, registered, version, in_stage, aliased)
+            if info.get("registry_pending"):
+                moved.append(f"registry update pending: {info['registry_pending']}")
+        else:
+            moved = self._align(client, registered, version, in_stage, aliased)
         if not message and not moved:
             return None  # it serves and the registry already says so
         message = "; ".join([message or f"v{version} already serves", *moved])
@@ -158,35 +175,72 @@ class Watcher:
                             alias=alias_was if keep_alias else alias_after)
         return moved
 
+    def _begin(self, every: str) -> None:
+        """The first lines: what is watched, then what serves (raises when the registry or
+        the server cannot be read)."""
+        self.log(f"{_now()} watching {self.models or 'models tagged tracker.flavor=triton'} "
+                 f"(stage {self.stage}, alias {self.alias!r}) -> triton:/{self.settings.url} "
+                 f"{self.settings.repository}, {every}")
+        client = mlflow.MlflowClient()
+        for registered in self._watched(client):
+            self.log_status(client, registered)
+
     def run(self, interval_s: float, *, stop: threading.Event | None = None,
             max_polls: int | None = None) -> None:
         """Poll until ``stop`` is set (or ``max_polls`` polls). A failed poll (registry or server
-        unreachable) is logged once per distinct error and retried at the next interval."""
+        unreachable) is logged once per distinct error, in one line, and retried at the next
+        interval. A KeyboardInterrupt (``tracker watch`` raises one on SIGINT and SIGTERM, also
+        in the middle of an MLflow call that is being retried) ends it with one line; a
+        deployment in progress is rolled back first (:mod:`tracker.deploy.guard`)."""
         if interval_s <= 0:
             raise DeployError(f"interval must be > 0 seconds, but got {interval_s:g}")
         stop = stop or threading.Event()
         polls = 0
-        self.log(f"{_now()} watching {self.models or 'models tagged tracker.flavor=triton'} "
-                 f"(stage {self.stage}, alias {self.alias!r}) -> triton:/{self.settings.url} "
-                 f"{self.settings.repository}, every {interval_s:g} s")
         try:
-            client = mlflow.MlflowClient()
-            for registered in self._watched(client):
-                self.log_status(client, registered)
-        except (TrackerError, MlflowException, OSError) as exc:
-            self.log(f"{_now()} cannot read the registry yet: {exc}")
-        while not stop.is_set():
             try:
-                self.poll_once()
-                self._last_error = ""
-            except (TrackerError, MlflowException, OSError) as exc:
-                if str(exc) != self._last_error:
-                    self.log(f"{_now()} poll failed (retrying every {interval_s:g} s): {exc}")
-                    self._last_error = str(exc)
-            polls += 1
-            if max_polls is not None and polls >= max_polls:
-                return
-            stop.wait(interval_s)
+                self._begin(f"every {interval_s:g} s")
+            except _FAILURES as exc:
+                self.log(f"{_now()} cannot read the registry yet: {reason(exc)}")
+            while not stop.is_set():
+                try:
+                    self.poll_once()
+                    self._last_error = ""
+                except _FAILURES as exc:
+                    why = reason(exc)
+                    if why != self._last_error:
+                        self.log(f"{_now()} poll failed (retrying every {interval_s:g} s): {why}")
+                        self._last_error = why
+                polls += 1
+                if max_polls is not None and polls >= max_polls:
+                    return
+                stop.wait(interval_s)
+        except KeyboardInterrupt as stopped:
+            stop.set()
+            self.log(f"{_now()} {stopped or 'stopped by SIGINT'}")
+
+    def once(self) -> list[Action]:
+        """``tracker watch --once``: the first lines, then one poll. A poll that fails
+        (registry or server unreachable) raises DeployError with the reason in one line, and
+        so does a deployment it made that failed (rolled back: what served still serves)."""
+        try:
+            self._begin("once")
+            actions = self.poll_once()
+        except _FAILURES as exc:
+            raise DeployError(f"the poll failed: {reason(exc)}") from exc
+        failed = [f"{a.model} v{a.version} ({a.trigger})" for a in actions if not a.ok]
+        if failed:
+            raise DeployError(f"not deployed: {', '.join(failed)} (the FAILED line above says "
+                              "why; what served before still serves)")
+        return actions
+
+
+_FAILURES = (TrackerError, MlflowException, OSError)
+
+
+def reason(exc: BaseException) -> str:
+    """A failed poll's reason in one line (an MLflow server that does not answer said as
+    :func:`tracker.tracking.runs.unreachable` says it)."""
+    return unreachable(" ".join(str(exc).split()))
 
 
 def _now() -> str:

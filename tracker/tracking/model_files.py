@@ -30,6 +30,7 @@ from mlflow.exceptions import MlflowException
 
 from tracker import tags
 from tracker.errors import TrackingError
+from tracker.tracking.runs import storage_error
 
 STUDY_ATTR = "model_files"          # Optuna study user attribute
 ARTIFACT_DIR = "study_model"        # artifact folder on the parent run that stored the files
@@ -110,8 +111,10 @@ def upload(client: MlflowClient, run_id: str, model_file: Path, *,
             client.log_artifacts(run_id, str(model_file), f"{ARTIFACT_DIR}/{model_file.name}")
         else:
             client.log_artifact(run_id, str(model_file), ARTIFACT_DIR)
-    except (MlflowException, OSError) as exc:
+    except MlflowException as exc:
         raise TrackingError(f"MLflow could not store the model file {model_file}: {exc}") from exc
+    except OSError as exc:
+        raise storage_error(f"the model file {model_file}", exc) from exc
     return StoredModel(run_id=run_id, file=model_file.name,
                        sha256=sha256 or sha256_of(model_file),
                        bytes=sum(f.stat().st_size for f in _files(model_file)))

@@ -7,11 +7,12 @@ study (resume) makes a new parent and moves the children of the earlier parents 
 (same study name and storage, tags ``tracker.study`` / ``tracker.storage``) under it, so one
 parent always shows every trial; each earlier parent gets the tag ``tracker.superseded_by``.
 
-Nothing secret is logged: URLs go through :mod:`tracker.tracking.redact`.
+Nothing secret is logged: URLs go through :mod:`tracker.redact`.
 """
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import re
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ParamSpec, TypeVar
+from urllib.parse import urlsplit
 
 from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
@@ -29,7 +31,7 @@ from mlflow.exceptions import MlflowException
 from tracker import tags
 from tracker.errors import TrackingError
 from tracker.measure.types import Measurement
-from tracker.tracking.redact import redact_text, redact_url
+from tracker.redact import redact_text, redact_url
 
 # tag names: tracker/tags.py (these aliases are the names this module has always exported)
 PARENT_TAG, RUN_NAME_TAG, NOTE_TAG = tags.PARENT, tags.RUN_NAME, tags.NOTE
@@ -50,11 +52,56 @@ def _str(value: object) -> str:
     return text[:_MAX_VALUE]
 
 
+_RESUME = "run the same command again: the study resumes"
+_STORAGE_FIX = {
+    errno.ENOSPC: f"free space on that disk and {_RESUME}",
+    errno.EDQUOT: f"free space (or raise your quota) on that disk and {_RESUME}",
+    errno.EFBIG: "the file is larger than the file system or this process's file size limit "
+                 f"(ulimit -f) allows: free space or raise the limit, and {_RESUME}",
+    errno.EROFS: "make it writable or choose another artifact location",
+    errno.EACCES: "make it writable for this user or choose another artifact location",
+    errno.EPERM: "make it writable for this user or choose another artifact location",
+}
+
+
+def storage_error(what: str, exc: OSError, path: str | Path | None = None) -> TrackingError:
+    """One line for a file MLflow could not store (a full or read-only disk): what was being
+    stored, the path (the destination of a copy; ``path`` where the error names none, as a
+    failed ``write`` does), what the system said and the fix."""
+    path = exc.filename2 if exc.filename2 is not None else exc.filename or path
+    said = exc.strerror or str(exc)
+    where = f"{path}: {said}" if path is not None else said
+    fix = _STORAGE_FIX.get(exc.errno or 0)
+    text = f"MLflow could not store {what}: {where}" + (f"; {fix}" if fix else "")
+    return TrackingError(" ".join(redact_text(text).split()))
+
+
+_REQUEST = re.compile(r"API request to (?P<url>\S+) failed with (?:timeout )?exception")
+_CAUSES = (re.compile(r"\[Errno -?\d+\] [^'\"()]+"),
+           re.compile(r"(?:Read|Connect|Connection to \S+) timed out"))
+
+
+def unreachable(text: str) -> str:
+    """``text`` with MLflow's message for a request that got no answer (the request's URL and
+    urllib3's whole retry history) said in one line: "MLflow at <server> does not answer:
+    <cause>"; any other text as it is."""
+    request = _REQUEST.search(text)
+    if request is None:
+        return text
+    cause = next((found for c in _CAUSES if (found := c.search(text, request.end()))), None)
+    if cause is None:
+        return text
+    parts = urlsplit(request["url"])
+    server = redact_url(f"{parts.scheme}://{parts.netloc}")
+    return f"{text[:request.start()]}MLflow at {server} does not answer: {cause[0].strip()}"
+
+
 def _call(what: str, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     try:
         return fn(*args, **kwargs)
     except MlflowException as exc:
-        raise TrackingError(f"MLflow could not {what}: {redact_text(str(exc))}") from exc
+        raise TrackingError(f"MLflow could not {what}: "
+                            f"{unreachable(redact_text(str(exc)))}") from exc
 
 
 @dataclass
@@ -190,18 +237,26 @@ def log_metrics(client: MlflowClient, run_id: str, metrics: Mapping[str, float],
 
 
 def log_files(client: MlflowClient, run_id: str, files: Mapping[str, str | bytes | Path]) -> None:
-    """Artifacts from text, bytes or files: ``{"config.pbtxt": text, "best/x.png": path}``."""
-    with tempfile.TemporaryDirectory(prefix="tracker-artifacts-") as tmp:
-        for name, content in files.items():
-            target = Path(tmp) / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if isinstance(content, Path):
-                target.write_bytes(content.read_bytes())
-            elif isinstance(content, bytes):
-                target.write_bytes(content)
-            else:
-                target.write_text(content)
-        _call("log artifacts", client.log_artifacts, run_id, tmp)
+    """Artifacts from text, bytes or files: ``{"config.pbtxt": text, "best/x.png": path}``.
+    A disk that is full or read-only (the temporary folder's or the artifact store's) is a
+    TrackingError naming the path and the fix."""
+    what = f"the artifacts {', '.join(files)} of run {run_id}"
+    target: Path | None = None
+    try:
+        with tempfile.TemporaryDirectory(prefix="tracker-artifacts-") as tmp:
+            for name, content in files.items():
+                target = Path(tmp) / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if isinstance(content, Path):
+                    target.write_bytes(content.read_bytes())
+                elif isinstance(content, bytes):
+                    target.write_bytes(content)
+                else:
+                    target.write_text(content)
+            target = None  # what fails now is MLflow's copy, which names its paths
+            _call("log artifacts", client.log_artifacts, run_id, tmp)
+    except OSError as exc:
+        raise storage_error(what, exc, target) from exc
 
 
 def read_file(client: MlflowClient, run_id: str, path: str) -> bytes:
