@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -17,7 +18,7 @@ import psutil
 import pytest
 
 from tracker.errors import ServerStartError
-from tracker.triton.server import processes
+from tracker.triton.server import processes, records
 from tracker.triton.server.local import LocalTritonServer, wheel_server
 
 pytestmark = pytest.mark.triton
@@ -209,7 +210,7 @@ def test_sigint_and_sigterm_leave_nothing(tmp_path: Path, sig: signal.Signals) -
     _exits_or_shows_where_it_hangs(proc, 30)
     assert not _alive(pids), "server or stub survived its owner's clean exit"
     assert not list(Path("/dev/shm").glob(prefix + "*"))
-    assert not [p for p in processes.state_dir().glob("*.json")
+    assert not [p for p in records.state_dir().glob("*.json")
                 if json.loads(p.read_text())["owner_pid"] == proc.pid]
 
 
@@ -225,28 +226,48 @@ def test_sigkill_of_the_owner_leaves_nothing_the_next_start_does_not_clean(
     processes.reap_leftovers()
     assert not _wait_gone(pids, 10), "a stub outlived its server and the reaper"
     assert not list(Path("/dev/shm").glob(prefix + "*"))
-    assert not [p for p in processes.state_dir().glob("*.json")
+    assert not [p for p in records.state_dir().glob("*.json")
                 if json.loads(p.read_text())["owner_pid"] == proc.pid]
 
 
-def test_reaper_kills_what_a_dead_owner_left(tmp_path: Path) -> None:
+def test_reaper_kills_what_a_dead_owner_left(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Belt and braces for when PDEATHSIG could not act (e.g. the server was started by a
-    thread of a process that lives on): a record whose owner is dead gets its process group
-    killed and its shared memory removed; a live owner's server is left alone."""
+    thread of a process that lives on): a record whose owner is dead gets its server killed
+    and its shared memory removed, once the process is confirmed as that server (its name
+    and TRACKER_SERVER_ID); a process the record merely names is left running, and a live
+    owner's server is left alone."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))  # this test's records only
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    victim = subprocess.Popen(["sleep", "60"], start_new_session=True)
-    shm = Path("/dev/shm") / "tracker_testreap_x"
+    fake = tmp_path / "bin" / "tritonserver"  # `sleep` by a server's name
+    fake.parent.mkdir()
+    shutil.copy2(shutil.which("sleep") or "/bin/sleep", fake)
+    leftover = subprocess.Popen([str(fake), "60"], start_new_session=True,
+                                env={**os.environ, processes.SERVER_ENV: "0000000000aa"})
+    stranger = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    shm = Path("/dev/shm") / "tracker_0000000000aa_x"
     shm.write_bytes(b"")
-    record = processes.state_dir() / "testreap.json"
-    record.write_text(json.dumps({
-        "owner_pid": dead.pid, "owner_start": 0.0, "server_pid": victim.pid,
-        "pgid": victim.pid, "server_start": psutil.Process(victim.pid).create_time(),
-        "shm_prefix": "tracker_testreap_"}))
+    planted: list[Path] = []
+    for server_id, proc in (("0000000000aa", leftover), ("0000000000bb", stranger)):
+        planted.append(records.state_dir() / f"{server_id}.json")
+        planted[-1].write_text(json.dumps({
+            "owner_pid": dead.pid, "owner_start": 0.0, "server_pid": proc.pid,
+            "pgid": proc.pid, "server_start": psutil.Process(proc.pid).create_time(),
+            "shm_prefix": records.shm_prefix(server_id)}))
     mine = LocalTritonServer()
-    with mine:
-        mine.start(add_repo(tmp_path))  # a start reaps first
-        assert victim.wait(timeout=5) == -signal.SIGKILL
-        assert not shm.exists() and not record.exists()
-        assert processes.reap_leftovers() == []  # our own live server is not a leftover
-        assert mine.pids()
+    try:
+        with mine:
+            mine.start(add_repo(tmp_path / "repo"))  # a start reaps first
+            assert leftover.wait(timeout=5) == -signal.SIGKILL
+            assert stranger.poll() is None, "a process that is no server of ours was killed"
+            assert not shm.exists() and not any(r.exists() for r in planted)
+            assert processes.reap_leftovers() == []  # our own live server is not a leftover
+            assert mine.pids()
+    finally:
+        shm.unlink(missing_ok=True)
+        for proc in (leftover, stranger):
+            proc.kill()
+            proc.wait()

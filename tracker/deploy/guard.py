@@ -1,7 +1,7 @@
 """Signals during a deployment: a deployment is rolled back, never left half-done.
 
 SIGTERM's default action ends the process at once, between any two steps of a switch, and
-SIGINT's raises :class:`KeyboardInterrupt` anywhere, including inside a rollback. While a
+SIGINT's raises a KeyboardInterrupt anywhere, including inside a rollback. While a
 deployment runs (:func:`interruptible`), both raise :class:`Interrupted` (a
 KeyboardInterrupt, so code that stops on Ctrl-C stops on it too) at the step they arrive
 in; the switch then rolls every model back inside :func:`shielded`, where a further signal is

@@ -30,7 +30,8 @@ from tracker.triton.server.base import Strategy
 from tracker.triton.server.gpu_sets import docker_gpu_set
 from tracker.triton.server.launcher import Launcher
 from tracker.triton.server.ports import resolve_ports
-from tracker.triton.server.processes import OWNER_ENV, owner_identity
+from tracker.triton.server.processes import OWNER_ENV
+from tracker.triton.server.records import owner_identity
 
 if TYPE_CHECKING:
     import docker

@@ -5,7 +5,8 @@ process/container, or attach), ``_exit_reason``, ``_terminate``, ``log_text``,
 ``has_backend``, and where it differs, ``_check_repository``, ``_stage`` and
 ``_raise_start_error``. Everything the contract promises (READY before returning, retries
 after a port race, nothing left behind after a failed start, the reload strategy's staging)
-is done here, once.
+is done here, once. A server that answers READY is confirmed to be the one launched
+(``_confirm_own``), so that a start never reports another server on a raced port as its own.
 """
 
 from __future__ import annotations
@@ -31,6 +32,15 @@ if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
     from tracker.triton.repository import TrialRepository
+
+
+#: starts tried when a port picked here turns out taken (a port race); then it is an error
+START_TRIES = 3
+
+
+class ForeignServerError(ServerStartError):
+    """Something else than the server launched here answers on one of its ports: another
+    process bound the port between its pick and the server's bind."""
 
 
 class Launcher(TritonServer):
@@ -80,6 +90,11 @@ class Launcher(TritonServer):
     @abstractmethod
     def _terminate(self, timeout_s: float) -> None:
         """Stop it: ask, wait ``timeout_s``, force; remove everything it left."""
+
+    def _confirm_own(self, deadline: float) -> None:
+        """Called once the endpoints answer READY: raise :class:`ForeignServerError` when
+        what answers is not the server launched here but another one that holds its ports.
+        By default whoever answers is the server (an attached one is nobody's child)."""
 
     def _check_repository(self, repository: Path) -> Path:
         """The repository to serve, resolved; ServerStartError when it cannot be served."""
@@ -147,7 +162,7 @@ class Launcher(TritonServer):
             explicit = explicit or self.explicit_only
             self._repository, self._explicit = repository, explicit
             self._loaded = {}
-            for attempt in range(3):
+            for attempt in range(1, START_TRIES + 1):
                 live.register(self)
                 self._running = True
                 try:
@@ -160,8 +175,13 @@ class Launcher(TritonServer):
                 except ServerStartError as err:
                     self.stop(timeout_s=0.0)
                     # another process took a port we picked between the check and the bind
-                    if not (self._auto_ports and "already in use" in err.reason) or attempt == 2:
+                    raced = isinstance(err, ForeignServerError) or "already in use" in err.reason
+                    if not (self._auto_ports and raced):
                         raise
+                    if attempt == START_TRIES:
+                        raise type(err)(f"server did not start in {START_TRIES} tries: each "
+                                        "time another process took a port picked for it "
+                                        f"(last: {err.reason})", err.log_tail) from err
                 except BaseException:
                     self.stop(timeout_s=0.0)
                     raise
@@ -252,6 +272,7 @@ class Launcher(TritonServer):
             if reason is not None:
                 self._raise_start_error(reason)
             if client.is_ready():
+                self._confirm_own(deadline)
                 return
             if time.monotonic() > deadline:
                 self._raise_start_error(f"not READY after {self.startup_timeout_s:g} s "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -20,27 +21,28 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import uuid
+import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import psutil
 
 from tracker.errors import ServerStartError
 from tracker.triton.client import Endpoints
 from tracker.triton.gpus import GpuSet
-from tracker.triton.server import processes
+from tracker.triton.server import processes, records
 from tracker.triton.server.base import Strategy
 from tracker.triton.server.gpu_sets import cuda_gpu_set
-from tracker.triton.server.launcher import Launcher
-from tracker.triton.server.ports import resolve_ports
+from tracker.triton.server.launcher import ForeignServerError, Launcher
+from tracker.triton.server.ports import listening_sockets, resolve_ports, sockets_of
 
 if TYPE_CHECKING:
     from tracker.spec import ServerSection
 
 HOST = "127.0.0.1"
+BIND_WAIT_S = 5.0  # how long a READY server may take to bind its other ports
 DEFAULT_BACKEND_DIR = Path("/opt/tritonserver/backends")
 
 
@@ -132,6 +134,7 @@ class LocalTritonServer(Launcher):
         self._log_path: Path | None = None
         self._record: Path | None = None
         self._shm_prefix = ""
+        self._server_id = ""
         self._envs_before: set[Path] | None = None  # the Python backend's /tmp folders
         self._starts = 0
 
@@ -183,8 +186,8 @@ class LocalTritonServer(Launcher):
         processes.reap_leftovers()
         binary, backend_dir, env = self._command_env()
         http, grpc, metrics = resolve_ports(*self._ports, host=HOST)
-        server_id = uuid.uuid4().hex[:12]
-        self._shm_prefix = f"tracker_{server_id}_"
+        self._server_id = server_id = records.new_server_id()
+        self._shm_prefix = records.shm_prefix(server_id)
         env[processes.OWNER_ENV] = str(os.getpid())
         env[processes.SERVER_ENV] = server_id
         env.update(self.gpu_env())
@@ -200,6 +203,8 @@ class LocalTritonServer(Launcher):
             argv.append(f"--cache-directory={binary.parent.parent / 'caches'}")
         if explicit:
             argv.append("--model-control-mode=explicit")
+        if not self._own_id():
+            argv.append(f"--id={server_id}")  # read back as the server metadata's name
         argv.extend(self.extra_args)
         argv.extend(self.option_args)
         self._starts += 1
@@ -211,8 +216,70 @@ class LocalTritonServer(Launcher):
             self._proc = processes.spawn(argv, env, self._log_file, cwd=str(self.log_dir))
         except OSError as exc:
             raise ServerStartError(f"cannot run {binary}: {exc}") from exc
-        self._record = processes.write_record(server_id, self._proc, self._shm_prefix)
+        self._record = records.write_record(server_id, self._proc)
         return Endpoints(HOST, http, grpc, metrics)
+
+    def _own_id(self) -> bool:
+        """Whether the flags set the server's ``--id`` themselves."""
+        return any(a == "--id" or a.startswith("--id=")
+                   for a in (*self.extra_args, *self.option_args))
+
+    def _confirm_own(self, deadline: float) -> None:
+        """The server process started here holds the HTTP and gRPC ports it was given (the
+        metrics port too, unless no one listens there), no other process listens on them, and
+        the server metadata names it (``--id``, unless the flags set their own); the ports it
+        binds after the first that answered get a few seconds. Else
+        :class:`ForeignServerError`: another process took a port before the server bound it."""
+        ep = self.endpoints
+        ports = {"http_port": ep.http_port, "grpc_port": ep.grpc_port,
+                 "metrics_port": ep.metrics_port}
+        until = min(deadline, time.monotonic() + BIND_WAIT_S)
+        while True:
+            reason = self._exit_reason()
+            if reason is not None:
+                self._raise_start_error(reason)
+            listeners = {what: listening_sockets(port, HOST) for what, port in ports.items()
+                         if port}
+            mine = sockets_of(self.pids())  # read after: a socket bound since is not missed
+            held = {what: socks for what, socks in listeners.items() if socks is not None}
+            if len(held) < len(listeners):
+                break  # no /proc to tell: the server metadata decides
+            foreign = [what for what, socks in held.items() if socks - mine]
+            if foreign:
+                self._foreign(foreign[0], ports[foreign[0]], "is held by another process, not "
+                              "by the tritonserver started here")
+            missing = [what for what, socks in held.items() if not socks & mine
+                       and (what != "metrics_port" or time.monotonic() < until)]
+            if not missing:
+                break
+            if time.monotonic() > until:
+                self._foreign(missing[0], ports[missing[0]], "answers, but the tritonserver "
+                              "started here does not listen there")
+            time.sleep(0.02)
+        if self._own_id():
+            return
+        what, port, name = self._answering_name()
+        if name != self._server_id:
+            self._foreign(what, port, f"answers as server {name!r}, not as the one started "
+                          f"here ({self._server_id!r})")
+
+    def _answering_name(self) -> tuple[str, int | None, str]:
+        """The server metadata's name (``--id``), asked where READY was asked: over HTTP
+        (plain, as the launcher's readiness check) when the HTTP port is known, else gRPC."""
+        ep = self.endpoints
+        if ep.http is None:
+            with self.client() as client:
+                return "grpc_port", ep.grpc_port, str(client.server_metadata()["name"])
+        try:
+            with ep.security.urlopen(ep.http + "/v2", 5.0) as resp:
+                return "http_port", ep.http_port, str(json.loads(resp.read()).get("name"))
+        except (OSError, ValueError, AttributeError) as exc:
+            raise ServerStartError(f"the server at {ep.http} answered READY but not its "
+                                   f"metadata: {exc}", self.log_tail()) from exc
+
+    def _foreign(self, what: str, port: int | None, why: str) -> NoReturn:
+        fix = "" if self._auto_ports else ": stop that process or choose another port"
+        raise ForeignServerError(f"server.{what} {port} on {HOST} {why}{fix}", self.log_tail())
 
     def _exit_reason(self) -> str | None:
         if self._proc is None:

@@ -10,9 +10,10 @@ orphaned:
    server is spawned from one long-lived daemon thread of this module (never from a worker
    thread that may end first). The stubs watch their parent and exit on their own.
 3. A record per server (owner pid + start time, server pid, process group, shared-memory
-   prefix) in a state directory, and ``TRACKER_OWNER_PID`` in the server's environment. The
-   next start calls :func:`reap_leftovers`, which kills what a dead owner left and removes its
-   ``/dev/shm`` regions.
+   prefix) in a private state directory (:func:`state_dir`), and ``TRACKER_OWNER_PID`` and
+   ``TRACKER_SERVER_ID`` in the server's environment. The next start calls
+   :func:`reap_leftovers`, which kills what a dead owner left, once each process is
+   confirmed to be that server's, and removes its ``/dev/shm`` regions.
 """
 
 from __future__ import annotations
@@ -20,36 +21,31 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import glob
-import json
+import logging
 import os
 import queue
+import re
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import psutil
+
+from tracker.triton.server.records import Record, read_record, shm_prefix, state_dir
 
 OWNER_ENV = "TRACKER_OWNER_PID"
 SERVER_ENV = "TRACKER_SERVER_ID"
 _PR_SET_PDEATHSIG = 1
 _PROCESS_NAMES = ("tritonserver", "triton_python_backend_stub")
-
-
-def state_dir() -> Path:
-    """Where server records live: ``$XDG_RUNTIME_DIR/tracker-servers`` or
-    ``/tmp/tracker-servers-<uid>``."""
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    path = Path(base) / "tracker-servers" if base else (
-        Path(tempfile.gettempdir()) / f"tracker-servers-{os.getuid()}")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+_SHM_PREFIX = re.compile(r"tracker_[0-9a-f]{12}_")
+_log = logging.getLogger(__name__)
 
 
 def _set_pdeathsig() -> Callable[[], None]:
@@ -107,21 +103,6 @@ def spawn(argv: Sequence[str], env: dict[str, str], log: IO[bytes],
     return _SPAWNER.submit(job)
 
 
-def owner_identity() -> dict[str, Any]:
-    me = psutil.Process()
-    return {"owner_pid": me.pid, "owner_start": me.create_time()}
-
-
-def write_record(server_id: str, proc: subprocess.Popen[bytes], shm_prefix: str) -> Path:
-    record = {**owner_identity(), "server_pid": proc.pid, "pgid": proc.pid,
-              "server_start": psutil.Process(proc.pid).create_time(), "shm_prefix": shm_prefix}
-    path = state_dir() / f"{server_id}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record))
-    tmp.replace(path)
-    return path
-
-
 def _alive(pid: int, start: float | None) -> bool:
     try:
         proc = psutil.Process(pid)
@@ -130,8 +111,23 @@ def _alive(pid: int, start: float | None) -> bool:
         return False
 
 
+def is_server_process(proc: psutil.Process, server_id: str) -> bool:
+    """Whether ``proc`` is server ``server_id`` or one of its stubs: a process of this user
+    named tritonserver or triton_python_backend_stub that carries the id in its environment
+    (``TRACKER_SERVER_ID``) or on its command line."""
+    try:
+        if proc.name() not in _PROCESS_NAMES or proc.uids().real != os.getuid():
+            return False
+        return (proc.environ().get(SERVER_ENV) == server_id
+                or any(server_id in arg for arg in proc.cmdline()))
+    except psutil.Error:
+        return False
+
+
 def kill_group(pgid: int, timeout_s: float = 5.0) -> None:
-    """SIGKILL process group ``pgid`` and wait until its members are gone."""
+    """SIGKILL process group ``pgid`` and wait until its members are gone. Only for a group
+    this process knows it started (its own child); a recorded one goes through
+    :func:`reap_leftovers`, which confirms every member first."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
     deadline = time.monotonic() + timeout_s
@@ -139,21 +135,23 @@ def kill_group(pgid: int, timeout_s: float = 5.0) -> None:
         time.sleep(0.02)
 
 
-def _group_members(pgid: int) -> list[int]:
+def _group_members(pgid: int) -> list[psutil.Process]:
     members = []
-    for proc in psutil.process_iter(["pid"]):
+    for proc in psutil.process_iter(["pid", "name"]):
         try:
             if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
-                members.append(proc.pid)
+                members.append(proc)
         except (ProcessLookupError, psutil.NoSuchProcess, PermissionError):
             continue
     return members
 
 
 def remove_shm(prefix: str) -> None:
-    """Remove the Python backend's shared-memory regions named ``prefix*``."""
+    """Remove the Python backend's shared-memory regions named ``prefix*`` in /dev/shm; a
+    prefix that is not one :func:`shm_prefix` makes (``tracker_<12 hex digits>_``) removes
+    nothing."""
     shm = Path("/dev/shm")
-    if not prefix or not shm.is_dir():
+    if not _SHM_PREFIX.fullmatch(prefix) or not shm.is_dir():
         return
     for path in shm.glob(prefix + "*"):
         with contextlib.suppress(OSError):
@@ -181,39 +179,72 @@ def remove_python_envs(before: set[Path]) -> None:
 
 def reap_leftovers() -> list[int]:
     """Kill servers (and stubs) whose owning process is dead, remove their records and shared
-    memory. Returns the pids killed. Safe to call at any time; never touches servers whose
-    owner is alive."""
+    memory; return the pids killed. Safe at any time; never touches a live owner's servers.
+    Only processes :func:`is_server_process` confirms as the record's server are killed; the
+    rest of its process group (a reused pid, a stranger) is left running and reported. A
+    record :func:`read_record` refuses is reported in one line and removed. Reports go to
+    this module's logger (warnings reach stderr unless logging is set up otherwise)."""
     killed: list[int] = []
     for path in state_dir().glob("*.json"):
         try:
-            rec = json.loads(path.read_text())
-        except (OSError, ValueError):
+            rec = read_record(path)
+        except (OSError, ValueError) as exc:
+            reason = str(exc) if not isinstance(exc, OSError) else (
+                "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror)
+            _log.warning("removed the malformed server record %s: %s", path, reason)
+            _remove(path)
             continue
-        if _alive(int(rec["owner_pid"]), rec.get("owner_start")):
+        if _alive(rec.owner_pid, rec.owner_start):
             continue
-        if _alive(int(rec["server_pid"]), rec.get("server_start")):
-            killed.append(int(rec["server_pid"]))
-            kill_group(int(rec["pgid"]))
-        kill_group(int(rec["pgid"]), timeout_s=0.5)
-        remove_shm(str(rec.get("shm_prefix", "")))
-        with contextlib.suppress(OSError):
-            path.unlink()
+        killed.extend(_kill_confirmed(rec, path))
+        remove_shm(shm_prefix(rec.server_id))
+        _remove(path)
     killed.extend(_reap_marked())
     return killed
 
 
+def _kill_confirmed(rec: Record, path: Path, timeout_s: float = 5.0) -> list[int]:
+    """SIGKILL the members of the record's process group that are its server's (the server
+    first: it forks no stubs once gone); report the others and leave them alone."""
+    killed: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    while True:
+        members = _group_members(rec.server_pid)
+        ours = [p for p in members if is_server_process(p, rec.server_id)]
+        if not ours or time.monotonic() > deadline:
+            break
+        for proc in sorted(ours, key=lambda p: p.pid != rec.server_pid):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+                killed.extend([proc.pid] if proc.pid not in killed else [])
+        time.sleep(0.02)
+    strangers = [f"{p.pid} ({p.info['name']})" for p in members if p not in ours]
+    if strangers:
+        _log.warning("server record %s names process group %d, whose processes %s are not "
+                     "server %s's (no %s=%s): left them running, removed the record", path,
+                     rec.server_pid, ", ".join(strangers), rec.server_id, SERVER_ENV,
+                     rec.server_id)
+    return killed
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):  # e.g. a directory by a record's name: left alone
+        path.unlink()
+
+
 def _reap_marked() -> list[int]:
-    """Servers/stubs marked with ``TRACKER_OWNER_PID`` whose owner is gone (records lost)."""
+    """Servers/stubs of this user marked with ``TRACKER_OWNER_PID`` whose owner is gone
+    (records lost)."""
     killed = []
     for proc in psutil.process_iter(["name", "pid"]):
         try:
-            if proc.info["name"] not in _PROCESS_NAMES:
+            if proc.info["name"] not in _PROCESS_NAMES or proc.uids().real != os.getuid():
                 continue
             owner = proc.environ().get(OWNER_ENV)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        except psutil.Error:
             continue
         if owner and owner.isdigit() and not psutil.pid_exists(int(owner)):
-            with contextlib.suppress(psutil.NoSuchProcess):
+            with contextlib.suppress(psutil.Error):
                 proc.kill()
                 killed.append(proc.pid)
     return killed
