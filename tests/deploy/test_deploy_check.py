@@ -10,11 +10,9 @@ from pathlib import Path
 
 import mlflow
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from click.testing import CliRunner
-from onnx import numpy_helper
 
 from tests.support import models
 from tests.support.deploy import NAME, V1, Study, spec_file, trial_model_dir
@@ -30,15 +28,6 @@ from tracker.triton.probes import Answer, ProbeSet, Tolerance
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton
-
-
-def _altered(onnx_path: Path, out: Path) -> Path:
-    """The same model with its weights negated: same inputs and outputs, other answers."""
-    model = onnx.load(str(onnx_path))
-    for init in model.graph.initializer:
-        init.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(init), init.name))
-    onnx.save(model, str(out))
-    return out
 
 
 def _reference(onnx_path: Path) -> ProbeSet:
@@ -70,7 +59,7 @@ def test_an_altered_version_is_refused_and_the_old_one_keeps_serving(
     # version 2: the registered artifact altered after the study, the study's tags kept
     run2 = client.create_run(study.exp).info.run_id
     made = flavor.log_triton_model(
-        trial_model_dir(tmp_path / "altered", _altered(onnx_path, tmp_path / "alt.onnx"), V1),
+        trial_model_dir(tmp_path / "altered", models.negated(onnx_path, tmp_path / "alt.onnx"), V1),
         run2)
     registry.register_version(client, "tiny-reg", registry.VersionRequest(
         source=made.model_uri, run_id=run2, model_id=made.model_id,

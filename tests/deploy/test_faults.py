@@ -21,10 +21,8 @@ from pathlib import Path
 
 import mlflow
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
-from onnx import numpy_helper
 
 from tests.support import models
 from tests.support.deploy import V1, V2, RequestLoop, trial_model_dir
@@ -142,15 +140,6 @@ def test_a_fault_at_any_step_leaves_one_version_serving_everywhere(
     assert set(loop.answers) <= {str(v1), str(v2)}
 
 
-def _altered(onnx_path: Path, out: Path) -> Path:
-    """The same model with its weights negated: same inputs and outputs, other answers."""
-    model = onnx.load(str(onnx_path))
-    for init in model.graph.initializer:
-        init.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(init), init.name))
-    onnx.save(model, str(out))
-    return out
-
-
 def _with_reference(client: mlflow.MlflowClient, reg: str, version: int, onnx_path: Path
                     ) -> None:
     """The study's reference answers (from onnxruntime, as the default configuration gave
@@ -190,7 +179,7 @@ def test_clients_see_only_what_passed_the_check_and_never_a_failed_request(
     client = mlflow.MlflowClient()
     v1 = _register(client, tmp_path, reg, V1, onnx_path)
     v2 = _register(client, tmp_path, reg, V2, onnx_path if passes
-                   else _altered(onnx_path, tmp_path / "altered.onnx"))
+                   else models.negated(onnx_path, tmp_path / "altered.onnx"))
     _with_reference(client, reg, v2, onnx_path)
     service.deploy(resolve_settings(), name, f"models:/{reg}/{v1}", pointers=Pointers())
     order = Order()

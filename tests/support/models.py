@@ -139,3 +139,12 @@ def noisy(path: Path) -> Path:
         [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", 4]),
          helper.make_tensor_value_info("NOISE", TensorProto.FLOAT, ["batch", 4])],
     )
+
+
+def negated(onnx_path: Path, out: Path) -> Path:
+    """The same model with its weights negated: same inputs and outputs, other answers."""
+    model = onnx.load(str(onnx_path))
+    for init in model.graph.initializer:
+        init.CopyFrom(numpy_helper.from_array(-numpy_helper.to_array(init), init.name))
+    onnx.save(model, str(out))
+    return out
