@@ -111,14 +111,11 @@ def deploy(settings: TargetSettings, name: str, model_uri: str, *,
     flavor.validate_model_name(name)
     ref = resolve_registry_uri(model_uri)
     say = log or (lambda _line: None)
-    with tempfile.TemporaryDirectory(prefix="triton-deploy-") as tmp, \
-            make_client(settings) as client, guard.interruptible():
+    with tempfile.TemporaryDirectory(prefix="triton-deploy-") as tmp:
         loaded = foreign.load_deployable(model_uri, Path(tmp), name=name, flavor=model_flavor)
         if ref is not None:
             integrity.check_download(mlflow.MlflowClient(), ref.name, ref.version, loaded.source)
-        publisher = make_publisher(settings, client, log)
-        with publisher.locked():
-            recover(publisher, say)
+        with transaction(settings, log) as publisher:
             version = _version(publisher.state(name), name, ref, settings, exists)
             meta = _meta(model_uri, ref, loaded.flavor)
             update = None if ref is None else registry_sync.job(
@@ -204,14 +201,16 @@ def recover(publisher: Publisher, log: Callable[[str], None]) -> None:
 
 
 @contextlib.contextmanager
-def transaction(settings: TargetSettings, log: Callable[[str], None]) -> Iterator[None]:
-    """The repository lock held around a block (re-entrant: a deployment inside takes it
-    again), with what an interrupted deployment left completed first (:func:`recover`)."""
+def transaction(settings: TargetSettings,
+                log: Callable[[str], None] | None = None) -> Iterator[Publisher]:
+    """The repository's publisher with its lock held around a block (re-entrant: a deployment
+    inside takes it again), signals raising :class:`~tracker.deploy.guard.Interrupted`, and
+    what an interrupted deployment left completed first (:func:`recover`)."""
     with make_client(settings) as client, guard.interruptible():
         publisher = make_publisher(settings, client, log)
         with publisher.locked():
-            recover(publisher, log)
-            yield
+            recover(publisher, log or (lambda _line: None))
+            yield publisher
 
 
 def _clear_journal(publisher: Publisher, name: str) -> None:
@@ -246,12 +245,9 @@ def delete_deployment(settings: TargetSettings, name: str,
                       log: Callable[[str], None] | None = None) -> None:
     """Unload and remove ``name`` (nothing to do when it does not exist)."""
     flavor.validate_model_name(name)
-    with make_client(settings) as client, guard.interruptible():
-        publisher = make_publisher(settings, client, log)
-        with publisher.locked():
-            recover(publisher, log or (lambda _line: None))
-            state = publisher.state(name)
-            switch.remove(publisher, name)
+    with transaction(settings, log) as publisher:
+        state = publisher.state(name)
+        switch.remove(publisher, name)
     meta = state.meta if state else {}
     reg, ver = meta.get("registered_model"), meta.get("registry_version")
     if reg and ver:

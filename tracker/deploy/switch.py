@@ -295,26 +295,25 @@ def remove(pub: Publisher, name: str) -> bool:
     """Unload and delete the deployment ``name``: its first entry, then every other model its
     record lists (those whose deployment.json says they are part of it). A model that is part
     of another deployment is refused: deleting it would break that one. False when there was
-    nothing (idempotent)."""
-    with pub.locked():
-        state = pub.state(name)
-        if state is not None and state.meta.get(PART_OF):
-            raise DeployError(f"{name!r} is a model of deployment {state.meta[PART_OF]!r}; "
-                              "delete that deployment instead")
-        model_dir = pub.model_dir(name)
-        existed = model_dir.exists()
-        try:
-            pub.client.unload_model(name, wait_s=30)
-        except ServerError as exc:
-            if existed:
-                raise DeployError(f"cannot unload {name!r}: {exc.reason}") from exc
+    nothing (idempotent). The caller holds the repository lock."""
+    state = pub.state(name)
+    if state is not None and state.meta.get(PART_OF):
+        raise DeployError(f"{name!r} is a model of deployment {state.meta[PART_OF]!r}; "
+                          "delete that deployment instead")
+    model_dir = pub.model_dir(name)
+    existed = model_dir.exists()
+    try:
+        pub.client.unload_model(name, wait_s=30)
+    except ServerError as exc:
         if existed:
-            shutil.rmtree(model_dir)
-            pub.log(f"{name}: removed")
-        others = [str(m) for m in (state.meta.get(MODELS) or []) if str(m) != name] \
-            if state is not None else []
-        for other in reversed(others):
-            found = pub.state(other)
-            if found is not None and found.meta.get(PART_OF) == name:
-                _unload_and_remove(pub, other)
-        return existed
+            raise DeployError(f"cannot unload {name!r}: {exc.reason}") from exc
+    if existed:
+        shutil.rmtree(model_dir)
+        pub.log(f"{name}: removed")
+    others = [str(m) for m in (state.meta.get(MODELS) or []) if str(m) != name] \
+        if state is not None else []
+    for other in reversed(others):
+        found = pub.state(other)
+        if found is not None and found.meta.get(PART_OF) == name:
+            _unload_and_remove(pub, other)
+    return existed
