@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh machine: sets up the venv (pinned by requirements.lock),
 # installs the system services the tests use (Docker engine, PostgreSQL, Chromium) where this
-# user may, runs pytest, then the plain-install leg (scripts/plain-install.sh: a fresh venv,
+# user may, saying so first (TRACKER_SKIP_SYSTEM_DEPS=1 skips that, and the tests that need
+# them skip), runs pytest, then the plain-install leg (scripts/plain-install.sh: a fresh venv,
 # bundled pip, no lock, the real-Triton tests on what that resolves).
 # Extra arguments go to pytest and skip the plain leg, e.g. `bash scripts/test.sh -m "not docker"`.
 set -euo pipefail

@@ -36,7 +36,7 @@ def _requirements(extra: str | None) -> list[Requirement]:
     return [Requirement(t) for t in texts]
 
 
-@pytest.mark.parametrize("extra", [None, "dev"])
+@pytest.mark.parametrize("extra", [None, "dev", "docs"])
 def test_lock_satisfies_pyproject(extra: str | None) -> None:
     """Every requirement that applies on this platform is pinned, at a version in its range
     (a range changed in pyproject.toml without `bash scripts/lock.sh` fails here)."""

@@ -32,12 +32,13 @@ def _deploy_options(fn: Any) -> Any:
     return fn
 
 
-def _deploy_settings(url: str | None, repository: str | None, serving: str | None) -> Any:
+def _deploy_settings(url: str | None, repository: str | None, serving: str | None,
+                     give: str = "pass --repository PATH") -> Any:
     """Target settings; an empty option (an MLproject parameter's default) is not given."""
     from tracker.deploy.settings import resolve_settings
 
     given = {"url": url, "repository": repository, "serving": serving}
-    return resolve_settings("triton", {k: v for k, v in given.items() if v})
+    return resolve_settings("triton", {k: v for k, v in given.items() if v}, give)
 
 
 @cli.command("promote")
@@ -76,7 +77,9 @@ def promote_command(spec_path: Path | None, study_name: str | None, storage: str
     from tracker.search.optuna_study import default_storage
     from tracker.search.storage import make_storage
 
-    settings = None if no_deploy else _deploy_settings(url, repository, serving)
+    settings = None if no_deploy else _deploy_settings(
+        url, repository, serving,
+        "pass --repository PATH (or --no-deploy to register without deploying)")
     objectives: dict[str, str] = {}
     constraints: dict[str, Any] | None = None
     if spec_path is not None:

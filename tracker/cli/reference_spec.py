@@ -112,21 +112,33 @@ def spec_tables(root: type[BaseModel]) -> list[tuple[str, list[Row]]]:
     """(path, rows) for ``root`` (path ``(top level)``) and every model class it reaches, each
     once, in the order first reached; a class reached again keeps its first path."""
     todo: list[tuple[str, type[BaseModel]]] = [("", root)]
-    seen: set[type[BaseModel]] = set()
+    table_of: dict[type[BaseModel], str] = {}
+    reached: list[tuple[str, type[BaseModel]]] = []
     out = []
     while todo:
         path, model = todo.pop(0)
-        if model in seen:
+        if model in table_of:
             continue
-        seen.add(model)
+        table_of[model] = path
         rows, found = [], []
         for name, field in model.model_fields.items():
             walk = Walk(path)
             rows.append(field_row(name, field, walk))
             found.extend(walk.models)
         out.append((path or "(top level)", rows))
+        reached.extend(found)
         todo[:0] = found
-    return out
+    # a class reached again is described once: "see" names the table it has
+    moved = {f"see `{where}`": f"see `{table_of[tp]}`" for where, tp in reached
+             if table_of[tp] != where}
+    return [(path, [(*row[:3], _see(row[3], moved), row[4]) for row in rows])
+            for path, rows in out]
+
+
+def _see(allowed: str, moved: dict[str, str]) -> str:
+    for old, new in moved.items():
+        allowed = allowed.replace(old, new)
+    return allowed
 
 
 def undocumented(root: type[BaseModel]) -> list[str]:

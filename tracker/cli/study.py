@@ -140,9 +140,10 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
               "search.study_name or model name).")
 @click.option("--storage", help="Optuna storage URL (default: as for tracker tune).")
 @click.option("--rounds", type=click.IntRange(min=1), help="Most rounds in all, those already "
-              "measured included (confirm.rounds).")
+              "measured included (confirm.rounds; paired design: 3 pairs per round).")
 @click.option("--top-k", "--top_k", "top_k", type=click.IntRange(min=1),
-              help="Configurations besides the default (confirm.top_k).")
+              help="Configurations besides the default (confirm.top_k; in rounds only, the "
+              "paired design confirms the best).")
 @click.option("--new", "new", is_flag=True, help="Start a new confirmation instead of "
               "continuing the study's rounds.")
 def confirm_command(spec_path: Path, study_name: str | None, storage: str | None,

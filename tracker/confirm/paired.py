@@ -23,7 +23,7 @@ After each load both copies run together for :data:`WARM_S` seconds, unmeasured.
 spec's load at the level each configuration was judged by, warmed by a few requests (the
 batcher's ramp) and then :data:`WINDOWS` windows; the window is sized from the
 search's throughput so that a block holds about :data:`BLOCK_REQUESTS` requests
-(docs/tuning.md, "Paired confirmation", says why these numbers).
+(docs/confirmation.md says what they do; CHANGELOG.md how they were chosen).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ SERVER_KNOB = "server/"
 WINDOWS = 3
 #: pairs between two loads of the copies (:meth:`Pairs.reload`): 4, not 3, so that a
 #: confirmation that decides in 4 pairs (most of the README study's) pays for one load and one
-#: warm-up, not two (docs/tuning.md, "Paired confirmation")
+#: warm-up, not two (docs/confirmation.md, "Paired")
 RELOAD_PAIRS = 4
 #: requests a block aims at (its windows together), and the window's lower bound in ms (the
 #: upper: the spec's window_ms). 200 ms windows (0.6 s blocks) of the quickstart model at load
@@ -68,13 +68,13 @@ RELOAD_PAIRS = 4
 #: 0.079, 0.126 and 0.087 with 1, 0.5 and 0.33 s windows: no trend, while a pair of 1 s
 #: windows costs 6.7 s against 3.7 s. 45 requests left DenseNet's windows at 0.8 s under the
 #: benchmark's light neighbour (19 infer/s) and its confirmation at 29% of the study; 24 puts
-#: them at the floor down to 16 infer/s: 21% (docs/tuning.md, "Paired confirmation")
+#: them at the floor down to 16 infer/s: 21% (docs/confirmation.md, "Paired")
 BLOCK_REQUESTS = 24
 MIN_WINDOW_MS = 500
 #: seconds both copies are loaded together, unmeasured, after each load before the first
 #: block (:meth:`Pairs.warm`): without it, the first pair after a load read the quickstart's
 #: 2-instance best against its default 9-18% higher than the two pairs after it, in 3 of 3
-#: confirmations of 40 pairs; with it, 3-6% (docs/tuning.md, "Paired confirmation")
+#: confirmations of 40 pairs; with it, 3-6% (docs/confirmation.md, "Paired")
 WARM_S = 3.0
 #: a GPU is "full" for two copies above this share of its memory
 GPU_SHARE = 0.9

@@ -29,7 +29,7 @@ from tracker.confirm.record import Record
 #: the paired design: the pairs no budget stops before
 PAIRED_MIN = 6
 #: the paired design with the default budget: the measuring time a confirmation may reach
-#: when its pairs' spread says they decide within it (docs/tuning.md, "Paired confirmation").
+#: when its pairs' spread says they decide within it (docs/confirmation.md, "Paired").
 #: A tie (the best within a few percent of the default) is what needs it: the quickstart's
 #: pairs of about 4 s, their log-ratio's spread 0.06-0.08, need 22-38 pairs to put the
 #: interval inside the 5% margin; 60 s left three 3-trial runs undecided (6, 12, 10 pairs)

@@ -1,5 +1,5 @@
 """What NVIDIA's mlflow-triton plugin writes and its users read, kept by the `triton` target so
-that its users switch without changing scripts (docs/deploy.md, "Coming from
+that its users switch without changing scripts (docs/deploy-registry.md, "Coming from
 mlflow-triton-plugin"):
 
 - ``<repo>/<name>/mlflow-meta.json``: ``{name, triton_model_path, mlflow_model_uri, flavor}``,

@@ -127,9 +127,11 @@ def _local_repository(value: str, source: str) -> Path:
 
 
 def resolve_settings(target_uri: str | None = "triton",
-                     config: Mapping[str, object] | None = None) -> TargetSettings:
+                     config: Mapping[str, object] | None = None,
+                     give: str = "pass -C repository=PATH") -> TargetSettings:
     """Settings from config, target URI and environment; :class:`DeployError` names the bad
-    key or value and where it came from."""
+    key or value and where it came from. ``give``: how the caller's user passes the
+    repository (the ``tracker`` commands name their own flags)."""
     config = dict(config or {})
     unknown = sorted(set(config) - set(HELP))
     if unknown:
@@ -153,8 +155,8 @@ def resolve_settings(target_uri: str | None = "triton",
 
     repository, repo_source = pick_from("repository")
     if not repository:
-        raise DeployError("the triton target needs the model repository folder: pass "
-                          f"-C repository=PATH or set {ENV['repository']} (or NVIDIA's "
+        raise DeployError(f"the triton target needs the model repository folder: {give} "
+                          f"or set {ENV['repository']} (or NVIDIA's "
                           f"{NVIDIA_ENV['repository']})")
     url, url_source = pick_from("url")
     if url_source == "default" and repo_source == NVIDIA_ENV["repository"]:

@@ -1,6 +1,6 @@
 """The deploy-side output check: a new version answers the study's probes as the study's
 default configuration did, after it loads beside the serving version and before it takes the
-traffic (docs/tuning.md, "Every proposal computes what the model computes").
+traffic (docs/output-check.md).
 
 ``tracker promote`` tags the registered version with the study's reference run and tolerances
 (``tracker.check_reference_run``, ``tracker.check_tolerance``); :func:`for_version` reads them

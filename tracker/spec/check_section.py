@@ -1,5 +1,5 @@
 """``check``: how a configuration's answers are compared with the default configuration's
-(docs/tuning.md, "Every proposal computes what the model computes").
+(docs/output-check.md).
 
 ``check.outputs`` is ``{rtol, atol, ignore, probes}`` or ``false`` (no check at all). Integer,
 bool and string outputs must be equal; a floating output ``got`` passes against the default's

@@ -1,5 +1,5 @@
 """``load.priorities``: the share of requests the load sends at each of Triton's request
-priority levels (the request parameter ``priority``; docs/servers.md, "Request priorities").
+priority levels (the request parameter ``priority``; docs/server-options.md, "Request priorities").
 Which request goes at which level: tracker/measure/priorities.py. Whether the model has those
 levels (``dynamic_batching.priority_levels``) is checked against its config and the search
 space at ``tracker check`` (tracker/search/knob_rules.py)."""

@@ -274,16 +274,18 @@ class MlflowSection(SpecModel):
 
 class ConfirmSection(SpecModel):
     """The confirmation after the search: the best ``top_k`` configurations and the default
-    re-measured in interleaved rounds (docs/tuning.md, "Confirmation")."""
+    re-measured in interleaved rounds (docs/confirmation.md)."""
 
     enabled: bool = True
     """Confirm when the search stops (tracker confirm runs it on demand)."""
     top_k: PosInt = 3
-    """Distinct feasible configurations re-measured besides the default."""
+    """Distinct feasible configurations re-measured besides the default, in rounds (the paired
+    design confirms only the best)."""
     rounds: PosInt = 10
-    """The most rounds; they stop as soon as the verdict is decided."""
+    """The most rounds (paired design: up to 3 x this many pairs); they stop as soon as the
+    verdict is decided."""
     min_rounds: PosInt = 3
-    """Rounds before the confirmation may stop (min_rounds <= rounds)."""
+    """Rounds (paired design: pairs) before the confirmation may stop (min_rounds <= rounds)."""
     tie_margin_pct: Annotated[float, Field(gt=0, lt=100)] = 5.0
     """equivalent: no configuration beats the default by more than this percent."""
     budget_s: PosFloat | None = None

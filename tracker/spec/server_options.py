@@ -1,5 +1,5 @@
 """``server.options``: the tritonserver flags a study sets, typed, and the ``server/<option>``
-knobs that search them (docs/servers.md, "Server options").
+knobs that search them (docs/server-options.md).
 
 A server option cannot change while the server runs: a trial whose options differ from the
 running server's restarts it (tracker/triton/server/launcher.py), whatever ``server.strategy``

@@ -1,5 +1,5 @@
 """``tracker check SPEC --outputs``: the default configuration served, asked the output
-check's probes twice (docs/tuning.md, "Every proposal computes what the model computes").
+check's probes twice (docs/output-check.md).
 
 What it finds before a study starts: probes the model refuses (``load.input_data`` rows it
 rejects are an error here, not 40 failed trials later), and outputs that differ between two

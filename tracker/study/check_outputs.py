@@ -1,6 +1,6 @@
 """The output check of a study: every configuration answers the default's probes as the
-default does before it is measured (docs/tuning.md, "Every proposal computes what the model
-computes"). The comparison itself is tracker/triton/probes.py.
+default does before it is measured (docs/output-check.md). The comparison itself is
+tracker/triton/probes.py.
 
 The default configuration (the baseline trial, always a study's first) answers the probes one
 at a time: those are the reference answers, stored once as ``check/reference.npz`` on the

@@ -1,7 +1,6 @@
 """The output check outside a study's trials: ``tracker profile`` and the confirmation
 (``tracker confirm``, and a study's own) check a configuration before they measure it, as a
-trial is checked (study/check_outputs.py, docs/tuning.md "Every proposal computes what the
-model computes").
+trial is checked (study/check_outputs.py, docs/output-check.md).
 
 The reference is the study's (``check/reference.npz`` on its parent run, named by the study's
 ``tracker.check_reference_run``) when there is one; else, for ``tracker profile``, the

@@ -1,6 +1,5 @@
 """Probes: a fixed set of requests whose answers say whether a configuration computes what the
-default configuration computes (docs/tuning.md, "Every proposal computes what the model
-computes").
+default configuration computes (docs/output-check.md).
 
 A :class:`ProbeSet` holds the requests and the default's answers to them (an answer is the
 outputs by name, or the error message when the request failed). :func:`ask` sends them to a
