@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 
 from tracker import tags
-from tracker.confirm import paired, words
-from tracker.confirm import record as confirmed
-from tracker.confirm.record import Record
+from tracker.confirm import paired
 from tracker.errors import GpuError
 from tracker.tracking.rows import TrialRow
+from tracker.verdict import record as confirmed
+from tracker.verdict import words
+from tracker.verdict.record import Record
 
 OBJ = {"perf_throughput": "maximize"}
 
@@ -143,7 +144,7 @@ def test_a_fallback_verdict_says_it_ran_in_rounds_and_why() -> None:
 
 
 def test_a_short_study_s_pairs_go_on_past_the_budget_only_while_their_spread_can_decide() -> None:
-    from tracker.confirm.stopping import PAIRED_MIN, next_step
+    from tracker.verdict.stopping import PAIRED_MIN, next_step
 
     every = ["trial-0", "trial-3"]
     # 6 undecided pairs of 2 s (two 1-s blocks), 12 s spent of a 12 s budget: another pair

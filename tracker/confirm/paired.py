@@ -7,7 +7,7 @@ other. Here both are loaded into one server as two copies of the model under two
 blocks, the order within a pair alternating from pair to pair (:func:`order_of`). A pair is
 one round of the record: one reading of each copy taken seconds apart, so what the machine
 does to one it does to the other and it cancels in the pair's ratio. The verdict
-(:mod:`tracker.confirm.stats`) is then the same as for rounds, on the pairs.
+(:mod:`tracker.verdict.stats`) is then the same as for rounds, on the pairs.
 
 Pairing cannot hold (:func:`choose` says why, and the confirmation runs in rounds) when
 
@@ -35,19 +35,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracker.confirm.record import LATENCY, Reading, RoundEntry
 from tracker.errors import TrackerError
 from tracker.measure.entry import EntryLoad
 from tracker.measure.sweep import sweep
+from tracker.metrics import fmt
 from tracker.search.objective import Scoring, pick_best_level
-from tracker.study.measured import serve_options
-from tracker.study.trial import configs, file_values
-from tracker.tracking.rows import fmt
+from tracker.session.measured import serve_options
+from tracker.session.values import configs, file_values
 from tracker.triton.repository import TrialRepository, write_model
+from tracker.verdict.record import LATENCY, Reading, RoundEntry
 
 if TYPE_CHECKING:
     from tracker.measure.types import SweepLevel
-    from tracker.study.session import StudyContext
+    from tracker.session.context import StudyContext
     from tracker.tracking.rows import TrialRow
     from tracker.triton.model_config import ModelConfig
 

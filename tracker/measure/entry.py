@@ -28,11 +28,11 @@ from tracker.measure.procs import InProcessLoad, Load, ProcessLoad
 from tracker.measure.repeats import repeated
 from tracker.measure.sequence_steps import sequence_samples
 from tracker.measure.shm import shared_payloads
-from tracker.measure.stats import ServerStats
 from tracker.measure.stream_inputs import samples_for
 from tracker.measure.transport import Transport, make_transport
 from tracker.measure.windows import WindowSettings
-from tracker.triton.client import Endpoints
+from tracker.triton.endpoints import Endpoints
+from tracker.triton.statistics import ServerStats
 
 if TYPE_CHECKING:
     from tracker.spec.sections import LoadSection

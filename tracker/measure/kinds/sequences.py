@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from tracker.measure.kinds.base import Ints, Level, LoadKind, Slots
 from tracker.measure.kinds.concurrency import Concurrency
+from tracker.measure.kinds.load_kind import Ints, Level, LoadKind, Slots
 from tracker.measure.kinds.rate import LATE_NS, RequestRate
 from tracker.measure.sequence_steps import (
     CorrelationIds,

@@ -1,6 +1,6 @@
 """One measurement of one configuration: repository -> server -> sweep -> level -> artifacts.
 
-A trial (trial.py), ``tracker profile`` (profile.py) and any later re-measurement of a known
+A trial (study/trial.py), ``tracker profile`` (profile.py) and any later re-measurement of a known
 configuration go through :func:`measure_configuration`; what differs between them is only
 what they do with the :class:`ConfigMeasurement` (tell Optuna, log a run, compare).
 
@@ -30,7 +30,7 @@ from tracker.metrics import load_levels_from
 from tracker.redact import redact_text
 from tracker.search.objective import LevelChoice, pick_best_level
 from tracker.serving import Serving, serving_choices
-from tracker.study import joint
+from tracker.session import joint
 from tracker.tracking import runs
 from tracker.triton import model_config
 from tracker.triton.configuration import Configuration, as_configuration
