@@ -71,7 +71,7 @@ def confirm_session(spec_path: str | Path, *, study_name: str | None = None,
         with session.guarded(interrupted):
             server = session.start_server()
             yield StudyContext(session, {}, study, parent, server,
-                               resolve_serving(spec, server, session.info), progress,
+                               resolve_serving(spec, server, session.configuration), progress,
                                store_model=False), prun
     finally:
         progress.close()

@@ -1,10 +1,11 @@
 """The study loop: spec -> study -> trials -> report (one trial: trial.py, session/measured.py).
 
-``run_study(spec_path, options, after_search=...)`` runs (or resumes) a study until one of: ``n_trials`` COMPLETE
-trials in the study (across every run and worker), the timeout, ``patience`` trials without
-improvement, every configuration of a finite space tried, or as many failed trials as
-``n_trials``. Then the last worker runs ``after_search`` (the confirmation, which
-:mod:`tracker.workflow.tune` passes in), writes the report on the parent run and ends it.
+``run_study(spec_path, options, after_search=...)`` runs (or resumes) a study until one of:
+``n_trials`` COMPLETE trials in the study (across every run and worker), the timeout,
+``patience`` trials without improvement, every configuration of a finite space tried, or as
+many failed trials as ``n_trials``. Then the last worker runs ``after_search`` (the
+confirmation, which :mod:`tracker.workflow.tune` passes in), writes the report on the parent
+run and ends it.
 
 Ctrl-C / SIGTERM: the server is stopped, the current trial is FAIL in Optuna (its parameters
 queued again) and its child run KILLED, the parent run KILLED, and

@@ -322,6 +322,3 @@ def configuration_of(model: _ModelSection) -> Configuration:
     return load_configuration(Path(model.path), model.names, composing=model.composing,
                               base_config=model.config)
 
-
-def as_configuration(value: ModelInfo | Configuration) -> Configuration:
-    return value if isinstance(value, Configuration) else Configuration.of(value)
