@@ -22,7 +22,7 @@ two blocks of each pair in a random order, so every length sees the same moments
 
 Per pair set and window: the pairs' median ratio (best / default), the standard deviation of
 the log-ratio, a pair's seconds, and the measuring time the anytime-valid interval
-(tracker/confirm/sequence.py) would need to get within +-10% at that spread (``pairs x pair
+(tracker/verdict/anytime.py) would need to get within +-10% at that spread (``pairs x pair
 seconds``: what the confirmation spends): the lower, the better the block length. Also each
 copy's block-to-block CV and its readings, to see a bimodal copy. The last line is one JSON
 object.
@@ -47,13 +47,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tracker.confirm import paired, sequence  # noqa: E402
+from tracker.confirm import paired  # noqa: E402
 from tracker.errors import TrackerError  # noqa: E402
 from tracker.spec import ensure_model, load_spec  # noqa: E402
 from tracker.triton import model_config  # noqa: E402
 from tracker.triton.formats import model_info  # noqa: E402
 from tracker.triton.repository import write_model  # noqa: E402
 from tracker.triton.server.local import LocalTritonServer  # noqa: E402
+from tracker.verdict import anytime as sequence  # noqa: E402
 
 #: name -> (project, the default's changes, the best's changes, concurrency)
 PAIRS: dict[str, tuple[str, dict[str, object], dict[str, object], int]] = {

@@ -64,15 +64,15 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tracker.confirm import record as confirmed  # noqa: E402
-from tracker.confirm import stats as confirm_stats  # noqa: E402
 from tracker.confirm.command import confirm_session  # noqa: E402
-from tracker.confirm.record import Record  # noqa: E402
 from tracker.confirm.rounds import Settings, measure_one, run  # noqa: E402
 from tracker.errors import TrackerError  # noqa: E402
 from tracker.spec import ensure_model, load_spec  # noqa: E402
 from tracker.tracking.report import best_row, improvement_pct  # noqa: E402
 from tracker.tracking.rows import trial_rows  # noqa: E402
+from tracker.verdict import record as confirmed  # noqa: E402
+from tracker.verdict import stats as confirm_stats  # noqa: E402
+from tracker.verdict.record import Record  # noqa: E402
 
 NEIGHBOUR = r"""
 import random, sys, time

@@ -205,3 +205,10 @@ def load_levels_from(load_values: Mapping[str, object]) -> list[float] | None:
     None: the spec's levels."""
     value = load_values.get("concurrency")
     return None if value is None else [float(value)]  # type: ignore[arg-type]
+
+
+def fmt(metric: str, value: float) -> str:
+    """``value`` as a person reads it, with the metric's unit: ``1,234.5 infer/s``."""
+    digits = 1 if abs(value) >= 100 else (2 if abs(value) >= 1 else 3)
+    u = unit(metric)
+    return f"{value:,.{digits}f}" + (f" {u}" if u else "")

@@ -11,7 +11,6 @@ from tracker.measure import csvio
 from tracker.measure.monitors import ProcessMonitor, parse_triton_metrics
 from tracker.measure.types import Measurement
 from tracker.spec import checks as spec_checks
-from tracker.tracking import rows
 from tracker.triton import model_config
 
 
@@ -65,7 +64,7 @@ def test_csv_columns_are_the_catalog_columns() -> None:
 
 def test_units_in_the_report_are_the_catalog_units() -> None:
     for m in catalog.CATALOG:
-        shown = rows.fmt(m.name, 12.5)
+        shown = catalog.fmt(m.name, 12.5)
         assert shown == (f"12.50 {m.unit}" if m.unit else "12.50"), m.name
     assert catalog.unit("no_such_metric") == ""
 

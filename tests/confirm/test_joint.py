@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tracker.confirm import record as confirmed
-from tracker.confirm import stats as confirm_stats
-from tracker.confirm import words
+from tracker.verdict import record as confirmed
+from tracker.verdict import stats as confirm_stats
+from tracker.verdict import words
 
 OBJ = {"weighted_gain": "maximize"}
 

@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 
 from tracker import tags
-from tracker.confirm import paired, words
-from tracker.confirm import record as confirmed
-from tracker.confirm.record import Record
+from tracker.confirm import paired
 from tracker.errors import GpuError
 from tracker.tracking.rows import TrialRow
+from tracker.verdict import record as confirmed
+from tracker.verdict import words
+from tracker.verdict.record import Record
 
 OBJ = {"perf_throughput": "maximize"}
 
@@ -35,8 +36,8 @@ def _ctx(single: bool = True, total_mb: float | None = None) -> Any:
             raise GpuError("no NVML here")
         return [SimpleNamespace(memory_total_mb=total_mb)]
 
-    why = None if single else ("the configuration has several models; their copies' steps "
-                              "are not renamed, so one server cannot hold both")
+    why = None if single else ("several entry models are judged together; a paired block "
+                              "measures one entry")
     return SimpleNamespace(configuration=SimpleNamespace(pairing_problem=why),
                            server=SimpleNamespace(gpu_set=gpu_set))
 
@@ -57,9 +58,9 @@ def test_a_server_option_that_differs_falls_back_to_rounds_and_says_which() -> N
                                     {"instance_group.count": 2}) is None
 
 
-def test_several_models_too_big_or_asked_rounds_fall_back() -> None:
+def test_several_entries_too_big_or_asked_rounds_fall_back() -> None:
     base, best = _row(0, {}, baseline=True, memory=600.0), _row(2, {}, memory=500.0)
-    assert "several models" in paired.choose(_ctx(single=False), [base, best], "auto").reason
+    assert "several entry models" in paired.choose(_ctx(single=False), [base, best], "auto").reason
     assert paired.choose(_ctx(), [base, best], "rounds").reason == "confirm.design is rounds"
     big = paired.choose(_ctx(total_mb=1000.0), [base, best], "auto")
     assert not big.paired and "1100 MB" in big.reason and "1000 MB" in big.reason
@@ -143,7 +144,7 @@ def test_a_fallback_verdict_says_it_ran_in_rounds_and_why() -> None:
 
 
 def test_a_short_study_s_pairs_go_on_past_the_budget_only_while_their_spread_can_decide() -> None:
-    from tracker.confirm.stopping import PAIRED_MIN, next_step
+    from tracker.verdict.stopping import PAIRED_MIN, next_step
 
     every = ["trial-0", "trial-3"]
     # 6 undecided pairs of 2 s (two 1-s blocks), 12 s spent of a 12 s budget: another pair

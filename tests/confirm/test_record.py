@@ -1,5 +1,5 @@
 """A stored confirmation record -> the verdict, the sentence, the MLflow figures
-(tracker/confirm/record.py, words.py), and the spec's `confirm` section."""
+(tracker/verdict/record.py, words.py), and the spec's `confirm` section."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from tracker.confirm import record as confirmed
-from tracker.confirm import words
 from tracker.errors import SpecError
 from tracker.spec import parse_spec
+from tracker.verdict import record as confirmed
+from tracker.verdict import words
 
 OBJ = {"perf_throughput": "maximize"}
 
@@ -141,7 +141,7 @@ def test_confirm_section_is_validated_like_the_others(tmp_path: Path) -> None:
         parse_spec({"model": model, "confirm": {"rounds": 0}})
 
 
-# ---- when the rounds stop (tracker/confirm/stopping.py), on stored records ----------------------
+# ---- when the rounds stop (tracker/verdict/stopping.py), on stored records ----------------------
 
 def _timed(rec: dict[str, Any], seconds: float) -> dict[str, Any]:
     for rnd in rec["rounds"]:
@@ -152,7 +152,7 @@ def _timed(rec: dict[str, Any], seconds: float) -> dict[str, Any]:
 
 
 def test_rounds_stop_when_decided_at_the_most_rounds_or_at_the_budget() -> None:
-    from tracker.confirm.stopping import next_step as _next
+    from tracker.verdict.stopping import next_step as _next
 
     every = ["trial-0", "trial-4"]
     decided = _timed(_record({0: [28.0, 28.6, 28.3, 28.1, 28.4],

@@ -1,5 +1,5 @@
-"""The confirmation's anytime-valid intervals (tracker/confirm/sequence.py) and its stopping rule
-(tracker/confirm/stats.py), on simulated rounds: looked at after every round, a false `better`
+"""The confirmation's anytime-valid intervals (tracker/verdict/anytime.py) and its stopping rule
+(tracker/verdict/stats.py), on simulated rounds: looked at after every round, a false `better`
 stays under 5%, where the fixed-sample t-interval looked at the same way does not."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tracker.confirm import sequence as seq
-from tracker.confirm import stats as confirm_stats
+from tracker.verdict import anytime as seq
+from tracker.verdict import stats as confirm_stats
 
 Noise = Callable[[random.Random], float]
 

@@ -1,4 +1,4 @@
-"""The confirmation's statistics and verdict rules on known data (tracker/confirm/stats.py); the
+"""The confirmation's statistics and verdict rules on known data (tracker/verdict/stats.py); the
 stopping rule on simulated rounds is tests/confirm/test_sequence.py."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from tracker.confirm import sequence as seq
-from tracker.confirm import stats as confirm_stats
+from tracker.verdict import anytime as seq
+from tracker.verdict import stats as confirm_stats
 
 
 def test_t_quantiles_match_scipy() -> None:

@@ -14,10 +14,10 @@ import pytest
 
 from tests.support import models
 from tests.support.deploy import NAME, V1, trial_model_dir
-from tracker.confirm import record as confirmed
 from tracker.deploy.promote import promote
 from tracker.errors import DeployError
 from tracker.tracking import flavor
+from tracker.verdict import record as confirmed
 
 OBJ = {"perf_throughput": "maximize"}
 

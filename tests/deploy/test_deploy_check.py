@@ -22,9 +22,9 @@ from tracker.cli import cli
 from tracker.deploy import service, verify
 from tracker.deploy.settings import resolve_settings
 from tracker.errors import DeployError
-from tracker.study.check_stored import store_reference
+from tracker.session.check_stored import store_reference
+from tracker.session.probes import Answer, ProbeSet, Tolerance
 from tracker.tracking import flavor, registry
-from tracker.triton.probes import Answer, ProbeSet, Tolerance
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton

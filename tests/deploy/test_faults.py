@@ -34,9 +34,10 @@ from tracker.deploy import journal, service
 from tracker.deploy.pointers import Pointers
 from tracker.deploy.settings import resolve_settings
 from tracker.deploy.shadow import SUFFIX
+from tracker.session import probes
+from tracker.session.probes import Answer, ProbeSet
 from tracker.tracking import flavor, registry, runs
-from tracker.triton import model_config, probes
-from tracker.triton.probes import Answer, ProbeSet
+from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton

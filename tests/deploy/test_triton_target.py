@@ -181,7 +181,8 @@ def test_target_create_update_get_predict_delete(
 def test_tracker_serve_runs_an_explicit_mode_triton_until_sigterm(tmp_path: Path) -> None:
     import signal
 
-    from tracker.triton.client import Endpoints, TritonClient
+    from tracker.triton.client import TritonClient
+    from tracker.triton.endpoints import Endpoints
     from tracker.triton.server.ports import free_ports
 
     http, grpc, metrics = free_ports(3)

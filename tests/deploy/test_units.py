@@ -21,7 +21,8 @@ from tracker.spec import Bound
 from tracker.tracking import flavor
 from tracker.trial_attrs import Attr
 from tracker.triton import model_config
-from tracker.triton.client import Endpoints, TritonClient
+from tracker.triton.client import TritonClient
+from tracker.triton.endpoints import Endpoints
 
 
 def test_settings_come_from_config_then_target_uri_then_environment(
@@ -124,7 +125,7 @@ def test_model_names_cannot_leave_the_repository(tmp_path: Path) -> None:
 def test_promote_reads_trials_as_the_tuning_loop_reports_them() -> None:
     """promote and the study report share one reader of the trial attributes, so the names
     the tuning loop writes cannot drift from what promote reads."""
-    from tracker.study import conclude
+    from tracker.session import conclude
     from tracker.tracking import rows
 
     assert promote_mod.trial_rows is rows.trial_rows is conclude.trial_rows

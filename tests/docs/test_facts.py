@@ -41,7 +41,7 @@ def test_the_paired_design_as_the_code_runs_it() -> None:
 
 def test_a_paired_stop_counts_pairs() -> None:
     """The samples print what the code prints: a paired confirmation stops "after N pairs"."""
-    from tracker.confirm import stopping
+    from tracker.verdict import stopping
 
     record = {"rounds": [{}] * 6, "design": "paired", "min_rounds": 3, "rounds_target": 6}
     keys, why = stopping.next_step(record, {"perf_throughput": "maximize"}, ["a", "b"], 0.0)

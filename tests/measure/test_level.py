@@ -11,8 +11,8 @@ import pytest
 
 from tracker.measure.level import LevelSettings, measure_level
 from tracker.measure.loadgen import Chunk, Level
-from tracker.measure.stats import ServerStats
 from tracker.measure.windows import WindowSettings
+from tracker.triton.statistics import ServerStats
 
 
 class ScriptedLoad:

@@ -18,7 +18,7 @@ from tracker.measure.perf_analyzer import PerfAnalyzer
 from tracker.measure.sweep import EntryLoad, sweep
 from tracker.spec import LoadSection
 from tracker.triton import model_config
-from tracker.triton.client import Endpoints
+from tracker.triton.endpoints import Endpoints
 
 FAKE = r'''#!PYTHON
 import json, sys, time

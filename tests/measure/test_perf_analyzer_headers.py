@@ -15,7 +15,7 @@ from tracker.measure.loadgen import Level
 from tracker.measure.perf_analyzer import PerfAnalyzer
 from tracker.redact import redact_text
 from tracker.spec import LoadSection
-from tracker.triton.client import Endpoints
+from tracker.triton.endpoints import Endpoints
 from tracker.triton.tls import Security
 
 TOKEN = "s3cr3t-token"

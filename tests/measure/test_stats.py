@@ -7,14 +7,8 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from tracker.errors import MeasurementError
-from tracker.measure.stats import (
-    ServerStats,
-    percentile_index,
-    percentiles,
-    stats_from_json,
-    stats_from_proto,
-    summarize_latencies,
-)
+from tracker.measure.stats import percentile_index, percentiles, summarize_latencies
+from tracker.triton.statistics import ServerStats, stats_from_json, stats_from_proto
 
 
 def test_percentile_index_is_perf_analyzers_rounding() -> None:

@@ -19,7 +19,8 @@ from tracker.measure.entry import EntryLoad
 from tracker.measure.sweep import sweep
 from tracker.spec import LoadSection
 from tracker.triton import model_config
-from tracker.triton.client import Endpoints, TritonClient
+from tracker.triton.client import TritonClient
+from tracker.triton.endpoints import Endpoints
 from tracker.triton.repository import TrialRepository, write_repository
 from tracker.triton.server.local import LocalTritonServer
 from tracker.triton.tls import Security, probe

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from tracker.errors import MeasurementError
-from tracker.measure.stats import ServerStats
 from tracker.measure.windows import (
     Window,
     WindowSettings,
@@ -18,6 +17,7 @@ from tracker.measure.windows import (
     run_windows,
     within,
 )
+from tracker.triton.statistics import ServerStats
 
 SEC = 1_000_000_000
 

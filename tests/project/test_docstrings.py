@@ -122,11 +122,11 @@ def test_the_checks_see_what_is_gone(tmp_path: Path) -> None:
         "docs/model-config.md", "measure/multi.py", "pipeline.py",
         "tracker/confirm_sequence.py"]
     assert missing_files("docs/model-config.md", REPO) == []
-    text = ("tracker.study.loop.tune, tracker.search.optuna_study, tracker.deploy.status "
-            "(a tag), tracker.search.study, tracker.study.joint.pick_best_joint_level")
+    text = ("tracker.workflow.tune.tune, tracker.search.optuna_study, tracker.deploy.status "
+            "(a tag), tracker.search.study, tracker.session.joint.pick_best_joint_level")
     assert missing_modules(text, {"tracker.deploy.status"}) == [
-        "tracker.search.study", "tracker.study.joint.pick_best_joint_level"]
+        "tracker.search.study", "tracker.session.joint.pick_best_joint_level"]
     tree = ast.parse("import mlflow\nclass A:\n    def take(self): ...\ndef f(): ...\nX = 1\n")
     text = (":func:`f`, :meth:`A.take`, :data:`X`, :class:`mlflow.MlflowClient`, "
-            ":func:`gone`, :meth:`A.give`, :class:`~tracker.study.session.Interrupted`")
+            ":func:`gone`, :meth:`A.give`, :class:`~tracker.session.context.Interrupted`")
     assert missing_roles(text, tree) == ["A.give", "gone"]

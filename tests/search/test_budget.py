@@ -11,7 +11,7 @@ from optuna.distributions import CategoricalDistribution
 
 from tracker.search.workers import budget
 from tracker.spec import parse_spec
-from tracker.study.loop import MIN_REPEATS, _stop_reason
+from tracker.study.loop import MIN_REPEATS, stop_reason
 from tracker.trial_attrs import Attr
 
 DIST = {"instance_group.count": CategoricalDistribution([1, 2, 3])}
@@ -44,7 +44,7 @@ def test_a_sampler_that_keeps_repeating_itself_stops_the_study() -> None:
     _tell(study, 1)
     for _ in range(MIN_REPEATS - 1):
         _tell(study, 1, repeat_of=0)
-    assert _stop_reason(study, spec, time.monotonic(), None) == ""
+    assert stop_reason(study, spec, time.monotonic(), None) == ""
     _tell(study, 1, repeat_of=0)
-    why = _stop_reason(study, spec, time.monotonic(), None)
+    why = stop_reason(study, spec, time.monotonic(), None)
     assert f"proposed {MIN_REPEATS} configurations already measured" in why

@@ -24,7 +24,8 @@ from tracker.search.optuna_study import (
     trials_without_improvement,
 )
 from tracker.trial_attrs import Attr
-from tracker.triton.model_config import parse
+from tracker.triton.configuration import Configuration
+from tracker.triton.model_config import ModelConfig, ModelInfo, parse
 
 Storage = optuna.storages.RDBStorage
 MAX = {"perf_throughput": "maximize"}
@@ -33,6 +34,11 @@ SPACE = {"instance_group.count": CategoricalDistribution([1, 2, 3]),
 CONFIG = parse('name: "m"\nmax_batch_size: 4\ndynamic_batching {}\n'
                'input { name: "x" data_type: TYPE_FP32 dims: 4 }\n'
                'output { name: "y" data_type: TYPE_FP32 dims: 4 }\n')
+
+
+def one_model(cfg: ModelConfig) -> Configuration:
+    """The one-model configuration of ``cfg`` (the baseline reads its values)."""
+    return Configuration.of(ModelInfo(cfg, supports_batching=True, model_file=Path("m.onnx")))
 
 
 @pytest.fixture()
@@ -70,13 +76,13 @@ def test_an_instance_group_without_a_count_is_one_instance() -> None:
     """Triton's own examples write `instance_group [{ kind: KIND_CPU }]`: one instance, not a
     count of 0 to add to the space."""
     cfg = parse('name: "m" max_batch_size: 4 instance_group [{ kind: KIND_CPU }]')
-    space, base = fit_baseline(SPACE, cfg)
+    space, base = fit_baseline(SPACE, one_model(cfg))
     assert base.params["instance_group.count"] == 1
     assert space["instance_group.count"] == SPACE["instance_group.count"]
 
 
 def test_baseline_widens_the_space_and_is_enqueued_once(storage: Storage) -> None:
-    space, base = fit_baseline(SPACE, CONFIG)
+    space, base = fit_baseline(SPACE, one_model(CONFIG))
     assert base.is_exact and base.params == {"instance_group.count": 1, "max_batch_size": 4}
     assert space["max_batch_size"] == CategoricalDistribution([1, 4, 8])
     study = study_of(storage)
@@ -98,11 +104,12 @@ def test_interrupted_baseline_is_enqueued_again(storage: Storage) -> None:
 
 
 def test_int_range_baseline_off_the_range_extends_it() -> None:
-    space, base = fit_baseline({"max_batch_size": IntDistribution(8, 64, step=8)}, CONFIG)
+    space, base = fit_baseline({"max_batch_size": IntDistribution(8, 64, step=8)},
+                               one_model(CONFIG))
     assert base.params == {"max_batch_size": 4}
     # 4 is off the step of 8..64, so the range becomes its values plus the default
     assert space["max_batch_size"] == CategoricalDistribution([4, *range(8, 65, 8)])
-    space, _ = fit_baseline({"max_batch_size": IntDistribution(8, 64, step=4)}, CONFIG)
+    space, _ = fit_baseline({"max_batch_size": IntDistribution(8, 64, step=4)}, one_model(CONFIG))
     assert space["max_batch_size"] == IntDistribution(4, 64, step=4)
 
 
@@ -199,7 +206,8 @@ def test_the_default_is_the_grids_first_point_and_no_trial_repeats_it(
     """A 5-trial grid study measures the default and 4 other points: the grid counts the
     enqueued default as one of its points (Optuna's GridSampler alone counts only the points
     it placed, so a later trial could draw the default's (count 1, max_batch_size 4) again)."""
-    space, base = fit_baseline(SPACE, CONFIG)  # 3 x 3 points, the default (1, 4) among them
+    # 3 x 3 points, the default (1, 4) among them
+    space, base = fit_baseline(SPACE, one_model(CONFIG))
     study = _grid_study(storage, space, base, "grid-default")
     seen = _run(study, space, 5)
     assert seen[0] == (1, 4) and len(set(seen)) == 5

@@ -14,6 +14,7 @@ from tracker.cli import cli
 from tracker.errors import ConfigError, SpecError
 from tracker.search.space import check_space, default_space
 from tracker.triton import model_config, sequence
+from tracker.triton.configuration import Configuration
 
 CONTROLS = ('control_input ['
             '{ name: "START" control [{ kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1] }] },'
@@ -74,7 +75,8 @@ def test_direct_strategy_drops_the_oldest_knobs_and_state_is_kept() -> None:
 
 def test_a_dynamic_batching_knob_is_refused_naming_the_sequence_knobs() -> None:
     with pytest.raises(SpecError, match=r"sequence_batching\.strategy"):
-        check_space({"dynamic_batching.max_queue_delay_microseconds": [0, 100]}, info())
+        check_space({"dynamic_batching.max_queue_delay_microseconds": [0, 100]},
+                    Configuration.of(info()))
     with pytest.raises(ConfigError, match="keeps it in every trial"):
         model_config.apply(info(), {"dynamic_batching.max_queue_delay_microseconds": 100})
 

@@ -21,6 +21,7 @@ from tracker.search.space import (
     values,
 )
 from tracker.spec import Space, parse_spec
+from tracker.triton.configuration import Configuration
 from tracker.triton.formats.onnx import from_onnx
 from tracker.triton.model_config import ModelInfo
 
@@ -135,9 +136,9 @@ def test_default_space_for_a_batching_model(batching: ModelInfo) -> None:
                      "dynamic_batching.max_queue_delay_microseconds": [0, 100, 500, 1000],
                      "instance_group.count": [1, 2, 3]}
     assert space_size(space) == 84
-    assert resolve_space({}, batching) == space
+    assert resolve_space({}, Configuration.of(batching)) == space
     mine = space_of({"instance_group.count": [1]})
-    assert resolve_space(mine, batching) == mine
+    assert resolve_space(mine, Configuration.of(batching)) == mine
     # every default knob and value passes the spec's own rules
     assert space_of(dict(space)) == space
 
@@ -146,27 +147,30 @@ def test_default_space_for_an_unbatched_model(unbatched: ModelInfo) -> None:
     assert not unbatched.supports_batching
     space = default_space(unbatched)
     assert space == {"instance_group.count": [1, 2, 3, 4]}
-    check_space(space, unbatched)
+    check_space(space, Configuration.of(unbatched))
 
 
 def test_batching_knobs_are_refused_for_an_unbatched_model(unbatched: ModelInfo) -> None:
     space = space_of({"max_batch_size": [0, 8], "dynamic_batching.preferred_batch_size": [4],
                       "instance_group.count": [1, 2]})
     with pytest.raises(SpecError) as info:
-        check_space(space, unbatched, batch_size=2)
+        check_space(space, Configuration.of(unbatched), batch_size=2)
     assert [m.split(":")[0] for m in info.value.messages] == [
         "search.space.max_batch_size", "search.space.dynamic_batching.preferred_batch_size",
         "load.batch_size"]
-    check_space(space_of({"max_batch_size": [0]}), unbatched)
+    check_space(space_of({"max_batch_size": [0]}), Configuration.of(unbatched))
 
 
 def test_batch_size_must_fit_max_batch_size(batching: ModelInfo) -> None:
-    check_space(space_of({"max_batch_size": [1, 8]}), batching, batch_size=8)
+    check_space(space_of({"max_batch_size": [1, 8]}), Configuration.of(batching),
+                batch_size=8)
     with pytest.raises(SpecError, match=r"load.batch_size: must be <= max_batch_size \(8\), "
                                         "but got 16"):
-        check_space(space_of({"max_batch_size": [1, 8]}), batching, batch_size=16)
+        check_space(space_of({"max_batch_size": [1, 8]}), Configuration.of(batching),
+                    batch_size=16)
     with pytest.raises(SpecError, match=r"max_batch_size \(4\)"):  # the model's default
-        check_space(space_of({"instance_group.count": [1]}), batching, batch_size=5)
+        check_space(space_of({"instance_group.count": [1]}), Configuration.of(batching),
+                    batch_size=5)
 
 
 def test_the_sample_spaces_are_enumerable() -> None:

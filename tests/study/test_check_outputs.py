@@ -1,4 +1,4 @@
-"""The output check on a real tritonserver (tracker/study/check_outputs.py): a model whose
+"""The output check on a real tritonserver (tracker/session/check_outputs.py): a model whose
 answers depend on batch composition is refused in every configuration that batches it, a
 deterministic model passes every configuration, and ``tracker check --outputs`` finds an
 output that is not deterministic."""
@@ -21,10 +21,10 @@ from optuna.trial import TrialState
 from tests.support.models import noisy
 from tests.support.tune import REPO, build_quickstart, trials, write_spec
 from tracker.cli import cli
-from tracker.study import check_outputs, check_stored
-from tracker.study.loop import tune
-from tracker.study.session import TuneOptions
-from tracker.triton.probes import COPIES
+from tracker.session import check_outputs, check_stored
+from tracker.session.context import TuneOptions
+from tracker.session.probes import COPIES
+from tracker.workflow.tune import tune
 
 pytestmark = pytest.mark.triton
 PROJECT = REPO / "projects" / "batch_dependent"

@@ -1,4 +1,4 @@
-"""The output check of a stateful model on a real tritonserver (tracker/study/check_outputs.py):
+"""The output check of a stateful model on a real tritonserver (tracker/session/check_outputs.py):
 its probes are whole sequences, each under its own correlation ID, sent to every configuration
 as sequences whatever its scheduler; and of a decoupled model: each probe's answer is its whole
 response stream. One server for the module's direct checks; the study starts its own.
@@ -24,14 +24,14 @@ from mlflow import MlflowClient
 from optuna.trial import TrialState
 
 from tests.support.tune import trials, write_spec
+from tracker.session import check_outputs, probes
+from tracker.session.check_outputs import check_answers, make_probes, sequence_kind
+from tracker.session.context import TuneOptions
+from tracker.session.probes import ProbeSet, Tolerance
 from tracker.spec import StudySpec, parse_spec
-from tracker.study import check_outputs
-from tracker.study.check_outputs import check_answers, make_probes, sequence_kind
-from tracker.study.loop import tune
-from tracker.study.session import TuneOptions
-from tracker.triton import model_config, probes
-from tracker.triton.probes import ProbeSet, Tolerance
+from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
+from tracker.workflow.tune import tune
 
 pytestmark = pytest.mark.triton
 

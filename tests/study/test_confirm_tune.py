@@ -29,13 +29,13 @@ from tests.support.tune import (
 )
 from tracker.cli import cli
 from tracker.confirm import paired
-from tracker.confirm import record as confirmed
 from tracker.deploy.promote import promote
 from tracker.errors import DeployError
-from tracker.study.loop import tune
-from tracker.study.session import TuneOptions
+from tracker.session.context import TuneOptions
 from tracker.tags import STUDY_RUN_ID
 from tracker.tracking import runs
+from tracker.verdict import record as confirmed
+from tracker.workflow.tune import tune
 
 pytestmark = pytest.mark.triton
 

@@ -14,9 +14,9 @@ from optuna.trial import TrialState
 
 from tests.support.tune import build_quickstart, trials, write_spec
 from tracker.cli import cli
-from tracker.study.loop import tune
-from tracker.study.measured import log_errors
-from tracker.study.session import TuneOptions
+from tracker.session.context import TuneOptions
+from tracker.session.measured import log_errors
+from tracker.workflow.tune import tune
 
 # the stub process dies inside execute(): Triton answers "Stub process ... is not healthy",
 # logs an error line and restarts the stub, which dies again on the next request

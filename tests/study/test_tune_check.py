@@ -1,5 +1,5 @@
 """`tracker tune` refuses what `tracker check` refuses, before anything is stored or measured,
-with the same message and exit status (one function: tracker.study.session.check_study)."""
+with the same message and exit status (one function: tracker.session.study_check.check_study)."""
 
 from __future__ import annotations
 

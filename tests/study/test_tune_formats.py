@@ -16,7 +16,8 @@ from tests.support.formats import python_scale_model
 from tracker import tags
 from tracker.cli import cli
 from tracker.triton import model_config
-from tracker.triton.client import Endpoints, TritonClient
+from tracker.triton.client import TritonClient
+from tracker.triton.endpoints import Endpoints
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton

@@ -17,9 +17,9 @@ from mlflow import MlflowClient
 from tests.support.nvml import UUIDS, Proc, four_gpus
 from tests.support.tune import build_quickstart, write_spec
 from tracker.measure import host
-from tracker.study.loop import tune
-from tracker.study.session import TuneOptions
+from tracker.session.context import TuneOptions
 from tracker.tracking import runs
+from tracker.workflow.tune import tune
 
 pytestmark = pytest.mark.triton
 

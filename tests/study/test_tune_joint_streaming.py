@@ -15,9 +15,9 @@ from mlflow import MlflowClient
 from tests.study.test_tune_streaming import CONFIG, MODEL
 from tests.support.tune import all_runs
 from tracker import tags
-from tracker.study.loop import tune
-from tracker.study.session import TuneOptions
+from tracker.session.context import TuneOptions
 from tracker.tracking import runs
+from tracker.workflow.tune import tune
 
 pytestmark = pytest.mark.triton
 

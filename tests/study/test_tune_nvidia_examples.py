@@ -24,7 +24,8 @@ from tracker import tags
 from tracker.cli import cli
 from tracker.measure.sequence_steps import run_sequence
 from tracker.triton import model_config
-from tracker.triton.client import Endpoints, TritonClient
+from tracker.triton.client import TritonClient
+from tracker.triton.endpoints import Endpoints
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from tests.support.tune import write_spec
 from tracker.cli import cli
 from tracker.errors import SpecError
+from tracker.session.context import TuneOptions, apply_overrides, expand_env
+from tracker.session.progress import Progress
 from tracker.spec import load_spec
-from tracker.study.progress import Progress
-from tracker.study.session import TuneOptions, apply_overrides, expand_env
 
 
 @pytest.fixture()

@@ -18,7 +18,8 @@ from tests.support.pipeline import ensemble_repository
 from tracker import tags
 from tracker.cli import cli
 from tracker.triton import model_config
-from tracker.triton.client import Endpoints, TritonClient
+from tracker.triton.client import TritonClient
+from tracker.triton.endpoints import Endpoints
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton

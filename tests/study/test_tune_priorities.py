@@ -15,9 +15,9 @@ import pytest
 from mlflow import MlflowClient
 
 from tests.support.tune import build_quickstart, measured_trial_runs, write_spec
-from tracker.study.loop import tune
-from tracker.study.session import TuneOptions
+from tracker.session.context import TuneOptions
 from tracker.triton import model_config
+from tracker.workflow.tune import tune
 
 pytestmark = pytest.mark.triton
 

@@ -14,8 +14,8 @@ from mlflow import MlflowClient
 
 from tests.support.tune import build_quickstart, measured_trial_runs, write_spec
 from tracker import tags
-from tracker.study.loop import tune
-from tracker.study.session import TuneOptions
+from tracker.session.context import TuneOptions
+from tracker.workflow.tune import tune
 
 pytestmark = pytest.mark.triton
 

@@ -22,10 +22,10 @@ from mlflow import MlflowClient
 from tests.support.tune import all_runs
 from tracker import tags
 from tracker.cli import cli
-from tracker.confirm import record as confirmed
-from tracker.study.loop import tune
-from tracker.study.session import TuneOptions
+from tracker.session.context import TuneOptions
 from tracker.tracking import runs
+from tracker.verdict import record as confirmed
+from tracker.workflow.tune import tune
 
 # Sized for a 2-core machine shared with other jobs, where a stub process may wait tens of ms
 # to be scheduled: a request makes 6-8 tokens of 15 ms (~0.1 s), so one instance at 2 streams

@@ -13,9 +13,9 @@ from optuna.trial import TrialState
 
 from tests.support.tune import REPO, all_runs, build_quickstart, env_for, trials, write_spec
 from tracker import tags
-from tracker.study.loop import tune
-from tracker.study.session import TuneOptions
+from tracker.session.context import TuneOptions
 from tracker.tracking import runs
+from tracker.workflow.tune import tune
 
 pytestmark = pytest.mark.triton
 

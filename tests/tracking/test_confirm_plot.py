@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tracker.confirm import stats
 from tracker.tracking import confirm_plot
+from tracker.verdict import stats
 
 RATIOS = [1.61, 1.27, 1.93, 1.44, 1.72, 1.38, 1.55]
 

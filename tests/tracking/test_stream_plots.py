@@ -60,7 +60,7 @@ def test_view_adds_token_columns_and_charts_for_streams() -> None:
 
 
 def test_the_report_and_view_read_what_each_load_kind_says_it_adds() -> None:
-    """A load kind declares the metrics it adds (tracker/measure/kinds/base.py); the report
+    """A load kind declares the metrics it adds (tracker/measure/kinds/load_kind.py); the report
     and the view draw and show what it declares, and the declaration is what it fills."""
     import numpy as np
 

@@ -51,6 +51,8 @@ def test_nested_ensemble_and_bls_callees(tmp_path: Path) -> None:
     assert set(conf.composing()) == {"prep", "net", "post", "pipe"}
     bls = load_configuration(repo, "other", composing=["net", "post"])
     assert bls.names == ("net", "post", "other") and bls.calls == {"other": ("net", "post")}
+    # its code names its callees: a copy would call the default's models, so no pairs
+    assert "BLS model 'other' names the models it calls" in (bls.pairing_problem or "")
 
 
 def test_repository_errors_name_what_is_there(tmp_path: Path) -> None:
@@ -110,8 +112,9 @@ def test_every_model_is_written_into_one_root(tmp_path: Path) -> None:
 def test_what_a_single_model_does_without_is_asked_of_the_configuration(
         tmp_path: Path) -> None:
     """The questions callers ask instead of counting entries: one model keeps bare knobs,
-    its own file knobs, its own storage and a side-by-side pair; a pipeline and several
-    entries do not, and only one entry's composing models are split per step."""
+    its own file knobs and its own storage; a pipeline and several entries do not; one model
+    and an ensemble pair side by side, several entries do not; and only one entry's
+    composing models are split per step."""
     repo = ensemble_repository(tmp_path / "repo")
     (repo / "prep" / "1" / "model.json").write_text('{"delay_ms": 3}')
     one = load_configuration(repo / "prep", "prep")
@@ -124,8 +127,8 @@ def test_what_a_single_model_does_without_is_asked_of_the_configuration(
         "model.json:delay_ms": 3}
     assert pipe.file_knob_defaults(["model.json:delay_ms"]) == {}
     assert [k for k, _ in one.file_knob_problems(["model.json:nope"])] == ["model.json:nope"]
-    assert one.pairing_problem is None
-    assert "several models" in (pipe.pairing_problem or "")
+    assert one.pairing_problem is None and pipe.pairing_problem is None  # steps renamed
+    assert "several entry models" in (two.pairing_problem or "")
     assert pipe.split_steps == ("prep", "net", "post") and two.split_steps == ()
     assert one.split_steps == ()
     assert one.named_entries == () == pipe.named_entries and two.named_entries == (

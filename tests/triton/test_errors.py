@@ -9,7 +9,8 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from tracker.errors import ModelLoadError, ServerError, SpecError
-from tracker.triton.client import Endpoints, TritonClient, triton_errors
+from tracker.triton.client import TritonClient, triton_errors
+from tracker.triton.endpoints import Endpoints
 from tracker.triton.server.ports import free_ports
 
 PKG = Path(__file__).resolve().parents[2] / "tracker"

@@ -15,6 +15,7 @@ from tracker.cli import cli
 from tracker.errors import ConfigError, ModelError, SpecError
 from tracker.search.space import check_space
 from tracker.triton import formats, model_config
+from tracker.triton.configuration import Configuration
 from tracker.triton.formats.knobs import BY_BACKEND, SHARED
 from tracker.triton.repository import write_repository
 
@@ -39,10 +40,11 @@ def test_python_model_knobs_are_its_parameters_and_the_shared_ones(tmp_path: Pat
     paths = [k.path for k in formats.format_of(info).knobs(info)]
     assert paths[:len(SHARED)] == [k.path for k in SHARED]
     assert "parameters.SCALE" in paths and "parameters.FORCE_CPU_ONLY_INPUT_TENSORS" in paths
-    check_space({"parameters.SCALE": [2, 3], "instance_group.count": [1, 2]}, info)
+    check_space({"parameters.SCALE": [2, 3], "instance_group.count": [1, 2]},
+                Configuration.of(info))
     with pytest.raises(SpecError, match=r"search.space.parameters.intra_op_thread_count: the "
                                         r"python backend does not read this knob.*SCALE"):
-        check_space({"parameters.intra_op_thread_count": [1, 2]}, info)
+        check_space({"parameters.intra_op_thread_count": [1, 2]}, Configuration.of(info))
 
 
 def test_catalog_names_each_backends_documented_knobs() -> None:

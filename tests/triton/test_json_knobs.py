@@ -18,6 +18,7 @@ from tracker.search.baseline import fit_baseline
 from tracker.search.space import check_space, distributions
 from tracker.spec import load_spec
 from tracker.triton import formats, model_config
+from tracker.triton.configuration import Configuration
 from tracker.triton.formats import json_knobs
 from tracker.triton.repository import write_model
 
@@ -92,7 +93,7 @@ def test_a_file_that_is_not_a_json_object_is_refused(tmp_path: Path) -> None:
 def test_an_onnx_model_takes_no_file_knobs(tmp_path: Path) -> None:
     info = formats.load_model_info(models.dynamic_batch(tmp_path / "m.onnx"), "m")
     with pytest.raises(SpecError) as err:
-        check_space({"model.json:max_num_seqs": [1, 2]}, info)
+        check_space({"model.json:max_num_seqs": [1, 2]}, Configuration.of(info))
     assert "file knobs need a model directory carried into each trial" in str(err.value)
     assert "read as onnx format" in str(err.value)
 
@@ -142,7 +143,7 @@ def test_a_file_knob_is_no_config_field_and_its_default_comes_from_the_file(
     with pytest.raises(ConfigError, match="key of a JSON file in the model directory"):
         model_config.apply(info, {"model.json:max_num_seqs": 8})
     space = {"model.json:max_num_seqs": [32, 128], "instance_group.count": [1, 2]}
-    dists, base = fit_baseline(distributions(space), info.config,
+    dists, base = fit_baseline(distributions(space), Configuration.of(info),
                                json_knobs.defaults(info, space))
     assert base.params == {"model.json:max_num_seqs": 64, "instance_group.count": 1}
     assert base.is_exact  # the space is widened to hold the file's own value

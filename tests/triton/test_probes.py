@@ -1,4 +1,4 @@
-"""The output comparison (tracker/triton/probes.py): what counts as the same answer, what the
+"""The output comparison (tracker/session/probes.py): what counts as the same answer, what the
 message of a different one says, and the stored form a resumed study and a deployment read."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from tracker.errors import MeasurementError
-from tracker.triton import probes
-from tracker.triton.probes import ProbeSet, Tolerance
+from tracker.session import probes
+from tracker.session.probes import ProbeSet, Tolerance
 
 TOL = Tolerance(rtol=1e-4, atol=1e-5)
 

@@ -52,9 +52,10 @@ def check_command(spec_path: Path, outputs: bool) -> None:
     Builds the model first when the spec's `model.build` script has not made it yet.
     Exit status 1, with one line per problem, when the spec is invalid.
     """
+    from tracker.session.check_default import probe_default, static_check
+    from tracker.session.context import spec_configuration
+    from tracker.session.study_check import check_study
     from tracker.spec import ensure_model, load_spec
-    from tracker.study.check_default import probe_default, static_check
-    from tracker.study.session import check_study, spec_configuration
     from tracker.triton.server.modes import make_server
 
     spec = load_spec(spec_path)
@@ -115,8 +116,8 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
                  use_perf_analyzer: bool) -> None:
     """Run (or resume) the tuning study of SPEC: one MLflow child run per trial under the
     study's parent run. Ctrl-C stops cleanly (exit 130); the same command resumes."""
-    from tracker.study.loop import tune
-    from tracker.study.session import Interrupted, TuneOptions
+    from tracker.session.context import Interrupted, TuneOptions
+    from tracker.workflow.tune import tune
 
     options = TuneOptions(
         n_trials=n_trials, timeout_s=timeout_s, study_name=_blank(study_name),
@@ -153,7 +154,7 @@ def confirm_command(spec_path: Path, study_name: str | None, storage: str | None
     intervals, rewrite the study's report. The study's rounds are continued (an interrupted or
     inconclusive confirmation goes on where it stopped, up to --rounds); --new starts over."""
     from tracker.confirm.command import confirm_study
-    from tracker.study.session import Interrupted
+    from tracker.session.context import Interrupted
 
     try:
         result = confirm_study(spec_path, study_name=_blank(study_name),
@@ -200,8 +201,8 @@ def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
     The server is stopped at the end, also on errors and Ctrl-C."""
     from tracker.measure.csvio import write_csv
     from tracker.measure.report import table
-    from tracker.study.profile import profile
-    from tracker.study.session import Interrupted
+    from tracker.session.context import Interrupted
+    from tracker.session.profile import profile
     from tracker.triton.model_config import parse_assignment
 
     texts = [*assignments, *set_all.split()]

@@ -1,12 +1,9 @@
 """The confirmation: after the search, the best few configurations and the default measured
-again until the evidence decides, and the verdict (better / tied / equivalent / inconclusive).
+again, on the study's server, until the verdict (:mod:`tracker.verdict`) decides.
 
-- :mod:`~tracker.confirm.sequence`: anytime-valid 95% intervals (pure numbers)
-- :mod:`~tracker.confirm.stats`: per-configuration intervals, paired improvements, the verdict
-- :mod:`~tracker.confirm.record`: the typed record kept in the Optuna study, read back
-- :mod:`~tracker.confirm.words`: the verdict in words, MLflow metrics and tags
-- :mod:`~tracker.confirm.rounds`: the measuring, on the study's server
+- :mod:`~tracker.confirm.paired`: the paired design (best and default side by side)
+- :mod:`~tracker.confirm.rounds`: the rounds design, and which design a study gets
 - :mod:`~tracker.confirm.command`: ``tracker confirm`` on a finished study
 
-docs/tuning.md explains the rules.
+Never imports :mod:`tracker.study` (the search loop), nor the search loop this package.
 """

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracker import tags
-from tracker.confirm import record as confirmed
 from tracker.confirm.rounds import run, settings_of
 from tracker.errors import TrackerError
-from tracker.study.session import Session, StudyContext, TuneOptions
+from tracker.session.context import Session, StudyContext, TuneOptions
+from tracker.verdict import record as confirmed
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -35,7 +35,7 @@ def confirm_session(spec_path: str | Path, *, study_name: str | None = None,
                     storage: str | None = None,
                     interrupted: str = "") -> Iterator[tuple[StudyContext, Run]]:
     """The study of SPEC, its parent run and the spec's server as a confirmation's
-    :class:`~tracker.study.session.StudyContext` (and the parent's MLflow run), inside the
+    :class:`~tracker.session.context.StudyContext` (and the parent's MLflow run), inside the
     session's guard: Ctrl-C becomes Interrupted (``interrupted`` added to its message), and
     the server is stopped and the work folder removed on the way out. ``tracker confirm`` runs
     one confirmation in it; benchmarks/verdict_stability.py runs its A/A confirmations in
@@ -43,8 +43,8 @@ def confirm_session(spec_path: str | Path, *, study_name: str | None = None,
     import optuna
 
     from tracker.search.storage import make_storage
-    from tracker.study.measured import resolve_serving
-    from tracker.study.progress import Progress
+    from tracker.session.measured import resolve_serving
+    from tracker.session.progress import Progress
     from tracker.tracking import runs
     from tracker.tracking.scaleout import PARENT_RUN_ATTR
 
@@ -71,7 +71,7 @@ def confirm_session(spec_path: str | Path, *, study_name: str | None = None,
         with session.guarded(interrupted):
             server = session.start_server()
             yield StudyContext(session, {}, study, parent, server,
-                               resolve_serving(spec, server, session.info), progress,
+                               resolve_serving(spec, server, session.configuration), progress,
                                store_model=False), prun
     finally:
         progress.close()
@@ -84,7 +84,7 @@ def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
     up to ``rounds`` rounds in all (a finished one of the same configurations too; ``new``:
     start a new one), then rewrite the study's report with the verdict. The search is not run
     again."""
-    from tracker.study.conclude import finish_study
+    from tracker.session.conclude import finish_study
     from tracker.tracking import runs
 
     with confirm_session(spec_path, study_name=study_name, storage=storage,

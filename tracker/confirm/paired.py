@@ -7,14 +7,16 @@ other. Here both are loaded into one server as two copies of the model under two
 blocks, the order within a pair alternating from pair to pair (:func:`order_of`). A pair is
 one round of the record: one reading of each copy taken seconds apart, so what the machine
 does to one it does to the other and it cancels in the pair's ratio. The verdict
-(:mod:`tracker.confirm.stats`) is then the same as for rounds, on the pairs.
+(:mod:`tracker.verdict.stats`) is then the same as for rounds, on the pairs.
 
 Pairing cannot hold (:func:`choose` says why, and the confirmation runs in rounds) when
 
 - the best differs from the default in a server option (a knob ``server/<option>``): one
   server cannot run with both values;
-- the configuration has several models (a pipeline, several entry models): their copies'
-  steps would have to be renamed inside ensembles and BLS code;
+- the configuration has several entry models (judged together by ``weighted_gain``, while a
+  block measures one entry), or a BLS model (its code names the models it calls, so its
+  copy would call the default's); a pipeline of ensembles pairs: each copy's models are
+  renamed (``<model>__best``) and its steps call its own copies;
 - the two copies do not fit in GPU memory together (each trial's ``gpu_used_memory`` against
   the server's GPUs' total, from NVML);
 - ``confirm.design: rounds`` asks for rounds.
@@ -35,19 +37,20 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracker.confirm.record import LATENCY, Reading, RoundEntry
 from tracker.errors import TrackerError
 from tracker.measure.entry import EntryLoad
 from tracker.measure.sweep import sweep
+from tracker.metrics import fmt
 from tracker.search.objective import Scoring, pick_best_level
-from tracker.study.measured import serve_options
-from tracker.study.trial import configs, file_values
-from tracker.tracking.rows import fmt
+from tracker.session.measured import serve_options
+from tracker.session.values import configs, file_values
+from tracker.triton.formats.ensemble import renamed
 from tracker.triton.repository import TrialRepository, write_model
+from tracker.verdict.record import LATENCY, Reading, RoundEntry
 
 if TYPE_CHECKING:
     from tracker.measure.types import SweepLevel
-    from tracker.study.session import StudyContext
+    from tracker.session.context import StudyContext
     from tracker.tracking.rows import TrialRow
     from tracker.triton.model_config import ModelConfig
 
@@ -183,25 +186,28 @@ class Pairs:
         self.loads += 1
         if self.loads > 1:  # a fresh folder: the running server may still read the last
             workdir = workdir.with_name(f"{workdir.name}-{self.loads}")
-        ctx = self.ctx
-        written: dict[int, TrialRepository] = {}
-        for n, row in self.rows.items():
-            cfgs, _ = configs(ctx, dict(row.params), row.baseline)
-            cfg = cfgs[ctx.configuration.entry]
-            copy = type(cfg)()
-            copy.CopyFrom(cfg)
-            copy.name = f"{ctx.configuration.entry}{SUFFIX[row.baseline]}"
-            written[n] = write_model(workdir, ctx.info, copy, serving=ctx.serving,
-                                     options=serve_options(ctx.spec),
-                                     files=file_values(dict(row.params), row.baseline))
-        last = list(written.values())[-1]
-        repo = replace(last, models=tuple((r.model_name, r.served_config)
-                                          for r in written.values()),
-                       productions={r.model_name: r.production_config
-                                    for r in written.values()})
-        ctx.server.apply_trial(repo)
-        self.served = {n: (r.model_name, r.served_config) for n, r in written.items()}
+        written: dict[int, list[TrialRepository]] = {
+            n: self._write_copy(workdir, row) for n, row in self.rows.items()}
+        every = [r for copy in written.values() for r in copy]
+        repo = replace(every[-1], models=tuple((r.model_name, r.served_config) for r in every),
+                       productions={r.model_name: r.production_config for r in every})
+        self.ctx.server.apply_trial(repo)
+        self.served = {n: (copy[-1].model_name, copy[-1].served_config)
+                       for n, copy in written.items()}
         self.warmed = False
+
+    def _write_copy(self, workdir: Path, row: TrialRow) -> list[TrialRepository]:
+        """Every model of ``row``'s configuration, renamed with its copy's suffix
+        (``<model>__best``), an ensemble's steps calling the copy's own models; in load
+        order, the entry last."""
+        conf, suffix = self.ctx.configuration, SUFFIX[row.baseline]
+        cfgs, _ = configs(self.ctx, dict(row.params), row.baseline)
+        names = {m: f"{m}{suffix}" for m in conf.names}
+        files = file_values(dict(row.params), row.baseline)
+        return [write_model(workdir, conf.info(m), renamed(cfgs[m], names[m], names),
+                            serving=self.ctx.serving, options=serve_options(self.ctx.spec),
+                            files=files if m == conf.entry else None)
+                for m in conf.names]
 
     def _entry(self, n: int, window: int, ramp: bool = True) -> tuple[str, EntryLoad]:
         """Trial ``n``'s copy under the spec's load at its level: a short warm-up (the

@@ -5,12 +5,12 @@ After the search (whatever stopped it, except an interruption) the ``confirm.top
 distinct feasible configurations and the default configuration are measured again, each at the
 concurrency its trial was judged by, on the study's own server. Each round measures them in a
 new random order, so drift of the machine hits all of them alike. After every round from
-``confirm.min_rounds`` on the verdict is computed (:mod:`tracker.confirm.stats`, intervals that
+``confirm.min_rounds`` on the verdict is computed (:mod:`tracker.verdict.stats`, intervals that
 stay valid however often they are looked at): the rounds stop as soon as it is decided
 (better, tied or equivalent), when ``confirm.rounds`` rounds are done or when another round
 would not fit in ``confirm.budget_s`` (default: as long as the search's trials took)
 (inconclusive). A configuration that can no longer change the outcome is not measured again.
-The record kept in the study: :mod:`tracker.confirm.record`.
+The record kept in the study: :mod:`tracker.verdict.record`.
 
 Every measurement is saved in the study's user attribute ``confirm`` as soon as it is made:
 an interrupted confirmation continues where it stopped (``tracker tune`` again, or ``tracker
@@ -26,19 +26,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tracker.confirm import paired, stopping
-from tracker.confirm import record as confirmed
-from tracker.confirm import stats as confirm_stats
-from tracker.confirm.record import PAIRS_PER_ROUND, Reading, Record, RoundEntry
+from tracker.confirm import paired
 from tracker.errors import MeasurementError, TrackerError
-from tracker.metrics import RELATIVE
+from tracker.metrics import RELATIVE, fmt
 from tracker.search.objective import DERIVED
-from tracker.study import joint
-from tracker.study.check_reference import study_check
-from tracker.study.measured import ConfigFailed, measure_configuration
-from tracker.study.session import StudyContext
-from tracker.study.trial import configs, file_values, server_values
-from tracker.tracking.rows import TrialRow, fmt, trial_rows
+from tracker.session import joint
+from tracker.session.check_reference import study_check
+from tracker.session.context import StudyContext
+from tracker.session.measured import ConfigFailed, measure_configuration
+from tracker.session.values import configs, file_values, server_values
+from tracker.tracking.rows import TrialRow, trial_rows
+from tracker.verdict import record as confirmed
+from tracker.verdict import stats as confirm_stats
+from tracker.verdict import stopping
+from tracker.verdict.record import PAIRS_PER_ROUND, Reading, Record, RoundEntry
 
 if TYPE_CHECKING:
     from tracker.measure.types import Measurement
@@ -80,7 +81,8 @@ class Measured:
 def measure_one(ctx: StudyContext, params: dict[str, Any], *, baseline: bool, level: float,
                 label: str, model_levels: Mapping[str, float] | None = None) -> Measured:
     """One configuration at one level through the one measurement path a trial and ``tracker
-    profile`` take (:func:`tracker.study.measured.measure_configuration`), on the study's server, in
+    profile`` take (:func:`tracker.session.measured.measure_configuration`), on the study's
+    server, in
     at most :data:`WINDOWS` windows (several entry models: each at its own ``model_levels``),
     its outputs checked first. Raises TrackerError (the pipeline's reason) when a step fails."""
     cfg, _ = configs(ctx, params, baseline)

@@ -32,20 +32,21 @@ import optuna
 from mlflow.exceptions import MlflowException
 
 from tracker import tags
-from tracker.confirm import record as confirmed
-from tracker.confirm import stats as confirm_stats
-from tracker.confirm import words
 from tracker.deploy import service, watch
 from tracker.deploy.pointers import Pointers, record_seen
 from tracker.deploy.settings import TargetSettings
 from tracker.errors import DeployError, TrackingError
+from tracker.metrics import fmt
 from tracker.tracking import flavor, model_files, registry
 from tracker.tracking.mlflow_model import log_winner_model
 from tracker.tracking.pipeline_flavor import models_from_tags
 from tracker.tracking.pipeline_winner import log_pipeline_winner
 from tracker.tracking.report import best_row, entry_figures, summary
-from tracker.tracking.rows import TrialRow, fmt, recorded_entry_names, trial_rows
+from tracker.tracking.rows import TrialRow, recorded_entry_names, trial_rows
 from tracker.trial_attrs import Attr
+from tracker.verdict import record as confirmed
+from tracker.verdict import stats as confirm_stats
+from tracker.verdict import words
 
 HEADLINE_TAGS = ("perf_throughput", "perf_latency_p99")
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from tracker.deploy.settings import TargetSettings
-from tracker.triton.client import Endpoints, TritonClient
+from tracker.triton.client import TritonClient
+from tracker.triton.endpoints import Endpoints
 from tracker.triton.http_client import HttpTritonClient
 
 if TYPE_CHECKING:

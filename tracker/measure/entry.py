@@ -20,19 +20,18 @@ from typing import TYPE_CHECKING
 
 from tracker.errors import MeasurementError
 from tracker.measure.inputs import input_specs
-from tracker.measure.kinds import KINDS, LoadKind, Sequences, kinds_for, level_kind
+from tracker.measure.kinds import KINDS, LoadKind, kinds_for, level_kind
 from tracker.measure.level import LevelSettings, Part
 from tracker.measure.loadgen import Level, LocalLoad
 from tracker.measure.priorities import prioritized
 from tracker.measure.procs import InProcessLoad, Load, ProcessLoad
 from tracker.measure.repeats import repeated
-from tracker.measure.sequence_steps import sequence_samples
 from tracker.measure.shm import shared_payloads
-from tracker.measure.stats import ServerStats
 from tracker.measure.stream_inputs import samples_for
 from tracker.measure.transport import Transport, make_transport
 from tracker.measure.windows import WindowSettings
-from tracker.triton.client import Endpoints
+from tracker.triton.endpoints import Endpoints
+from tracker.triton.statistics import ServerStats
 
 if TYPE_CHECKING:
     from tracker.spec.sections import LoadSection
@@ -157,19 +156,14 @@ async def open_entry(endpoints: Endpoints, name: str, entry: EntryLoad,
     transports.append(transport)
     levels = load_levels(load, entry.levels, kinds)
     datatypes = {s.name: s.datatype for s in input_specs(entry.config)}
-    stateful = any(isinstance(k, Sequences) for k in kinds)  # its samples are sequence steps
-    if stateful and load.shared_memory != "none":
-        raise MeasurementError(f"load.shared_memory is {load.shared_memory!r}, but model "
-                               f"{name!r} is stateful: its sequence steps are sent in the "
-                               "requests (use 'none')")
-    samples = (sequence_samples(entry.config, load)[0] if stateful
-               else samples_for(entry.config, load))
+    own = [s for k in kinds if (s := k.samples(entry.config, load)) is not None]
+    samples = own[0] if own else samples_for(entry.config, load)
     regions = contextlib.ExitStack()
     try:
         payloads = shared_payloads(
             regions, load.shared_memory, endpoints, load.protocol, name, entry.config, samples,
             datatypes, load.batch_size) or transport.payloads(samples, datatypes)
-        if not stateful:  # a sequence's steps are indices into the payloads: no reordering
+        if not own:  # a kind's own samples (a sequence's steps) keep their order
             payloads = repeated(payloads, load.repeat)  # load.repeat: one pass (repeats.py)
         if load.priorities:  # each request at its level (priorities.py)
             payloads = prioritized(payloads, load.priorities, load.protocol)

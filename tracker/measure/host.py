@@ -40,7 +40,8 @@ from tracker.tags import (  # the machine's tag names
     TRITON_VERSION,
     VERSION,
 )
-from tracker.triton.client import Endpoints, TritonClient
+from tracker.triton.client import TritonClient
+from tracker.triton.endpoints import Endpoints
 from tracker.triton.gpus import GpuSet, nvml_session
 
 PACKAGES = {"tracker": ("triton-tracker",), "onnxruntime": ("onnxruntime", "onnxruntime-gpu"),

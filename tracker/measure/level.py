@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING
 from tracker.measure.loadgen import Chunk, Level
 from tracker.measure.monitor_sampler import Sampler
 from tracker.measure.procs import Load
-from tracker.measure.stats import ServerStats, pick
 from tracker.measure.transport import describe_error
 from tracker.measure.types import Measurement
 from tracker.measure.windows import Window, WindowRun, WindowSettings, error_reason, is_stable
 from tracker.measure.windows import merge as merge_windows
+from tracker.triton.statistics import ServerStats, pick
 
 if TYPE_CHECKING:
-    from tracker.measure.kinds.base import LoadKind
+    from tracker.measure.kinds.load_kind import LoadKind
 
 #: one boundary's statistics request: the counters of every model measured, by name
 StatsFn = Callable[[], Awaitable[Mapping[str, ServerStats]]]

@@ -28,8 +28,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tracker.errors import MeasurementError
-from tracker.measure.kinds.base import Level as Level
-from tracker.measure.kinds.base import LoadKind
+from tracker.measure.kinds.load_kind import Level as Level
+from tracker.measure.kinds.load_kind import LoadKind
 from tracker.measure.transport import Payload, Transport, describe_error
 
 Ints = npt.NDArray[np.int64]

@@ -32,7 +32,7 @@ from tracker.measure.loadgen import Level
 from tracker.measure.monitor_sampler import Sampler
 from tracker.measure.types import Measurement
 from tracker.redact import redact_values, secret_header_values
-from tracker.triton.client import Endpoints
+from tracker.triton.endpoints import Endpoints
 
 if TYPE_CHECKING:
     from tracker.spec.sections import LoadSection

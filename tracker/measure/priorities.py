@@ -5,7 +5,7 @@ The load's requests are one pass over its payloads (in load.repeat's order, repe
 pass is lengthened to at least :data:`MIN_PASS` requests by cycling it (the same requests in
 the same order), then every position gets a level: ``round(share x length)`` positions per
 level (largest remainder), in a seeded shuffle. So every pass sends each level its share,
-exactly. A closed-loop slot sends positions ``k, k + slots, ...`` (kinds/base.py
+exactly. A closed-loop slot sends positions ``k, k + slots, ...`` (kinds/load_kind.py
 ``closed_slot``): the shuffle gives every such stride about the shares, where a regular
 pattern (1, 2, 1, 2, ...) would send all of a slot's requests at one level whenever the stride
 is even, and a closed loop would then serve the faster level more often than its share. With

@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from tracker.errors import MeasurementError
-from tracker.measure.kinds.base import LoadKind
+from tracker.measure.kinds.load_kind import LoadKind
 from tracker.measure.loadgen import Chunk, Level, LocalLoad, split_level
 from tracker.measure.transport import Payload, make_transport
 from tracker.triton.tls import Security

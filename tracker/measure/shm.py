@@ -28,7 +28,8 @@ import numpy as np
 from tracker.errors import MeasurementError
 from tracker.measure.inputs import Sample
 from tracker.measure.transport import Payload, raw_bytes
-from tracker.triton.client import DTYPES, Endpoints, TritonClient
+from tracker.triton.client import DTYPES, TritonClient
+from tracker.triton.endpoints import Endpoints
 
 if TYPE_CHECKING:
     from tracker.spec.sections import LoadSection

@@ -1,5 +1,5 @@
 """Numbers from samples: latency percentiles (perf_analyzer's rule). The server-side split
-from Triton's statistics API lives in tracker.triton.statistics (re-exported here); a
+from Triton's statistics API lives in tracker.triton.statistics; a
 :class:`Snapshot` is one statistics request's counters of the entry model and the other
 models measured with it (a pipeline's composing models)."""
 
@@ -14,16 +14,8 @@ import numpy.typing as npt
 from tracker.errors import MeasurementError
 from tracker.triton.statistics import (
     ServerStats,
-    all_stats_from_json,
-    all_stats_from_proto,
     pick,
-    stats_from_json,
-    stats_from_proto,
 )
-
-__all__ = ["PERCENTILES", "LatencySummary", "ServerStats", "Snapshot", "all_stats_from_json",
-           "all_stats_from_proto", "percentile_index", "percentiles", "pick", "snapshot_of",
-           "stats_from_json", "stats_from_proto", "summarize_latencies"]
 
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 

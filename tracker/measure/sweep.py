@@ -43,7 +43,7 @@ from tracker.measure.monitors import Monitor
 from tracker.measure.shm import pa_output_bytes
 from tracker.measure.transport import Transport
 from tracker.measure.types import LOAD_CLIENTS, LoadClient, Measurement, SweepLevel, SweepResult
-from tracker.triton.client import Endpoints
+from tracker.triton.endpoints import Endpoints
 
 MIN_GAIN = 0.05
 GAIN_LEVELS = 3

@@ -19,14 +19,14 @@ import numpy as np
 
 from tracker.errors import MeasurementError
 from tracker.measure.inputs import Sample
-from tracker.measure.stats import (
+from tracker.measure.stream import StreamCaller, StreamFailed, TokenCount, with_final_flag
+from tracker.triton.statistics import (
     ServerStats,
     all_stats_from_json,
     all_stats_from_proto,
     stats_from_json,
     stats_from_proto,
 )
-from tracker.measure.stream import StreamCaller, StreamFailed, TokenCount, with_final_flag
 from tracker.triton.tls import Security
 
 INFER_METHOD = "/inference.GRPCInferenceService/ModelInfer"

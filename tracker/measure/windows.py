@@ -22,12 +22,13 @@ import numpy as np
 import numpy.typing as npt
 
 from tracker.errors import MeasurementError
-from tracker.measure.kinds.base import LATENCY
-from tracker.measure.stats import ServerStats, summarize_latencies
+from tracker.measure.kinds.load_kind import LATENCY
+from tracker.measure.stats import summarize_latencies
 from tracker.measure.types import Measurement, StepSplit
+from tracker.triton.statistics import ServerStats
 
 if TYPE_CHECKING:
-    from tracker.measure.kinds.base import LoadKind
+    from tracker.measure.kinds.load_kind import LoadKind
 
 _NONE = np.empty(0, np.int64)
 

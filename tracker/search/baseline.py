@@ -27,7 +27,7 @@ from tracker.spec.fields import SEQUENCE_STRATEGY, file_knob
 from tracker.spec.server_options import server_knob
 from tracker.triton import field_paths
 from tracker.triton.configuration import Configuration
-from tracker.triton.model_config import LOAD_PARAMS, ModelConfig
+from tracker.triton.model_config import LOAD_PARAMS
 
 # Values Triton uses when the default config leaves a field out (model_config.proto); a
 # config without a warmup block is model_warmup.count 0 (tracker/triton/warmup.py)
@@ -58,7 +58,7 @@ def _enum_name(path: str, value: object) -> object:
     return value
 
 
-def config_values(cfg: ModelConfig | Configuration, keys: list[str]) -> dict[str, object]:
+def config_values(conf: Configuration, keys: list[str]) -> dict[str, object]:
     """The config's value at each field path (None when the config does not set it); for a
     configuration, each ``<model>/<field path>`` read from that model's default config. Load
     knobs, the keys of the model's JSON files and server options are not the config's."""
@@ -66,12 +66,8 @@ def config_values(cfg: ModelConfig | Configuration, keys: list[str]) -> dict[str
     for key in keys:
         if key in LOAD_PARAMS or file_knob(key) is not None or server_knob(key):
             continue
-        path = key
-        if isinstance(cfg, Configuration):
-            model, path = cfg.split_key(key)
-            model_cfg = cfg.info(model).config
-        else:
-            model_cfg = cfg
+        model, path = conf.split_key(key)
+        model_cfg = conf.info(model).config
         value = field_paths.get_value(model_cfg, path)
         if isinstance(value, list):  # repeated scalar: one value stands for a one-element list
             value = value[0] if len(value) == 1 else (value or None)
@@ -147,7 +143,7 @@ def _closest(dist: BaseDistribution, value: Any) -> Any:
 
 
 def fit_baseline(distributions: Mapping[str, BaseDistribution],
-                 cfg: ModelConfig | Configuration, files: Mapping[str, object] | None = None,
+                 conf: Configuration, files: Mapping[str, object] | None = None,
                  ) -> tuple[dict[str, BaseDistribution], Baseline]:
     """(the space widened to hold the default config, the baseline's parameters).
 
@@ -155,7 +151,7 @@ def fit_baseline(distributions: Mapping[str, BaseDistribution],
     default config under the most load the study applies. ``files``: the value each
     ``FILE:KEY`` knob of the space has in the model's own file (json_knobs.defaults).
     """
-    values = {**config_values(cfg, list(distributions)), **(files or {})}
+    values = {**config_values(conf, list(distributions)), **(files or {})}
     space: dict[str, BaseDistribution] = {}
     params: dict[str, Any] = {}
     exact: dict[str, Any] = {}

@@ -33,7 +33,7 @@ from tracker.spec import Range, Scalar, Space
 from tracker.spec.limits import range_count
 from tracker.spec.server_options import server_knob
 from tracker.triton import sequence
-from tracker.triton.configuration import Configuration, as_configuration
+from tracker.triton.configuration import Configuration
 from tracker.triton.formats import format_of, json_knobs
 from tracker.triton.formats.ensemble import KNOB_PREFIX as ENSEMBLE_KNOBS
 from tracker.triton.formats.knobs import Knob, refused
@@ -93,11 +93,10 @@ def _ensemble_floor(conf: Configuration, name: str) -> int:
                 if name in steps), default=0)
 
 
-def default_space_of(value: ModelInfo | Configuration) -> Space:
+def default_space_of(conf: Configuration) -> Space:
     """The default space of a model, or of every tuned model of a configuration with its
     keys as ``<model>/<field path>`` (a step's max_batch_size choices at least its
     ensemble's)."""
-    conf = as_configuration(value)
     out: Space = {}
     for name in tuned_models(conf):
         floor = _ensemble_floor(conf, name)
@@ -108,10 +107,10 @@ def default_space_of(value: ModelInfo | Configuration) -> Space:
     return out
 
 
-def resolve_space(space: Space, info: ModelInfo | Configuration) -> Space:
+def resolve_space(space: Space, conf: Configuration) -> Space:
     """The spec's space, or the default one for this model (or configuration) when the
     spec's is empty."""
-    return dict(space) if space else default_space_of(info)
+    return dict(space) if space else default_space_of(conf)
 
 
 def doublings(low: int, high: int) -> list[int]:
@@ -201,18 +200,11 @@ def refused_knobs(space: Mapping[str, object], info: ModelInfo) -> list[tuple[st
     return refused(space, backend, catalog)
 
 
-def check_space(space: Mapping[str, Range | list[Scalar]], info: ModelInfo | Configuration,
-                *, batch_size: int = 1) -> None:
+def _check_model(space: Mapping[str, Range | list[Scalar]], info: ModelInfo,
+                 batch_size: int) -> None:
     """SpecError for knobs this model cannot take: batching knobs when its batch dimension
     is fixed, a ``load.batch_size`` larger than every ``max_batch_size`` choice, and
-    ``FILE:KEY`` knobs whose file or key the model directory does not have. For a
-    configuration of several models each key is ``<model>/<field path>`` and is checked
-    against that model (an unknown model or field names the valid ones); an ensemble takes
-    ``ensemble_scheduling.*`` knobs only."""
-    space = {k: v for k, v in space.items() if not server_knob(k)}  # the server's, not a model's
-    if isinstance(info, Configuration):
-        _check_configuration(space, info, batch_size)
-        return
+    ``FILE:KEY`` knobs whose file or key the model directory does not have."""
     problems: list[str] = [f"search.space.{key}: {message}"
                            for key, message in refused_knobs(space, info)]
     problems.extend(f"search.space.{key}: {message}"
@@ -244,10 +236,16 @@ def check_space(space: Mapping[str, Range | list[Scalar]], info: ModelInfo | Con
         raise SpecError(problems)
 
 
-def _check_configuration(space: Mapping[str, Range | list[Scalar]], conf: Configuration,
-                         batch_size: int) -> None:
+def check_space(space: Mapping[str, Range | list[Scalar]], conf: Configuration,
+                *, batch_size: int = 1) -> None:
+    """SpecError for knobs the configuration's models cannot take. Each key is a model's
+    field path (``<model>/<field path>``, bare for a one-model configuration) and is checked
+    against that model (:func:`_check_model`; an unknown model or field names the valid
+    ones); an ensemble takes ``ensemble_scheduling.*`` knobs only; server options are the
+    server's, not a model's."""
     from tracker.triton.model_config import LOAD_PARAMS
 
+    space = {k: v for k, v in space.items() if not server_knob(k)}
     problems: list[str] = []
     per_model: dict[str, dict[str, Range | list[Scalar]]] = {n: {} for n in conf.names}
     for key, knob in space.items():
@@ -274,8 +272,7 @@ def _check_configuration(space: Mapping[str, Range | list[Scalar]], conf: Config
         if not sub and batch_size == 1:
             continue
         try:
-            check_space(sub, conf.info(name),
-                        batch_size=batch_size if name in conf.entries else 1)
+            _check_model(sub, conf.info(name), batch_size if name in conf.entries else 1)
         except SpecError as err:
             prefix = conf.knob_prefix(name)  # empty for a single model: its messages as they are
             problems.extend(m.replace("search.space.", f"search.space.{prefix}", 1)

@@ -28,7 +28,7 @@ from tracker.search.space import (
 )
 from tracker.spec import Bound, Range, Scalar, StudySpec
 from tracker.spec.server_options import SERVER_KNOBS, server_knobs
-from tracker.triton.configuration import Configuration, as_configuration
+from tracker.triton.configuration import Configuration
 from tracker.triton.sequence import is_sequence
 
 if TYPE_CHECKING:
@@ -210,11 +210,10 @@ def _joint_lines(spec: StudySpec, conf: Configuration) -> list[str]:
     return lines
 
 
-def check(spec: StudySpec, info: ModelInfo | Configuration) -> str:
+def check(spec: StudySpec, conf: Configuration) -> str:
     """Validate ``spec`` against the model (or every model of the configuration) and
     describe the study. SpecError when a knob does not fit its model or load.input_data does
     not fit the entry model's inputs."""
-    conf = as_configuration(info)
     info = conf.entry_info
     space = resolve_space(spec.search.space, conf)
     check_space(space, conf, batch_size=spec.load.batch_size)

@@ -32,21 +32,17 @@ from tracker.spec.checks import LOAD_KNOBS
 from tracker.spec.fields import closest
 from tracker.spec.locate import locate_spec
 from tracker.spec.messages import Problems, messages, problem, show
+from tracker.spec.model_section import ModelSection, SpecModel
 from tracker.spec.search_section import SearchSection, Space
 from tracker.spec.sections import (
     DEFAULT_CONCURRENCY,
-    Bound,
-    ConcurrencyRange,
     ConfirmSection,
     LoadSection,
     MlflowSection,
-    ModelSection,
-    Range,
     ServerSection,
-    SpecModel,
 )
 from tracker.spec.server_options import study_problems
-from tracker.spec.values import Scalar
+from tracker.spec.values import Bound, ConcurrencyRange, Range, Scalar
 from tracker.spec.yaml_loader import load_yaml
 
 __all__ = [

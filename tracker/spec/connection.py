@@ -1,15 +1,15 @@
-"""How the tool connects to a server that wants TLS or headers (``server.tls``,
-``server.headers``), and the load's client transports (``load.shared_memory``,
-``load.perf_analyzer_flags``); tracker/triton/tls.py and tracker/measure/shm.py use them."""
+"""How the tool connects to a server that wants TLS or headers: ``server.tls``
+(:class:`TlsSection`) and the checks of ``server.headers`` (:func:`check_headers`);
+tracker/triton/tls.py uses them."""
 
 from __future__ import annotations
 
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated
 
-from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from tracker.spec.messages import problem, show
 from tracker.spec.model_section import SpecModel, resolve_path
@@ -86,22 +86,3 @@ def check_headers(value: object) -> dict[str, str]:
                           f"{_kind(text)}")
     return {str(k): _expand(k, str(v)) for k, v in value.items()}
 
-
-class ServerConnection(SpecModel):
-    """The server section's connection fields (tracker/triton/tls.py uses them)."""
-
-    tls: TlsSection | None = None
-    """TLS for every client of the server (gRPC; HTTP through a TLS proxy); None: plain."""
-    headers: Annotated[dict[str, str], BeforeValidator(check_headers)] = Field(
-        default_factory=dict)
-    """Extra headers sent with every request (e.g. an auth token at a gateway)."""
-
-
-class ClientTransports(SpecModel):
-    """The load section's client transports: system shared memory for inputs and outputs
-    (tracker/measure/shm.py) and extra perf_analyzer flags (checked against its --help)."""
-
-    shared_memory: Literal["none", "system"] = "none"
-    """system: inputs and outputs in registered system shared memory (local/docker only)."""
-    perf_analyzer_flags: list[str] = Field(default_factory=list)
-    """Extra perf_analyzer flags (with --perf-analyzer), checked against its --help."""

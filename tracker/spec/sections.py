@@ -25,20 +25,15 @@ from pydantic import (
 
 from tracker.launch_modes import MODES, NAMES
 from tracker.serving import ServingChoice
-from tracker.spec.connection import ClientTransports, ServerConnection
+from tracker.spec.connection import TlsSection, check_headers
 from tracker.spec.load_priorities import PriorityShares
 from tracker.spec.load_repeat import RepeatSection
 from tracker.spec.messages import Problems, problem, show
-from tracker.spec.model_section import ModelSection as ModelSection  # re-exported
-from tracker.spec.model_section import SpecModel as SpecModel  # re-exported
-from tracker.spec.model_section import resolve_path
+from tracker.spec.model_section import SpecModel, resolve_path
 from tracker.spec.sequence import SequenceSection
 from tracker.spec.server_options import ServerOptions, section_problems
 from tracker.spec.streaming import StreamSection
-from tracker.spec.values import Bound as Bound  # re-exported
-from tracker.spec.values import ConcurrencyRange as ConcurrencyRange  # re-exported
-from tracker.spec.values import PosFloat, PosInt, as_list, list_or_range
-from tracker.spec.values import Range as Range  # re-exported
+from tracker.spec.values import ConcurrencyRange, PosFloat, PosInt, as_list, list_or_range
 
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16)
 
@@ -61,9 +56,14 @@ else:  # the registered launch modes (tracker/launch_modes.py)
     LaunchModeName = Literal[NAMES]
 
 
-class ServerSection(ServerConnection):
+class ServerSection(SpecModel):
     """Which Triton serves the trials and how a trial's config reaches it."""
 
+    tls: TlsSection | None = None
+    """TLS for every client of the server (gRPC; HTTP through a TLS proxy); None: plain."""
+    headers: Annotated[dict[str, str], BeforeValidator(check_headers)] = Field(
+        default_factory=dict)
+    """Extra headers sent with every request (e.g. an auth token at a gateway)."""
     mode: LaunchModeName = "local"
     """local: a tritonserver here; docker: a container of `image`; remote: a server at `url`."""
     strategy: Literal["restart", "reload"] = "restart"
@@ -162,9 +162,13 @@ def _tag(loc: object) -> bool:
     return isinstance(loc, str) and (loc.startswith("@") or "[" in loc)
 
 
-class LoadSection(ClientTransports):
+class LoadSection(SpecModel):
     """How each configuration is measured: the concurrency sweep and its stability windows."""
 
+    shared_memory: Literal["none", "system"] = "none"
+    """system: inputs and outputs in registered system shared memory (local/docker only)."""
+    perf_analyzer_flags: list[str] = Field(default_factory=list)
+    """Extra perf_analyzer flags (with --perf-analyzer), checked against its --help."""
     concurrency: Concurrency = Field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
     """The concurrency levels to sweep: a list, one number, or {start, stop}."""
     request_rate: Annotated[list[PosFloat], Field(min_length=1)] | None = None

@@ -1,4 +1,5 @@
-"""The study loop: what one invocation sets up (the session), the tuning loop, one trial, one
-measured configuration, the conclusion, the confirmation rounds, and ``tracker profile``.
+"""The search: the tuning loop that asks Optuna for trials (:mod:`~tracker.study.loop`) and
+one trial (:mod:`~tracker.study.trial`), on top of :mod:`tracker.session`.
 
-Only this package and :mod:`tracker.cli` see every layer below them."""
+Never imports :mod:`tracker.confirm`; :mod:`tracker.workflow` runs the search, then the
+confirmation."""

@@ -1,13 +1,15 @@
-"""The study loop: spec -> study -> trials -> report (one trial: trial.py, measured.py).
+"""The study loop: spec -> study -> trials -> report (one trial: trial.py, session/measured.py).
 
-``tune(spec_path, options)`` runs (or resumes) a study until one of: ``n_trials`` COMPLETE
-trials in the study (across every run and worker), the timeout, ``patience`` trials without
-improvement, every configuration of a finite space tried, or as many failed trials as
-``n_trials``. Then it writes the report on the parent run and ends it.
+``run_study(spec_path, options, after_search=...)`` runs (or resumes) a study until one of:
+``n_trials`` COMPLETE trials in the study (across every run and worker), the timeout,
+``patience`` trials without improvement, every configuration of a finite space tried, or as
+many failed trials as ``n_trials``. Then the last worker runs ``after_search`` (the
+confirmation, which :mod:`tracker.workflow.tune` passes in), writes the report on the parent
+run and ends it.
 
 Ctrl-C / SIGTERM: the server is stopped, the current trial is FAIL in Optuna (its parameters
 queued again) and its child run KILLED, the parent run KILLED, and
-:class:`~tracker.study.session.Interrupted` is raised (the CLI exits 130 / 143). The same
+:class:`~tracker.session.context.Interrupted` is raised (the CLI exits 130 / 143). The same
 command resumes: finished trials are kept.
 """
 
@@ -17,6 +19,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,32 +28,31 @@ import mlflow
 import optuna
 from optuna.distributions import BaseDistribution
 
-from tracker.confirm import rounds as confirm_rounds
 from tracker.errors import TrackerError
 from tracker.measure.host import machine_tags
+from tracker.metrics import fmt
 from tracker.redact import redact_url
 from tracker.search import optuna_study
 from tracker.search.baseline import Baseline, fit_baseline
 from tracker.search.space import distributions, resolve_space
 from tracker.search.storage import make_storage, storage_lock, worker_identity
 from tracker.search.workers import ask_within_budget, budget, heartbeat
-from tracker.spec import StudySpec
-from tracker.spec.server_options import server_knobs
-from tracker.study.conclude import Conclusion, finish_study
-from tracker.study.measured import resolve_serving
-from tracker.study.progress import Progress
-from tracker.study.session import (
+from tracker.session.conclude import Conclusion, finish_study
+from tracker.session.context import (
     Session,
     StudyContext,
     TuneOptions,
-    check_study,
     received_signal,
     shielded,
 )
+from tracker.session.measured import resolve_serving
+from tracker.session.progress import Progress
+from tracker.session.study_check import check_study
+from tracker.spec import StudySpec
+from tracker.spec.server_options import server_knobs
 from tracker.study.trial import abandon_trial, run_trial
 from tracker.tracking import launcher, runs
 from tracker.tracking.machine import record_machine
-from tracker.tracking.rows import fmt
 from tracker.tracking.scaleout import (
     PARENT_RUN_ATTR,
     attach_study_run,
@@ -119,7 +121,7 @@ def _last_worker(study: optuna.Study) -> bool:
         return True
 
 
-def _stop_reason(study: optuna.Study, spec: StudySpec, started: float,
+def stop_reason(study: optuna.Study, spec: StudySpec, started: float,
                  space_size: int | None) -> str:
     search = spec.search
     if search.timeout_s is not None and time.monotonic() - started >= search.timeout_s:
@@ -155,9 +157,12 @@ def _best_text(study: optuna.Study, spec: StudySpec) -> str:
         f" +{len(best) - 1} on the front" if len(best) > 1 else "")
 
 
-def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResult:
-    """Run or resume the study of ``spec_path``. Raises TrackerError for user-facing
-    failures and :class:`Interrupted` after Ctrl-C / SIGTERM (everything cleaned up)."""
+def run_study(spec_path: str | Path, options: TuneOptions | None = None, *,
+              after_search: Callable[[StudyContext], None] | None = None) -> TuneResult:
+    """Run or resume the study of ``spec_path``: the search, then ``after_search`` (the
+    confirmation, :func:`tracker.workflow.tune.tune`) on the last worker, then the
+    conclusion. Raises TrackerError for user-facing failures and :class:`Interrupted` after
+    Ctrl-C / SIGTERM (everything cleaned up)."""
     options = options or TuneOptions()
     started = time.monotonic()
     session = Session.open(spec_path, options)
@@ -183,8 +188,8 @@ def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResul
                                    progress, worker_tags={**worker.tags(), **machine},
                                    store_model=options.store_model, load_client=options.load_client)
                 stop = _loop(ctx, storage, worker.id, started, grid_size)
-                if _last_worker(study):  # the confirmation round (tracker/confirm/rounds.py)
-                    confirm_rounds.after_search(ctx)
+                if after_search is not None and _last_worker(study):
+                    after_search(ctx)
                 status = "FINISHED"
             except KeyboardInterrupt:
                 status, stop = "KILLED", f"interrupted by {signal.Signals(received_signal()).name}"
@@ -309,7 +314,7 @@ def _loop(ctx: StudyContext, storage: optuna.storages.RDBStorage, worker_id: str
 
     def should_stop() -> bool:
         nonlocal reason
-        reason = _stop_reason(study, spec, started, grid_size)
+        reason = stop_reason(study, spec, started, grid_size)
         return bool(reason)
 
     while True:

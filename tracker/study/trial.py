@@ -12,7 +12,6 @@ message and the server log; the study goes on.
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,30 +34,33 @@ from tracker.redact import redact_text
 from tracker.search import sweep_plan
 from tracker.search.optuna_study import find_duplicate
 from tracker.search.workers import wait_for_duplicate
-from tracker.spec.server_options import server_knob
-from tracker.study import joint
-from tracker.study.check_outputs import OutputCheck, changed_knobs
-from tracker.study.measured import (
+from tracker.session import joint
+from tracker.session.check_outputs import OutputCheck, changed_knobs
+from tracker.session.measured import (
     ConfigFailed,
     clip_log,
     levels_for,
     measure_configuration,
     model_files,
-    serve_options,
-    served_text,
+)
+from tracker.session.values import (
+    configs,
+    configuration_tags,
+    file_values,
+    production_texts,
+    server_values,
 )
 from tracker.tracking import runs
 from tracker.tracking.machine import record_machine
 from tracker.trial_attrs import TrialRecord, shown_params
 from tracker.triton import model_config
-from tracker.triton.formats import format_of, json_knobs
+from tracker.triton.formats import format_of
 
 if TYPE_CHECKING:
     from mlflow.entities import Metric
 
     from tracker.measure.types import Measurement
-    from tracker.study.session import StudyContext
-    from tracker.triton.model_config import ModelConfig
+    from tracker.session.context import StudyContext
 
 
 @dataclass
@@ -93,28 +95,6 @@ def suggest(trial: optuna.Trial, name: str, dist: BaseDistribution) -> Any:
     if isinstance(dist, FloatDistribution):
         return trial.suggest_float(name, dist.low, dist.high, step=dist.step, log=dist.log)
     raise StudyError(f"unsupported distribution for {name!r}: {dist}")
-
-
-def configs(ctx: StudyContext, params: dict[str, Any], baseline: bool
-            ) -> tuple[dict[str, ModelConfig], str]:
-    """(every model's config the trial stands for, by name in load order; the entry's served
-    config.pbtxt text). The baseline is the default configuration exactly; other trials apply
-    their params to it (``<model>/<field path>`` to that model)."""
-    conf = ctx.configuration
-    cfgs = conf.defaults() if baseline else conf.apply(params)
-    return cfgs, served_text(ctx.spec, ctx.info, cfgs[conf.entry], ctx.serving)
-
-
-def file_values(params: dict[str, Any], baseline: bool) -> dict[str, object]:
-    """The ``FILE:KEY`` values the trial writes into its copy of the model directory; none
-    for the baseline, which runs with the model's files as they are."""
-    return {} if baseline else json_knobs.file_values(params)
-
-
-def server_values(params: dict[str, Any], baseline: bool) -> dict[str, object]:
-    """The trial's ``server/<option>`` values; none for the baseline, whose server runs with
-    server.options as the spec gives them."""
-    return {} if baseline else {k: v for k, v in params.items() if server_knob(k)}
 
 
 def run_trial(ctx: StudyContext, trial: optuna.Trial) -> Outcome:
@@ -270,33 +250,12 @@ def default_metrics(study: optuna.Study) -> dict[str, float] | None:
     return None
 
 
-def production_texts(ctx: StudyContext, cfgs: dict[str, ModelConfig]) -> dict[str, str]:
-    """Each model's production config.pbtxt text (what it is deployed with), for a
-    configuration kept model by model (``Configuration.folder_per_model``); nothing for a
-    single model, whose production config is the trial's own."""
-    from tracker.triton.repository import served_configs
-
-    conf = ctx.configuration
-    return {n: model_config.dumps(served_configs(conf.info(n), c, serving=ctx.serving,
-                                                 options=serve_options(ctx.spec))[0])
-            for n, c in cfgs.items() if conf.folder_per_model}
-
-
-def configuration_tags(ctx: StudyContext) -> dict[str, object]:
-    """For a configuration of several models: ``tracker.models`` (every model, load order)
-    and ``tracker.entry_model``; nothing for one model."""
-    conf = ctx.configuration
-    if not conf.folder_per_model:
-        return {}
-    return {tags.MODELS: json.dumps(list(conf.names)), tags.ENTRY_MODEL: conf.entry}
-
-
 def _model_tags(ctx: StudyContext) -> dict[str, object]:
     """The tags that point a trial's run at the study's stored model file (uploaded once per
-    study by the first trial that needs it, study/model_store.py): ``tracker promote`` builds
+    study by the first trial that needs it, session/model_store.py): ``tracker promote`` builds
     the registered model from it and the trial's production config. A failure here is
     reported on the run, not fatal to the trial."""
-    from tracker.study.model_store import CONFIGURATION_DIR, assemble, ensure_stored
+    from tracker.session.model_store import CONFIGURATION_DIR, assemble, ensure_stored
 
     try:
         if ctx.stored_model is None:

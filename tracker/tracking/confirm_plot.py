@@ -15,9 +15,9 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from tracker.confirm import sequence
-from tracker.confirm.stats import Verdict
 from tracker.tracking.plots import save_html, save_png, titled
+from tracker.verdict import anytime as sequence
+from tracker.verdict.stats import Verdict
 
 NAME = "confirm_ratios"
 

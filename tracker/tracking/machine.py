@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from mlflow import MlflowClient
 
 from tracker.measure.host import merge_tags
-from tracker.tracking.runs import _call, set_tags
+from tracker.tracking.runs import mlflow_call, set_tags
 
 
 def record_machine(client: MlflowClient, run_id: str, tags: Mapping[str, str]) -> None:
     """Fold ``tags`` (one worker's machine tags) into run ``run_id``'s."""
-    old = _call("read a run", client.get_run, run_id).data.tags
+    old = mlflow_call("read a run", client.get_run, run_id).data.tags
     changed = merge_tags(old, tags)
     if changed:
         set_tags(client, run_id, changed)

@@ -17,8 +17,8 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tracker.metrics import unit
-from tracker.tracking.rows import EntryNames, TrialRow, fmt
+from tracker.metrics import fmt, unit
+from tracker.tracking.rows import EntryNames, TrialRow
 
 # ---- trials.csv ----------------------------------------------------------------------------
 

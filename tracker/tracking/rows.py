@@ -1,5 +1,5 @@
 """One trial as the report, the plots and promotion see it: :class:`TrialRow`, made from the
-study's trial attributes, :func:`fmt` for its figures, and :func:`entry_names`: what each
+study's trial attributes, and :func:`entry_names`: what each
 entry model's figures are called. Plain data, so the report (report.py) and the plots
 (plots.py) both read it without importing each other."""
 
@@ -9,7 +9,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tracker import metrics
 from tracker.trial_attrs import TrialRecord, shown_params
 
 if TYPE_CHECKING:
@@ -95,8 +94,3 @@ def trial_rows(study: optuna.Study) -> list[TrialRow]:
     return rows
 
 
-def fmt(metric: str, value: float) -> str:
-    """``value`` as a person reads it, with the metric's unit: ``1,234.5 infer/s``."""
-    digits = 1 if abs(value) >= 100 else (2 if abs(value) >= 1 else 3)
-    u = metrics.unit(metric)
-    return f"{value:,.{digits}f}" + (f" {u}" if u else "")

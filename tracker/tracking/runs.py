@@ -96,7 +96,7 @@ def unreachable(text: str) -> str:
     return f"{text[:request.start()]}MLflow at {server} does not answer: {cause[0].strip()}"
 
 
-def _call(what: str, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+def mlflow_call(what: str, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     try:
         return fn(*args, **kwargs)
     except MlflowException as exc:
@@ -120,15 +120,15 @@ class StudyRun:
 
 
 def _experiment_id(client: MlflowClient, name: str) -> str:
-    exp = _call("look up the experiment", client.get_experiment_by_name, name)
+    exp = mlflow_call("look up the experiment", client.get_experiment_by_name, name)
     if exp is not None:
         if exp.lifecycle_stage == "deleted":
-            _call("restore the experiment", client.restore_experiment, exp.experiment_id)
+            mlflow_call("restore the experiment", client.restore_experiment, exp.experiment_id)
         return str(exp.experiment_id)
     try:
         return str(client.create_experiment(name))
     except MlflowException:  # another worker created it meanwhile
-        exp = _call("look up the experiment", client.get_experiment_by_name, name)
+        exp = mlflow_call("look up the experiment", client.get_experiment_by_name, name)
         if exp is None:
             raise
         return str(exp.experiment_id)
@@ -137,7 +137,7 @@ def _experiment_id(client: MlflowClient, name: str) -> str:
 def find_study_runs(client: MlflowClient, experiment_id: str, study_name: str,
                     storage_id: str) -> list[str]:
     """Run ids of the parent runs of this study in the experiment (oldest first)."""
-    runs = _call("search runs", client.search_runs, [experiment_id],
+    runs = mlflow_call("search runs", client.search_runs, [experiment_id],
                  filter_string=(f"tags.`{ROLE}` = 'study' and tags.`{STUDY}` = "
                                 f"'{_quote(study_name)}' and tags.`{STORAGE}` = "
                                 f"'{_quote(storage_id)}'"),
@@ -150,7 +150,7 @@ def _quote(text: str) -> str:
 
 
 def children(client: MlflowClient, experiment_id: str, parent_id: str) -> list[str]:
-    runs = _call("search runs", client.search_runs, [experiment_id],
+    runs = mlflow_call("search runs", client.search_runs, [experiment_id],
                  filter_string=f"tags.`{PARENT_TAG}` = '{parent_id}'", max_results=10000)
     return [r.info.run_id for r in runs]
 
@@ -169,27 +169,27 @@ def open_study_run(*, tracking_uri: str, experiment: str, study_name: str, stora
     run_id = os.environ.get("MLFLOW_RUN_ID") if run_id is None else run_id
     tags = {ROLE: "study", STUDY: study_name, STORAGE: storage_id}
     if run_id:
-        run = _call("find the run from MLFLOW_RUN_ID", client.get_run, run_id)
+        run = mlflow_call("find the run from MLFLOW_RUN_ID", client.get_run, run_id)
         experiment_id = str(run.info.experiment_id)
         if run_name and _AUTO_NAME.match(run.data.tags.get(RUN_NAME_TAG, "") or "-"):
-            _call("name the run", client.update_run, run_id, name=run_name)
+            mlflow_call("name the run", client.update_run, run_id, name=run_name)
     else:
         experiment_id = _experiment_id(client, experiment)
-        run = _call("create the study run", client.create_run, experiment_id,
+        run = mlflow_call("create the study run", client.create_run, experiment_id,
                     run_name=run_name or study_name, tags=tags)
         run_id = run.info.run_id
     logged = run.data.params
     batch_params = [Param(k, _str(v)) for k, v in (params or {}).items() if k not in logged]
-    _call("log the study run", client.log_batch, run_id,
+    mlflow_call("log the study run", client.log_batch, run_id,
           params=batch_params, tags=[RunTag(k, v) for k, v in tags.items()])
     study = StudyRun(client, run_id, experiment_id, study_name)
     for old in find_study_runs(client, experiment_id, study_name, storage_id):
         if old == run_id:
             continue
         for child in children(client, experiment_id, old):
-            _call("move a trial run", client.set_tag, child, PARENT_TAG, run_id)
+            mlflow_call("move a trial run", client.set_tag, child, PARENT_TAG, run_id)
             study.adopted += 1
-        _call("tag an earlier study run", client.set_tag, old, SUPERSEDED_BY, run_id)
+        mlflow_call("tag an earlier study run", client.set_tag, old, SUPERSEDED_BY, run_id)
     return study
 
 
@@ -200,10 +200,10 @@ def start_trial_run(study: StudyRun, number: int, params: Mapping[str, object],
     """A RUNNING child run ``trial-<number>`` with the trial's params (field-path names)."""
     all_tags = {PARENT_TAG: study.run_id, ROLE: "trial", STUDY: study.study_name,
                 TRIAL: str(number), STATE: "RUNNING", **(tags or {})}
-    run = _call("create a trial run", study.client.create_run, study.experiment_id,
+    run = mlflow_call("create a trial run", study.client.create_run, study.experiment_id,
                 run_name=f"trial-{number}", tags=all_tags)
     run_id = str(run.info.run_id)
-    _call("log trial params", study.client.log_batch, run_id,
+    mlflow_call("log trial params", study.client.log_batch, run_id,
           params=[Param(k, _str(v)) for k, v in params.items()])
     return run_id
 
@@ -233,7 +233,7 @@ def log_metrics(client: MlflowClient, run_id: str, metrics: Mapping[str, float],
     now = int(time.time() * 1000)
     batch = [*extra, *(Metric(k, v, now, step) for k, v in _finite(metrics).items())]
     for i in range(0, len(batch), 900):
-        _call("log metrics", client.log_batch, run_id, metrics=batch[i:i + 900])
+        mlflow_call("log metrics", client.log_batch, run_id, metrics=batch[i:i + 900])
 
 
 def log_files(client: MlflowClient, run_id: str, files: Mapping[str, str | bytes | Path]) -> None:
@@ -254,7 +254,7 @@ def log_files(client: MlflowClient, run_id: str, files: Mapping[str, str | bytes
                 else:
                     target.write_text(content)
             target = None  # what fails now is MLflow's copy, which names its paths
-            _call("log artifacts", client.log_artifacts, run_id, tmp)
+            mlflow_call("log artifacts", client.log_artifacts, run_id, tmp)
     except OSError as exc:
         raise storage_error(what, exc, target) from exc
 
@@ -272,7 +272,7 @@ def read_file(client: MlflowClient, run_id: str, path: str) -> bytes:
 
 
 def set_tags(client: MlflowClient, run_id: str, tags: Mapping[str, object]) -> None:
-    _call("tag a run", client.log_batch, run_id,
+    mlflow_call("tag a run", client.log_batch, run_id,
           tags=[RunTag(k, _str(v)) for k, v in tags.items()])
 
 
@@ -287,7 +287,7 @@ def finish_run(client: MlflowClient, run_id: str, status: str, *,
         tags[NOTE_TAG] = note
     if tags:
         set_tags(client, run_id, tags)
-    _call("end a run", client.set_terminated, run_id, status)
+    mlflow_call("end a run", client.set_terminated, run_id, status)
 
 
 def mark_unfinished(client: MlflowClient, run_ids: Iterable[str], status: str = "KILLED") -> int:

@@ -31,7 +31,7 @@ from tracker.redact import (
 from tracker.spec.yaml_loader import compose_yaml, load_yaml
 from tracker.tracking.report import trials_csv
 from tracker.tracking.rows import TrialRow
-from tracker.tracking.runs import _call, log_files, set_tags
+from tracker.tracking.runs import log_files, mlflow_call, set_tags
 
 TABLE_FILE = "trials.json"
 SPEC_FILE = "study.yaml"
@@ -47,7 +47,7 @@ def log_trials_table(client: MlflowClient, run_id: str, rows: Sequence[TrialRow]
 
     frame = pd.read_csv(io.StringIO(trials_csv(rows, objectives)), keep_default_na=False)
     log_files(client, run_id, {TABLE_FILE: frame.to_json(orient="split", index=False)})
-    tags = _call("read the run", client.get_run, run_id).data.tags
+    tags = mlflow_call("read the run", client.get_run, run_id).data.tags
     listed = json.loads(tags.get(LOGGED_ARTIFACTS, "[]"))
     entry = {"path": TABLE_FILE, "type": "table"}
     if entry not in listed:

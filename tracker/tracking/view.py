@@ -30,7 +30,7 @@ from mlflow.exceptions import MlflowException
 
 from tracker.measure.kinds.streaming import Streaming
 from tracker.redact import redact_url
-from tracker.tracking.runs import PARENT_TAG, SUPERSEDED_BY, SWEEP_PREFIX, _call
+from tracker.tracking.runs import PARENT_TAG, SUPERSEDED_BY, SWEEP_PREFIX, mlflow_call
 
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 MAX_VIEW_CHARS = 20_000
@@ -103,7 +103,7 @@ def write_view(client: MlflowClient, experiment_id: str, parent_run_id: str, *, 
         state["compareRunCharts"] = []
         value = json.dumps({"name": name[:200], "createdAt": int(time.time() * 1000),
                             "state": json.dumps(state)})
-    _call("save the study's view", client.set_experiment_tag, experiment_id,
+    mlflow_call("save the study's view", client.set_experiment_tag, experiment_id,
           VIEW_TAG_PREFIX + parent_run_id, value)
     return parent_run_id
 
@@ -111,7 +111,7 @@ def write_view(client: MlflowClient, experiment_id: str, parent_run_id: str, *, 
 def drop_superseded_views(client: MlflowClient, experiment_id: str) -> int:
     """Remove the saved views of parent runs a rerun superseded (their trials moved to the new
     parent, so those views would list nothing); returns how many were removed."""
-    tags = _call("read the experiment", client.get_experiment, experiment_id).tags
+    tags = mlflow_call("read the experiment", client.get_experiment, experiment_id).tags
     dropped = 0
     for key in [k for k in tags if k.startswith(VIEW_TAG_PREFIX)]:
         try:
@@ -119,7 +119,8 @@ def drop_superseded_views(client: MlflowClient, experiment_id: str) -> int:
         except MlflowException:
             continue  # not a study's view (a user's own): leave it
         if run.data.tags.get(SUPERSEDED_BY):
-            _call("remove a superseded view", client.delete_experiment_tag, experiment_id, key)
+            mlflow_call("remove a superseded view", client.delete_experiment_tag,
+                        experiment_id, key)
             dropped += 1
     return dropped
 

@@ -1,4 +1,5 @@
 """Everything about Triton itself: config.pbtxt, model repositories, the client, the servers.
 
-Never imports tracker.search, tracker.tracking, tracker.measure or tracker.study.
+Below measure/ and everything above it (tests/project/test_layers.py, ``TIERS``): it never
+imports the measurement, the search, tracking, the session or the commands.
 """

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tracker.errors import ModelLoadError, ServerError, TrackerError
-from tracker.triton.endpoints import Endpoints as Endpoints  # re-exported
+from tracker.triton.endpoints import Endpoints
 from tracker.triton.statistics import ServerStats, stats_from_proto
 
 if TYPE_CHECKING:

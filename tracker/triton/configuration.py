@@ -140,12 +140,18 @@ class Configuration:
     @property
     def pairing_problem(self) -> str | None:
         """Why two copies of this configuration (the default and a candidate) cannot be served
-        side by side in one server, or None when they can (a single model: its copy is the
-        model under another name)."""
-        if self.single:
-            return None
-        return ("the configuration has several models; their copies' steps are not renamed, "
-                "so one server cannot hold both")
+        side by side in one server, or None when they can: a single model's copy is the model
+        under another name; a pipeline of ensembles is copied model by model, each copy's
+        steps calling its own copies."""
+        if len(self.entries) > 1:
+            return ("several entry models are judged together (weighted_gain against the "
+                    "default's readings at their joint level), and a paired block measures "
+                    "one entry")
+        bls = sorted(self.calls)
+        if bls:
+            return (f"BLS model {bls[0]!r} names the models it calls in its own code, so a "
+                    "copy of it would call the default's models, not its own copies")
+        return None
 
     @property
     def split_steps(self) -> tuple[str, ...]:
@@ -322,6 +328,3 @@ def configuration_of(model: _ModelSection) -> Configuration:
     return load_configuration(Path(model.path), model.names, composing=model.composing,
                               base_config=model.config)
 
-
-def as_configuration(value: ModelInfo | Configuration) -> Configuration:
-    return value if isinstance(value, Configuration) else Configuration.of(value)

@@ -1,5 +1,5 @@
 """Load kinds: the table, and which kinds an entry's load uses. The interface is in
-base.py (what a level is, how a slot issues requests, what it records, which metrics it
+load_kind.py (what a level is, how a slot issues requests, what it records, which metrics it
 adds); a new kind is one module with a :class:`LoadKind` subclass and one entry in
 :data:`KINDS`."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tracker.errors import MeasurementError
-from tracker.measure.kinds.base import LoadKind
 from tracker.measure.kinds.concurrency import Concurrency
+from tracker.measure.kinds.load_kind import LoadKind
 from tracker.measure.kinds.priorities import Priorities
 from tracker.measure.kinds.rate import RequestRate
 from tracker.measure.kinds.sequences import Sequences

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tracker.errors import MeasurementError
-from tracker.measure.kinds.base import Level, LoadKind, Slots, closed_slot
+from tracker.measure.kinds.load_kind import Level, LoadKind, Slots, closed_slot
 
 if TYPE_CHECKING:
     from tracker.spec.sections import LoadSection

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from tracker.errors import MeasurementError
-from tracker.measure.kinds.base import LATENCY, Ints, LoadKind, Payload
+from tracker.measure.kinds.load_kind import LATENCY, Ints, LoadKind, Payload
 from tracker.measure.priorities import level_of
 from tracker.measure.stats import summarize_latencies
 from tracker.metrics import priority_metric

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from tracker.measure.kinds.base import Level, LoadKind, Slots
+from tracker.measure.kinds.load_kind import Level, LoadKind, Slots
 
 if TYPE_CHECKING:
     from tracker.spec.sections import LoadSection

@@ -36,18 +36,21 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from tracker.measure.kinds.base import Ints, Level, LoadKind, Slots
+from tracker.errors import MeasurementError
 from tracker.measure.kinds.concurrency import Concurrency
+from tracker.measure.kinds.load_kind import Ints, Level, LoadKind, Slots
 from tracker.measure.kinds.rate import LATE_NS, RequestRate
 from tracker.measure.sequence_steps import (
     CorrelationIds,
     SequencePlan,
     sequence_plan,
+    sequence_samples,
     with_sequence,
 )
 from tracker.measure.stats import summarize_latencies
 
 if TYPE_CHECKING:
+    from tracker.measure.inputs import Sample
     from tracker.measure.types import Measurement
     from tracker.spec.sections import LoadSection
     from tracker.triton.model_config import ModelConfig
@@ -94,6 +97,14 @@ class Sequences(LoadKind):
         if plan is None:
             return None
         return SequenceRate(plan) if load.request_rate else Sequences(plan)
+
+    def samples(self, config: ModelConfig, load: LoadSection) -> list[Sample] | None:
+        """The sequence steps: a slot's requests are indices into them, in their order."""
+        if load.shared_memory != "none":
+            raise MeasurementError(f"load.shared_memory is {load.shared_memory!r}, but model "
+                                   f"{str(config.name)!r} is stateful: its sequence steps are "
+                                   "sent in the requests (use 'none')")
+        return sequence_samples(config, load)[0]
 
     def for_process(self, index: int) -> LoadKind:
         return type(self)(self.plan, index)

@@ -10,6 +10,7 @@ It cannot set ``instance_group`` or a dynamic batcher: its knobs are the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,18 @@ KNOB_PREFIX = "ensemble_scheduling."
 def steps_of(cfg: ModelConfig) -> list[str]:
     """The model names an ensemble's steps call, in step order, each once."""
     return list(dict.fromkeys(str(s.model_name) for s in cfg.ensemble_scheduling.step))
+
+
+def renamed(cfg: ModelConfig, name: str, names: Mapping[str, str]) -> ModelConfig:
+    """A copy of ``cfg`` named ``name`` whose ensemble steps call ``names[model]`` instead
+    of ``model`` (a step whose model is not in ``names`` keeps it): a pipeline served twice in
+    one server, each copy calling its own steps."""
+    copy = type(cfg)()
+    copy.CopyFrom(cfg)
+    copy.name = name
+    for step in copy.ensemble_scheduling.step:
+        step.model_name = names.get(step.model_name, step.model_name)
+    return copy
 
 
 class EnsembleFormat(DirectoryFormat):

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-    from tracker.triton.client import Endpoints, TritonClient
+    from tracker.triton.client import TritonClient
+    from tracker.triton.endpoints import Endpoints
     from tracker.triton.gpus import GpuSet
     from tracker.triton.repository import TrialRepository
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from tracker.errors import ServerError, ServerStartError
-from tracker.triton.client import Endpoints
+from tracker.triton.endpoints import Endpoints
 from tracker.triton.gpus import GpuSet
 from tracker.triton.server.base import Strategy
 from tracker.triton.server.gpu_sets import docker_gpu_set

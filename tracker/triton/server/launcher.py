@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracker.errors import ModelLoadError, ServerError, ServerStartError
-from tracker.triton.client import Endpoints, TritonClient
+from tracker.triton.client import TritonClient
+from tracker.triton.endpoints import Endpoints
 from tracker.triton.server import live, logs
 from tracker.triton.server.base import Strategy, TritonServer
 from tracker.triton.tls import Security

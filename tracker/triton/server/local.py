@@ -30,7 +30,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 import psutil
 
 from tracker.errors import ServerStartError
-from tracker.triton.client import Endpoints
+from tracker.triton.endpoints import Endpoints
 from tracker.triton.gpus import GpuSet
 from tracker.triton.server import processes, records
 from tracker.triton.server.base import Strategy

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tracker.errors import ModelLoadError, ServerError, ServerStartError
-from tracker.triton.client import Endpoints, TritonClient
+from tracker.triton.client import TritonClient
+from tracker.triton.endpoints import Endpoints
 from tracker.triton.gpus import GpuSet
 from tracker.triton.server.gpu_sets import reported_gpu_set
 from tracker.triton.server.launcher import Launcher

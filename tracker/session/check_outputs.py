@@ -1,6 +1,6 @@
 """The output check of a study: every configuration answers the default's probes as the
 default does before it is measured (docs/output-check.md). The comparison itself is
-tracker/triton/probes.py.
+tracker/session/probes.py.
 
 The default configuration (the baseline trial, always a study's first) answers the probes one
 at a time: those are the reference answers, stored once as ``check/reference.npz`` on the
@@ -42,15 +42,15 @@ from tracker.errors import MeasurementError, SpecError, TrackerError
 from tracker.measure.inputs import input_specs, load_samples, random_samples
 from tracker.measure.sequence_steps import sequence_samples
 from tracker.measure.stream_inputs import samples_for
-from tracker.study.check_stored import (
+from tracker.session import probes
+from tracker.session.check_stored import (
     REFERENCE_ATTR,
     find_reference,
     load_reference,
     store_reference,
 )
+from tracker.session.probes import ProbeSet, Tensors, Tolerance, Verdict
 from tracker.trial_attrs import TrialRecord, shown_params
-from tracker.triton import probes
-from tracker.triton.probes import ProbeSet, Tensors, Tolerance, Verdict
 from tracker.triton.sequence import controls, is_sequence
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from the study alone. The record is JSON (a user attribute); its shape is :class
 
 A record written before the tie margin existed (no ``tie_margin_pct``) is read with the default
 margin; its verdict is recomputed by today's rules, so an old ``no_better`` reads as
-``equivalent`` or ``inconclusive``. The statistics are :mod:`tracker.confirm.stats`; the
-verdict in words, MLflow metrics and tags :mod:`tracker.confirm.words`.
+``equivalent`` or ``inconclusive``. The statistics are :mod:`tracker.verdict.stats`; the
+verdict in words, MLflow metrics and tags :mod:`tracker.verdict.words`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from tracker import tags
-from tracker.confirm import stats as confirm_stats
 from tracker.metrics import RELATIVE
+from tracker.verdict import stats as confirm_stats
 
 if TYPE_CHECKING:
     import optuna

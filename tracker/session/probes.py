@@ -9,7 +9,7 @@ integer, bool and string outputs equal, floating outputs within ``atol + rtol * 
 :func:`dumps`/:func:`loads` store a probe set as one ``.npz`` (no pickles), the artifact that
 a resumed or scaled-out study and a deployment compare against.
 
-Only this module knows the comparison; the study (study/check_outputs.py) and the deployment
+Only this module knows the comparison; the study (session/check_outputs.py) and the deployment
 (deploy/) call it. A stateful model's probe is a whole sequence (:func:`send_sequence`): its
 inputs are the steps stacked on a first axis, each step sent as one request under the probe's
 own correlation ID (start flag on the first, end flag on the last), and its answer is the

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tracker.errors import MeasurementError, SpecError
-from tracker.spec import StudySpec
-from tracker.study.check_outputs import (
+from tracker.session import probes
+from tracker.session.check_outputs import (
     answers_of,
     is_decoupled,
     make_probes,
@@ -25,11 +25,11 @@ from tracker.study.check_outputs import (
     tolerance,
     unchecked_reason,
 )
-from tracker.study.measured import resolve_serving, serve_options
-from tracker.study.session import Session
-from tracker.triton import probes
+from tracker.session.context import Session
+from tracker.session.measured import resolve_serving, serve_options
+from tracker.session.probes import ProbeSet, Tolerance
+from tracker.spec import StudySpec
 from tracker.triton.configuration import Configuration
-from tracker.triton.probes import ProbeSet, Tolerance
 from tracker.triton.repository import TrialRepository, write_configuration
 
 if TYPE_CHECKING:

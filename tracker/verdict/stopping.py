@@ -1,7 +1,7 @@
 """When the confirmation stops: decided, the most rounds asked for, nothing left, or the budget.
 
 Before each round (a pair, in the paired design) :func:`next_step` reads the stored record
-(:mod:`tracker.confirm.record`) and says which configurations to measure in it, or why to stop.
+(:mod:`tracker.verdict.record`) and says which configurations to measure in it, or why to stop.
 The budget (``confirm.budget_s``; by default a third of the search's trials' time) stops the
 rounds when another would not fit, with two exceptions for the paired design, whose pairs are
 short:
@@ -12,7 +12,7 @@ short:
 - with the default budget, a short study's confirmation may go on up to :data:`FLOOR_S` seconds
   of measuring, but only while the pairs' own spread says a decision is in reach within it,
   their mean taken :data:`LEAN` standard errors nearer a decision than its estimate
-  (:func:`tracker.confirm.stats.more_rounds`): a 3-trial study of a fast model has a budget of a
+  (:func:`tracker.verdict.stats.more_rounds`): a 3-trial study of a fast model has a budget of a
   few seconds, a long study's third is above the floor and is never raised.
 
 Pure: reads the record, measures nothing.
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tracker.confirm import record as confirmed
-from tracker.confirm import stats as confirm_stats
-from tracker.confirm.record import Record
+from tracker.verdict import record as confirmed
+from tracker.verdict import stats as confirm_stats
+from tracker.verdict.record import Record
 
 #: the paired design: the pairs no budget stops before
 PAIRED_MIN = 6

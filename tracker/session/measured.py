@@ -1,6 +1,6 @@
 """One measurement of one configuration: repository -> server -> sweep -> level -> artifacts.
 
-A trial (trial.py), ``tracker profile`` (profile.py) and any later re-measurement of a known
+A trial (study/trial.py), ``tracker profile`` (profile.py) and any later re-measurement of a known
 configuration go through :func:`measure_configuration`; what differs between them is only
 what they do with the :class:`ConfigMeasurement` (tell Optuna, log a run, compare).
 
@@ -30,10 +30,10 @@ from tracker.metrics import load_levels_from
 from tracker.redact import redact_text
 from tracker.search.objective import LevelChoice, pick_best_level
 from tracker.serving import Serving, serving_choices
-from tracker.study import joint
+from tracker.session import joint
 from tracker.tracking import runs
 from tracker.triton import model_config
-from tracker.triton.configuration import Configuration, as_configuration
+from tracker.triton.configuration import Configuration
 from tracker.triton.formats import ServeOptions, format_of, json_knobs
 from tracker.triton.repository import TrialRepository, served_configs, write_configuration
 from tracker.triton.server.logs import error_messages
@@ -150,22 +150,21 @@ def with_log_errors(err: TrackerError, log: str) -> TrackerError:
 
 
 def resolve_serving(spec: StudySpec, server: TritonServer,
-                    info: ModelInfo | Configuration | None = None) -> Serving | None:
+                    conf: Configuration | None = None) -> Serving | None:
     """How this server serves the spec's ONNX models: ``onnxruntime`` (its onnxruntime
     backend) or ``python`` (the onnxruntime shim); ``server.serving: auto`` asks the server.
     None when no model is ONNX (each served by the backend its config names)."""
-    if info is not None and all(m.format != "onnx" for m in as_configuration(info).models):
+    if conf is not None and all(m.format != "onnx" for m in conf.models):
         return None
     return serving_choices(spec.server.serving,
                            lambda: server.has_backend("onnxruntime"))[0]
 
 
-def unservable(spec: StudySpec, info: ModelInfo | Configuration,
+def unservable(spec: StudySpec, conf: Configuration,
                server: TritonServer) -> str | None:
     """Why ``server`` cannot serve a model of the configuration (it lacks the backend the
     model needs), naming the launch modes that can; None when it can (or cannot tell before
     it starts). Ensembles need no backend (Triton's core schedules them)."""
-    conf = as_configuration(info)
     serving = resolve_serving(spec, server, conf)
     if not MODES[spec.server.mode].knows_backends:
         return None  # someone else's server: its load says so
@@ -213,10 +212,10 @@ def _lacks(spec: StudySpec, info: ModelInfo, needed: str, server: TritonServer) 
             "server.mode: remote (a Triton that has the backend)")
 
 
-def check_servable(spec: StudySpec, info: ModelInfo | Configuration,
+def check_servable(spec: StudySpec, conf: Configuration,
                    server: TritonServer) -> None:
     """ModelError from :func:`unservable` or the server's own checks (before any start)."""
-    why = server_problem(spec.server, spec.search.space, server) or unservable(spec, info, server)
+    why = server_problem(spec.server, spec.search.space, server) or unservable(spec, conf, server)
     if why is not None:
         raise ModelError(why)
 
@@ -256,12 +255,11 @@ def _each(on_level: Callable[[Measurement], None]) -> Callable[[SweepLevel], Non
     return each
 
 
-def _write(spec: StudySpec, conf: Configuration, cfg: ModelConfig | Mapping[str, ModelConfig],
+def _write(spec: StudySpec, conf: Configuration, cfgs: Mapping[str, ModelConfig],
            workdir: Path, serving: Serving | None,
            files: Mapping[str, object] | None) -> TrialRepository:
     """The trial's model repository: every model of the configuration, served by
     ``serving``, with its ``FILE:KEY`` values."""
-    cfgs = {conf.entry: cfg} if isinstance(cfg, model_config.ModelConfig) else dict(cfg)
     try:
         return write_configuration(workdir, {n: conf.info(n) for n in cfgs}, cfgs, conf.entry,
                                    serving=serving, options=serve_options(spec), files=files,
@@ -287,8 +285,8 @@ def _serve(server: TritonServer, repo: TrialRepository, mark: int,
                            server.log_text()[mark:]) from err
 
 
-def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
-                          server: TritonServer, cfg: ModelConfig | Mapping[str, ModelConfig],
+def measure_configuration(spec: StudySpec, conf: Configuration,
+                          server: TritonServer, cfgs: Mapping[str, ModelConfig],
                           workdir: Path, *,
                           serving: Serving | None = None,
                           levels: Sequence[float] | None = None,
@@ -303,15 +301,14 @@ def measure_configuration(spec: StudySpec, info: ModelInfo | Configuration,
                           server_values: Mapping[str, object] | None = None,
                           check: Check | None = None,
                           ) -> ConfigMeasurement:
-    """Measure ``cfg`` (``info``'s model's config, or every model's by name) on ``server``:
+    """Measure ``cfgs`` (every model's config of ``conf``, by name) on ``server``:
     write the repository into ``workdir`` (removed on failure), serve it, pass ``check`` (the
     output check), sweep every entry model at once at ``levels`` (None: the spec's;
     ``model_levels``: an entry's own; ``plan``: search/sweep_plan.py), choose the level by the
     objectives and constraints (``weighted_gain`` against ``reference``, the default's logged
     metrics). ``monitors_factory(server)``: the monitors (default: process tree, metrics,
     NVML); ``files``: the ``FILE:KEY`` values. Raises :class:`ConfigFailed`."""
-    conf = as_configuration(info)
-    repo = _write(spec, conf, cfg, workdir, serving or resolve_serving(spec, server, conf),
+    repo = _write(spec, conf, cfgs, workdir, serving or resolve_serving(spec, server, conf),
                   files)
     try:
         text = repo.served_config_path.read_text()

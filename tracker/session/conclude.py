@@ -25,20 +25,20 @@ from mlflow.entities import Param
 from mlflow.exceptions import MlflowException
 
 from tracker import tags
-from tracker.confirm import record as confirmed
-from tracker.confirm import stats as confirm_stats
-from tracker.confirm import words
 from tracker.errors import TrackingError
 from tracker.metrics import RELATIVE
-from tracker.study import check_outputs
-from tracker.study.measured import serve_options
-from tracker.study.session import StudyContext
-from tracker.study.trial import configs, production_texts
+from tracker.session import check_outputs
+from tracker.session.context import StudyContext
+from tracker.session.measured import serve_options
+from tracker.session.values import configs, production_texts
 from tracker.tracking import confirm_plot, runs, steps_plot, stream_plots, study_record, view
 from tracker.tracking.report import best_row, improvement_pct, summary, write_report
 from tracker.tracking.rows import ENTRY_NAMES_ATTR, TrialRow, entry_names, trial_rows
 from tracker.triton import model_config
 from tracker.triton.repository import served_configs
+from tracker.verdict import record as confirmed
+from tracker.verdict import stats as confirm_stats
+from tracker.verdict import words
 
 
 @dataclass(frozen=True)

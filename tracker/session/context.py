@@ -31,10 +31,9 @@ import mlflow
 import optuna
 from mlflow import MlflowClient
 
-from tracker.errors import SpecError
 from tracker.search.optuna_study import default_storage
 from tracker.spec import StudySpec, ensure_model, load_spec, parse_spec
-from tracker.triton.autocomplete import complete, space_problems, to_complete
+from tracker.triton.autocomplete import complete, to_complete
 from tracker.triton.configuration import Configuration, configuration_of
 from tracker.triton.model_config import ModelInfo
 from tracker.triton.server.modes import make_server
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
 
     from tracker.measure.types import LoadClient
     from tracker.serving import Serving
-    from tracker.study.progress import Progress
+    from tracker.session.progress import Progress
     from tracker.tracking import runs
     from tracker.tracking.model_files import StoredModel
     from tracker.triton.server.base import TritonServer
@@ -275,19 +274,3 @@ class StudyContext:
     @property
     def workdir(self) -> Path:
         return self.session.workdir
-
-
-def check_study(spec: StudySpec, conf: Configuration, server: TritonServer) -> str:
-    """What ``tracker check`` checks, and ``tracker tune`` before anything is measured: the
-    spec against the model (knobs, input data, streaming), then whether ``server`` (not
-    started) can serve it. SpecError or ModelError (the CLI prints it and exits 1); else the
-    study in words, as ``tracker check`` prints it."""
-    from tracker.search.summary import check
-    from tracker.study.measured import check_servable  # measured.py: one measured config
-
-    refused = space_problems(spec.search.space, conf)
-    if refused:
-        raise SpecError(refused)
-    text = check(spec, conf)
-    check_servable(spec, conf, server)
-    return text

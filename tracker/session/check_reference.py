@@ -1,6 +1,6 @@
 """The output check outside a study's trials: ``tracker profile`` and the confirmation
 (``tracker confirm``, and a study's own) check a configuration before they measure it, as a
-trial is checked (study/check_outputs.py, docs/output-check.md).
+trial is checked (session/check_outputs.py, docs/output-check.md).
 
 The reference is the study's (``check/reference.npz`` on its parent run, named by the study's
 ``tracker.check_reference_run``) when there is one; else, for ``tracker profile``, the
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 import optuna
 
 from tracker.search.storage import make_storage
-from tracker.study.check_default import serve_default
-from tracker.study.check_outputs import (
+from tracker.session.check_default import serve_default
+from tracker.session.check_outputs import (
     MAX_DIFF,
     PASSED,
     OutputsDiffer,
@@ -32,15 +32,15 @@ from tracker.study.check_outputs import (
     unchecked_reason,
     warm_up,
 )
-from tracker.study.check_stored import REFERENCE_ATTR, load_reference
+from tracker.session.check_stored import REFERENCE_ATTR, load_reference
+from tracker.session.probes import ProbeSet, Tolerance, Verdict
 from tracker.triton.model_config import split_params
-from tracker.triton.probes import ProbeSet, Tolerance, Verdict
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
+    from tracker.session.context import Session
     from tracker.spec import StudySpec
-    from tracker.study.session import Session
     from tracker.triton.model_config import ModelConfig
     from tracker.triton.server.base import TritonServer
 

@@ -23,9 +23,9 @@ from tracker.errors import ModelError, TrackerError
 from tracker.measure.host import machine_tags
 from tracker.measure.types import LoadClient, Measurement
 from tracker.search.objective import LevelChoice
-from tracker.study.check_reference import profile_check
-from tracker.study.measured import ConfigFailed, levels_for, measure_configuration
-from tracker.study.session import Session, TuneOptions, shielded
+from tracker.session.check_reference import profile_check
+from tracker.session.context import Session, TuneOptions, shielded
+from tracker.session.measured import ConfigFailed, levels_for, measure_configuration
 from tracker.tracking import launcher, runs
 from tracker.triton import model_config
 from tracker.triton.formats import json_knobs

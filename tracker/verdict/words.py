@@ -7,8 +7,9 @@ import math
 from collections.abc import Mapping
 
 from tracker import tags
-from tracker.confirm import stats as confirm_stats
-from tracker.confirm.record import (
+from tracker.metrics import BETTER, RELATIVE, fmt
+from tracker.verdict import stats as confirm_stats
+from tracker.verdict.record import (
     LATENCY,
     PAIRS_PER_ROUND,
     VERDICT_TAG,
@@ -16,8 +17,6 @@ from tracker.confirm.record import (
     candidates,
     trial_of,
 )
-from tracker.metrics import BETTER, RELATIVE
-from tracker.tracking.rows import fmt
 
 
 def _num(x: float) -> str:

@@ -1,12 +1,12 @@
 """The statistics of a confirmation: per-configuration intervals, paired improvements, the verdict.
 
-Pure functions on plain numbers (no I/O; imports only :mod:`tracker.confirm.sequence`), so the
+Pure functions on plain numbers (no I/O; imports only :mod:`tracker.verdict.anytime`), so the
 rules can be tested with known data and read in one place. docs/tuning.md explains them.
 
 Input: for each configuration, one value per round of the first objective (``None`` where that
 round's measurement failed), and the default configuration's values in the same rounds.
 
-- **Every interval is anytime-valid** (:mod:`tracker.confirm.sequence`): the confirmation looks
+- **Every interval is anytime-valid** (:mod:`tracker.verdict.anytime`): the confirmation looks
   after every round and stops when the figures decide, so a fixed-sample interval would
   exclude the truth far more often than its 5%. These 95% intervals hold at every round at
   once.
@@ -41,7 +41,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-import tracker.confirm.sequence as seq
+import tracker.verdict.anytime as seq
 
 #: the outcomes (``tracker.verdict``); ``no_better`` is what records before them say
 BETTER, TIED, EQUIVALENT, INCONCLUSIVE = "better", "tied", "equivalent", "inconclusive"
@@ -88,7 +88,7 @@ class Interval:
 def mean_interval(values: Sequence[float]) -> tuple[float, float, float]:
     """(mean, low, high): the fixed-sample t-interval of the mean, valid only when the number of
     values was fixed in advance (the benchmark's reference measurement); a single value has a
-    zero-width one. The confirmation uses :func:`tracker.confirm.sequence.interval`."""
+    zero-width one. The confirmation uses :func:`tracker.verdict.anytime.interval`."""
     if not values:
         raise ValueError("no values")
     mean = statistics.fmean(values)

@@ -1,5 +1,5 @@
 """The study's reference answers, stored once: the default configuration's answers to the
-output check's probes (study/check_outputs.py), as ``check/reference.npz`` on the parent run,
+output check's probes (session/check_outputs.py), as ``check/reference.npz`` on the parent run,
 named by the study's user attribute ``tracker.check_reference_run``, so a resumed study or
 another worker compares against the same answers."""
 
@@ -12,10 +12,10 @@ from optuna.storages import fail_stale_trials
 from optuna.trial import TrialState
 
 from tracker import tags
+from tracker.session import probes
+from tracker.session.probes import ProbeSet, Tolerance
 from tracker.tracking import runs
 from tracker.trial_attrs import TrialRecord
-from tracker.triton import probes
-from tracker.triton.probes import ProbeSet, Tolerance
 
 if TYPE_CHECKING:
     import optuna

@@ -1,6 +1,6 @@
 """The interface of a load kind: how one entry model's load is shaped.
 
-A load kind answers four questions, and the sweep, the level runner, the windows, the CSV, the
+A load kind answers five questions, and the sweep, the level runner, the windows, the CSV, the
 report and the level plan ask only these:
 
 1. **What a level is** (``level_key``, :meth:`LoadKind.levels`, :meth:`LoadKind.split`): the
@@ -20,7 +20,10 @@ report and the level plan ask only these:
    latency and those values, or :meth:`LoadKind.tag` reads them off the request that was
    sent (its priority level). The call itself is the transport's; ``caller_options`` are the
    keywords the kind needs of it (a gRPC stream per request).
-4. **Which metrics it adds** (``metrics``, :meth:`LoadKind.add_metrics`): the catalog names
+4. **What it sends** (:meth:`LoadKind.samples`): a kind that builds its own requests (a
+   sequence's steps, which the load's repeats and reordering would break) returns them; the
+   others leave the entry's inputs (tracker/measure/inputs.py) to the load section.
+5. **Which metrics it adds** (``metrics``, :meth:`LoadKind.add_metrics`): the catalog names
    (tracker/metrics.py) it fills on a :class:`~tracker.measure.types.Measurement` from the
    pooled ``fields`` of the level's last windows (and their latencies, under
    :data:`LATENCY`): its named fields (``ttft_p99_ms``), or, for a figure the Measurement
@@ -51,6 +54,7 @@ import numpy.typing as npt
 from tracker.errors import MeasurementError
 
 if TYPE_CHECKING:
+    from tracker.measure.inputs import Sample
     from tracker.measure.types import Measurement
     from tracker.spec.sections import LoadSection
     from tracker.triton.model_config import ModelConfig
@@ -152,6 +156,12 @@ class LoadKind:
     def tag(self, payload: Payload) -> tuple[int, ...] | None:
         """A value per ``fields`` read off the request that was sent, for a kind whose figures
         depend on what it sent rather than on the answer; None: ``record`` gives them."""
+        return None
+
+    def samples(self, config: ModelConfig, load: LoadSection) -> list[Sample] | None:
+        """The samples this kind's requests are built from, in an order the load must keep
+        (no repeats, no reordering); None: the load's own inputs. MeasurementError when the
+        load asks for what this kind's requests cannot carry."""
         return None
 
     def add_metrics(self, m: Measurement, fields: Mapping[str, Ints]) -> None:

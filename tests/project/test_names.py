@@ -1,0 +1,49 @@
+"""Names that explain themselves: no module file name is shared by more than two files of the
+package, and no module imports another module's private (``_underscore``) name. Each checker
+is shown to fail on a planted case."""
+
+from __future__ import annotations
+
+import ast
+from collections import Counter
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[2] / "tracker"
+MAX_SAME_NAME = 2
+
+
+def shared_names(root: Path = PKG, limit: int = MAX_SAME_NAME) -> dict[str, int]:
+    """File name -> how many modules carry it, for names used by more than ``limit``."""
+    counts = Counter(p.name for p in root.rglob("*.py") if p.name != "__init__.py")
+    return {name: n for name, n in sorted(counts.items()) if n > limit}
+
+
+def private_imports(root: Path = PKG) -> list[str]:
+    """``module: name`` for every ``from tracker.x import _name`` in the package (a name
+    imported across modules is part of their contract, so it is public)."""
+    out: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module \
+                    and node.module.split(".")[0] == root.name:
+                out += [f"{path.relative_to(root).as_posix()}: {node.module}.{a.name}"
+                        for a in node.names if a.name.startswith("_")]
+    return out
+
+
+def test_no_module_name_is_used_by_more_than_two_files() -> None:
+    assert shared_names() == {}
+
+
+def test_no_private_name_is_imported_across_modules() -> None:
+    assert private_imports() == []
+
+
+def test_the_checkers_see_a_planted_case(tmp_path: Path) -> None:
+    pkg = tmp_path / "tracker"
+    for sub in ("a", "b", "c"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "stats.py").write_text("")
+    (pkg / "a" / "user.py").write_text("from tracker.b.stats import _secret, public\n")
+    assert shared_names(pkg) == {"stats.py": 3}
+    assert private_imports(pkg) == ["a/user.py: tracker.b.stats._secret"]
