@@ -22,7 +22,8 @@ def _yaml_block(page: str) -> str:
 
 # -- the confirmation's paired design -------------------------------------------------------
 def test_the_paired_design_as_the_code_runs_it() -> None:
-    from tracker.confirm import paired, record, stopping
+    from tracker.confirm import paired
+    from tracker.verdict import record, stopping
 
     stated = {
         f"loaded again every {paired.RELOAD_PAIRS} pairs": True,
