@@ -96,7 +96,10 @@ def infer_version(client: ControlClient, name: str, config: ModelConfig, *,
                   arrays: Mapping[str, Array] | None = None) -> dict[str, Array]:
     """One inference on ``name`` (``version``, or the newest ready one when None) with
     ``arrays`` (random example inputs when None); every declared output comes back. A
-    stateful model gets it as a whole sequence of one request (a fresh ID, start and end).
+    stateful model gets it as a whole sequence of one request (a fresh ID, start and end). A
+    decoupled model gets it over a gRPC stream, and each output is its responses' values
+    stacked on a first axis, in order (a model that streams one token per response answers
+    its tokens).
 
     Raises :class:`ServerError` with Triton's message when the request or an output fails.
     """
@@ -105,8 +108,13 @@ def infer_version(client: ControlClient, name: str, config: ModelConfig, *,
     types = {i.name: DTYPES[model_config_pb2.DataType.Name(i.data_type)][0]
              for i in config.input}
     tensors = {inp_name: (types[inp_name], array) for inp_name, array in arrays.items()}
-    return client.infer_tensors(name, tensors, version=version,
-                                outputs=[o.name for o in config.output],
+    outputs = [o.name for o in config.output]
+    if config.model_transaction_policy.decoupled and not sequence.is_sequence(config):
+        from tracker.triton.stream_probe import joined
+
+        return joined(client.stream_tensors(name, tensors, version=version, outputs=outputs),
+                      outputs)
+    return client.infer_tensors(name, tensors, version=version, outputs=outputs,
                                 sequence_id=sequence.one_step_id(config))
 
 

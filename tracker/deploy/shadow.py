@@ -1,9 +1,11 @@
 """The candidate checked where no client reaches it: every model of the new version is loaded
 in the serving Triton under a shadow name (``<model>.candidate``), an ensemble's steps
-pointing at the shadows of its composing models, and checked there: READY, one inference
-per entry (when its inputs are numbers), and the study's output check
-(:mod:`tracker.deploy.verify`). Clients call the served names, so until the switch the
-version that served before answers every request.
+pointing at the shadows of its composing models, and checked there: READY, one request per
+entry (when its inputs are numbers; streamed to a decoupled model, a whole sequence to a
+stateful one: :mod:`tracker.deploy.check_request`), and the study's output check
+(:mod:`tracker.deploy.verify`, on the first entry, whose probes the study made; a decoupled
+model's probes stream, a stateful model's are whole sequences). Clients call the served
+names, so until the switch the version that served before answers every request.
 
 One exception: a model that a BLS entry calls from its code (a composing model no ensemble
 step of the configuration names) is called by its own name, which the shadow cannot change;
@@ -70,9 +72,14 @@ def _numeric_inputs(cfg: ModelConfig) -> bool:
 
 
 def check(pub: Publisher, plan: list[Model], version: int, journal: Journal,
-          beside: Callable[[Model], None], output_check: Check | None) -> None:
+          beside: Callable[[Model], None], output_check: Check | None,
+          first: str | None = None) -> None:
     """Load the shadows (``beside`` loads a model called by name under its own name), check
-    them, and remove them. Raises :class:`~tracker.deploy.steps.StepFailed`."""
+    them, and remove them. Each entry gets the check's request (one inference, a streamed
+    one for a decoupled model, a whole sequence for a stateful one:
+    :mod:`tracker.deploy.check_request`); ``output_check`` asks ``first`` (the first entry,
+    served as the deployment's name: the one the study's probes were made for; default the
+    first entry in ``plan``). Raises :class:`~tracker.deploy.steps.StepFailed`."""
     by_name = called_by_name(plan)
     shadows = {m.name: shadow_name(m.name) for m in plan if m.name not in by_name}
     try:
@@ -85,9 +92,9 @@ def check(pub: Publisher, plan: list[Model], version: int, journal: Journal,
             assert model.served is not None
             if model.entry and model.name in shadows and _numeric_inputs(model.served):
                 steps.check_inference(pub.client, shadows[model.name], version, model.served)
-        first = next(m for m in plan if m.entry)
+        checked = first or next(m.name for m in plan if m.entry)
         if output_check is not None:
-            output_check(pub.client, shadows.get(first.name, first.name), version)
+            output_check(pub.client, shadows.get(checked, checked), version)
     finally:
         with guard.shielded():
             remove(pub, plan, journal)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from tracker.deploy.inference import infer_version
+from tracker.deploy import check_request
 from tracker.errors import ServerError
 from tracker.tracking.flavor import model_digest
 from tracker.triton import model_config
@@ -145,8 +145,10 @@ def wait_ready(client: ControlClient, name: str, version: int, timeout_s: float,
 
 def check_inference(client: ControlClient, name: str, version: int,
                     served: ModelConfig) -> None:
-    """One inference with random inputs shaped after ``served``, sent to ``version``."""
+    """The check's request to ``version`` with random inputs shaped after ``served``, sent as
+    the model takes requests: one inference, one streamed inference (a decoupled model) or
+    a whole sequence under a new correlation ID (a stateful model; :mod:`check_request`)."""
     try:
-        infer_version(client, name, served, version=version)
+        check_request.send(client, name, version, served)
     except ServerError as exc:
-        raise StepFailed("checking one inference", exc.reason) from exc
+        raise StepFailed(check_request.what_is_sent(served), exc.reason) from exc

@@ -11,8 +11,9 @@ version N:
 1. the journal (:mod:`tracker.deploy.journal`) is written: from here on, an exception, a
    signal or a ``kill -9`` ends in every model as it was;
 2. the check, where no client reaches it (:mod:`tracker.deploy.shadow`): every model is loaded
-   under its shadow name and must be READY, each entry answers one inference (when its
-   inputs are numbers) and the study's output check; the shadows are then removed. Until
+   under its shadow name and must be READY, each entry answers one request (when its
+   inputs are numbers; streamed to a decoupled model, a whole sequence to a stateful one)
+   and the first entry the study's output check; the shadows are then removed. Until
    here the serving repository folders are untouched;
 3. the switch, in load order (composing models first, the entries last): each model's
    version folder is put in place (a version folder is complete or absent; a folder of the
@@ -158,7 +159,7 @@ def _switch(pub: Publisher, name: str, version: int, models: list[Model],
     as it was and :class:`DeployError` (or the signal, raised again)."""
     try:
         shadow.check(pub, models, version, journal,
-                     lambda m: _stage_and_load(pub, m, version, journal), check)
+                     lambda m: _stage_and_load(pub, m, version, journal), check, first=name)
         for model in models:
             if not model.undo.touched:
                 _stage_and_load(pub, model, version, journal)

@@ -26,10 +26,14 @@ FINAL = "triton_final_response"
 
 def stream_tensors(endpoints: Endpoints, name: str, tensors: Mapping[str, tuple[str, Array]],
                    *, version: int | None = None, outputs: Sequence[str] = (),
-                   timeout_s: float = 30.0) -> list[dict[str, Array]]:
+                   timeout_s: float = 30.0, sequence_id: int | str = 0,
+                   sequence_start: bool = False,
+                   sequence_end: bool = False) -> list[dict[str, Array]]:
     """Send ``tensors`` to decoupled model ``name`` over gRPC and read its stream to the
-    end: each response's ``outputs`` by name. ServerError with Triton's message when the
-    request or a response fails, or the stream does not end within ``timeout_s``."""
+    end: each response's ``outputs`` by name. ``sequence_id`` (a stateful model): the
+    request is a step of that sequence, with the start/end flags given. ServerError with
+    Triton's message when the request or a response fails, or the stream does not end within
+    ``timeout_s``."""
     import tritonclient.grpc as grpcclient
 
     got: queue.Queue[tuple[Any, Any]] = queue.Queue()
@@ -47,7 +51,8 @@ def stream_tensors(endpoints: Endpoints, name: str, tensors: Mapping[str, tuple[
             client.async_stream_infer(
                 name, inputs, model_version="" if version is None else str(version),
                 outputs=[grpcclient.InferRequestedOutput(o) for o in outputs] or None,
-                enable_empty_final_response=True)
+                enable_empty_final_response=True, sequence_id=sequence_id,
+                sequence_start=sequence_start, sequence_end=sequence_end)
         except Exception as exc:  # InferenceServerException, grpc.RpcError, OSError, ...
             raise ServerError(f"streaming inference on {name!r} failed: {exc}") from exc
         return _read(got, name, outputs, time.monotonic() + timeout_s, timeout_s)

@@ -1,0 +1,281 @@
+"""The deploy check of the model kinds whose requests are not one unary inference, each taken
+through a real study (`tracker tune`, one trial, short windows), `tracker promote` and the
+deployment to a serving Triton (one for the module), real MLflow and Optuna sqlite stores:
+
+- a decoupled (streaming) model alone: its check request and the study's probes go over a
+  gRPC stream (``ModelInfer`` refuses decoupled models), its served version streams; a
+  version whose stream differs from the study's is refused, the first keeps serving;
+- a decoupled model among two entry models: the same, the other entry checked with a unary
+  request;
+- a stateful model written as Triton's own ``sequence_py`` is (qa/python_models): it keeps
+  every sequence's state for its lifetime, refuses a start for an ID it holds and a step
+  without a start for an ID it does not; its check is whole sequences, START on the first
+  step, END on the last, under IDs that are new on the server.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from tests.support.deploy import module_server as module_server  # the fixtures, re-exported
+from tests.support.deploy import shared_serving as shared_serving
+from tracker import tags
+from tracker.cli import cli
+from tracker.deploy import check_request, service, verify
+from tracker.deploy.settings import resolve_settings
+from tracker.errors import DeployError
+from tracker.measure.sequence_steps import run_sequence
+from tracker.session import probes
+from tracker.tracking import flavor, registry, runs
+from tracker.triton import model_config
+from tracker.triton.server.local import LocalTritonServer
+from tracker.triton.stream_probe import stream_tensors
+
+STREAMER = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for r in requests:
+            sender = r.get_response_sender()
+            prompt = pb_utils.get_input_tensor_by_name(r, "PROMPT").as_numpy()
+            n = int(pb_utils.get_input_tensor_by_name(r, "MAX_TOKENS").as_numpy().ravel()[0])
+            for i in range(n):
+                token = np.array([int(prompt.sum()) + i @SHIFT@], dtype=np.int32)
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("TOKEN", token)]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+STREAMER_CONFIG = """name: "@NAME@"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+instance_group [{ count: 1 kind: KIND_CPU }]
+input [{ name: "PROMPT" data_type: TYPE_INT32 dims: [-1] },
+       { name: "MAX_TOKENS" data_type: TYPE_INT32 dims: [1] }]
+output [{ name: "TOKEN" data_type: TYPE_INT32 dims: [1] }]
+"""
+ECHO = """
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse(
+            [pb_utils.Tensor("Y", pb_utils.get_input_tensor_by_name(r, "X").as_numpy())])
+            for r in requests]
+"""
+ECHO_CONFIG = """name: "@NAME@"
+backend: "python"
+max_batch_size: 0
+instance_group [{ count: 1 kind: KIND_CPU }]
+input [{ name: "X" data_type: TYPE_FP32 dims: [4] }]
+output [{ name: "Y" data_type: TYPE_FP32 dims: [4] }]
+"""
+# Triton's qa/python_models/sequence_py, written again: the state of every sequence is kept
+# for the model's lifetime (never dropped at END), so an ID is good for one sequence only; a
+# request flagged START alone starts one, any other (START and END together too) continues one
+COUNTER = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.sequences = {}
+
+    def execute(self, requests):
+        responses = []
+        for r in requests:
+            sid, flags = r.correlation_id(), r.flags()
+            x = int(pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy().ravel()[0])
+            if flags == pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:
+                if sid in self.sequences:
+                    raise pb_utils.TritonModelException(
+                        "Can't start a new sequence with existing ID")
+                self.sequences[sid] = 0
+            elif sid not in self.sequences:
+                raise pb_utils.TritonModelException(
+                    "Need START flag for a sequence ID that doesn't already exist.")
+            self.sequences[sid] += x
+            out = np.array([self.sequences[sid]], dtype=np.int32)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)]))
+        return responses
+"""
+COUNTER_CONFIG = """name: "counter"
+backend: "python"
+max_batch_size: 0
+sequence_batching { max_sequence_idle_microseconds: 10000000 }
+instance_group [{ count: 1 kind: KIND_CPU }]
+input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [1] }]
+output [{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [1] }]
+"""
+PROMPT = np.arange(5, dtype=np.int32)  # tokens 10, 11, 12 for MAX_TOKENS 3
+
+
+def _model(repo: Path, name: str, code: str, config: str) -> Path:
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "1" / "model.py").write_text(code)
+    (repo / name / "config.pbtxt").write_text(config.replace("@NAME@", name))
+    return repo / name
+
+
+def _spec(tmp: Path, uri: str, model: dict[str, Any], load: dict[str, Any],
+          space: dict[str, Any], registered: str) -> Path:
+    spec = tmp / "study.yaml"
+    spec.write_text(yaml.safe_dump({
+        "model": model,
+        "load": {"concurrency": [1], "window_ms": 300, "max_tries": 4, "warmup_requests": 3,
+                 "stability_pct": 50, **load},
+        "search": {"sampler": "grid", "n_trials": 1, "seed": 1, "sweep": "full",
+                   "storage": f"sqlite:///{tmp / 'optuna.db'}", "space": space},
+        "confirm": {"enabled": False},
+        "mlflow": {"tracking_uri": uri, "registered_model": registered},
+    }, sort_keys=False))
+    return spec
+
+
+def _prompts(tmp: Path) -> Path:
+    path = tmp / "prompts.json"
+    path.write_text(json.dumps({"data": [
+        {"PROMPT": {"content": list(range(n)), "shape": [n]}, "MAX_TOKENS": [k]}
+        for n, k in ((4, 3), (7, 2))]}))
+    return path
+
+
+def _tune_and_promote(spec: Path) -> str:
+    runner = CliRunner()
+    tuned = runner.invoke(cli, ["tune", str(spec), "--no-bar"])
+    assert tuned.exit_code == 0, tuned.output
+    promoted = runner.invoke(cli, ["promote", str(spec), "--force"])
+    assert promoted.exit_code == 0, promoted.output
+    return promoted.output
+
+
+def _tokens(server: LocalTritonServer, name: str) -> list[int]:
+    got = stream_tensors(server.endpoints, name, {"PROMPT": ("INT32", PROMPT),
+                                                  "MAX_TOKENS": ("INT32", np.array([3],
+                                                                                   np.int32))},
+                         outputs=["TOKEN"])
+    return [int(r["TOKEN"].ravel()[0]) for r in got]
+
+
+def _checked_version(name: str, version: int = 1) -> dict[str, str]:
+    """The version's tags; it serves and carries the study's reference (its check ran)."""
+    found = dict(mlflow.MlflowClient().get_model_version(name, str(version)).tags)
+    assert found[registry.TAG_DEPLOY_STATUS] == "serving", found
+    assert found.get(tags.CHECK_REFERENCE), found
+    return found
+
+
+def _ready(server: LocalTritonServer, name: str) -> list[str]:
+    return sorted(m["version"] for m in server.client().repository_index()
+                  if m["name"] == name and m.get("state") == "READY")
+
+
+@pytest.mark.triton
+def test_a_decoupled_model_is_deployed_over_a_stream_and_a_different_stream_refused(
+        tmp_path: Path, mlflow_uri: str,
+        shared_serving: tuple[LocalTritonServer, Path]) -> None:
+    server, repo = shared_serving
+    model_dir = _model(tmp_path / "user", "streamer", STREAMER.replace("@SHIFT@", ""),
+                       STREAMER_CONFIG)
+    spec = _spec(tmp_path, mlflow_uri, {"name": "streamer", "path": str(model_dir)},
+                 {"input_data": str(_prompts(tmp_path))}, {"instance_group.count": [1]},
+                 "streamer-reg")
+    _tune_and_promote(spec)
+    found = _checked_version("streamer-reg")
+    assert _tokens(server, "streamer") == [10, 11, 12]  # streamed by the serving Triton
+    assert not list(repo.glob("*.candidate"))  # the shadow is gone
+
+    # version 2: the registered files altered after the study (every token one more), the
+    # study's check tags kept: its streams differ from the study's probes, so it is refused
+    altered = tmp_path / "altered" / "streamer"
+    shutil.copytree(flavor.load_model("models:/streamer-reg/1", tmp_path / "dl").path, altered)
+    (altered / "1" / "model.py").write_text(STREAMER.replace("@SHIFT@", "+ 1"))
+    client = mlflow.MlflowClient()
+    run = client.create_run(client.get_experiment_by_name("streamer").experiment_id)
+    made = flavor.log_triton_model(altered, run.info.run_id)
+    registry.register_version(client, "streamer-reg", registry.VersionRequest(
+        source=made.model_uri, run_id=run.info.run_id, model_id=made.model_id,
+        tags={k: found[k] for k in (tags.CHECK_REFERENCE, tags.CHECK_TOLERANCE)}))
+    with pytest.raises(DeployError) as refused:
+        service.deploy(resolve_settings(), "streamer", "models:/streamer-reg/2")
+    message = str(refused.value)
+    assert verify.STEP in message and "version 1 still serves" in message, message
+    assert "output 'TOKEN' of probe 0" in message, message
+    assert _ready(server, "streamer") == ["1"]
+    assert _tokens(server, "streamer") == [10, 11, 12]
+
+
+@pytest.mark.triton
+def test_a_decoupled_entry_among_two_is_deployed_and_streams(
+        tmp_path: Path, mlflow_uri: str,
+        shared_serving: tuple[LocalTritonServer, Path]) -> None:
+    server, _repo = shared_serving
+    user = tmp_path / "user"
+    _model(user, "jstreamer", STREAMER.replace("@SHIFT@", ""), STREAMER_CONFIG)
+    _model(user, "jecho", ECHO, ECHO_CONFIG)
+    spec = _spec(tmp_path, mlflow_uri, {"name": ["jstreamer", "jecho"], "path": str(user)},
+                 {"models": {"jstreamer": {"input_data": str(_prompts(tmp_path))}}},
+                 {"jecho/instance_group.count": [1]}, "joint-reg")
+    _tune_and_promote(spec)
+    _checked_version("joint-reg")
+    assert _tokens(server, "jstreamer") == [10, 11, 12]
+    x = np.array([1, 2, 3, 4], dtype=np.float32)
+    answer = server.client().infer_tensors("jecho", {"X": ("FP32", x)}, outputs=["Y"])
+    np.testing.assert_array_equal(answer["Y"], x)
+    assert _ready(server, "jstreamer") == ["1"] and _ready(server, "jecho") == ["1"]
+
+
+@pytest.mark.triton
+def test_a_stateful_model_is_deployed_with_whole_sequences_under_new_ids(
+        tmp_path: Path, mlflow_uri: str,
+        shared_serving: tuple[LocalTritonServer, Path]) -> None:
+    server, repo = shared_serving
+    model_dir = _model(tmp_path / "user", "counter", COUNTER, COUNTER_CONFIG)
+    spec = _spec(tmp_path, mlflow_uri, {"name": "counter", "path": str(model_dir)},
+                 {"sequence": {"length": 3}}, {"instance_group.count": [1]}, "counter-reg")
+    _tune_and_promote(spec)
+    found = _checked_version("counter-reg")
+    reference = probes.loads(runs.read_file(mlflow.MlflowClient(), found[tags.CHECK_REFERENCE],
+                                            verify.ARTIFACT))
+    assert reference.sequence == "uint"  # the deploy check sent these as whole sequences
+    served = model_config.load(repo / "counter" / "config.pbtxt")
+    assert served.HasField("sequence_batching")
+    steps = [{"INPUT0": np.array([v], dtype=np.int32)} for v in (5, 7, 9)]
+    answers = run_sequence(server.endpoints.grpc or "", "counter", steps,
+                           corrid=int(check_request.fresh_id(served)))
+    assert [int(a["OUTPUT0"].ravel()[0]) for a in answers] == [5, 12, 21]
+
+
+def test_check_ids_are_new_and_of_the_controls_type() -> None:
+    uint = model_config.parse(COUNTER_CONFIG)
+    ids = [check_request.fresh_id(uint) for _ in range(1000)]
+    assert all(isinstance(i, int) for i in ids)
+    assert ids == sorted(set(ids)) and min(ids) > probes.ID_BASE * 10**6
+    text = COUNTER_CONFIG.replace(
+        "sequence_batching {", 'sequence_batching { control_input [{ name: "CORRID" control '
+        "[{ kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING }] }]")
+    string_id = check_request.fresh_id(model_config.parse(text))
+    assert isinstance(string_id, str) and int(string_id) > ids[-1]
+
+
+def test_what_the_check_sends_each_kind() -> None:
+    streamer = model_config.parse(STREAMER_CONFIG.replace("@NAME@", "s"))
+    counter = model_config.parse(COUNTER_CONFIG)
+    echo = model_config.parse(ECHO_CONFIG.replace("@NAME@", "e"))
+    assert check_request.what_is_sent(streamer) == "checking one streamed inference"
+    assert check_request.what_is_sent(counter) == "checking one whole sequence"
+    assert check_request.what_is_sent(echo) == "checking one inference"
+    for seed in range(20):  # a decoupled model's counts are never 0
+        tokens = check_request.check_inputs(streamer, seed)["MAX_TOKENS"][1]
+        assert tokens.dtype == np.int32 and int(tokens.min()) >= 1

@@ -1,0 +1,510 @@
+"""The capability matrix as data: the model kinds a study takes (rows), the operations a user
+runs on a study of one (columns), and one cell per pair saying what the test suite shows.
+
+A cell is one of
+
+- :class:`Works`: the named tests run the operation end to end on that kind (a real Triton,
+  real MLflow and Optuna stores, except for ``tracker check``, which starts no server for most
+  kinds) and it works;
+- :class:`Refused`: the step cannot exist for that kind, and ``tracker check`` (or the step's
+  own command, before anything runs) says so; the named test asserts that message;
+- :class:`Hole`: neither works as a tested step nor is refused yet; the cell says what
+  happens today.
+
+``python -m tests.matrix.table`` writes docs/matrix.md from these tables;
+tests/matrix/test_matrix.py checks that every pair has a cell, that every test a cell names
+exists, and that the page is what :func:`page` makes.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PAGE = REPO / "docs" / "matrix.md"
+COMMAND = "python -m tests.matrix.table"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of model: what it is in a study spec's terms (a row of the matrix)."""
+
+    key: str
+    name: str   # the row's label in the docs
+    what: str   # one sentence for users
+
+
+@dataclass(frozen=True)
+class Operation:
+    """Something a user does with a study of a model (a column of the matrix)."""
+
+    key: str
+    name: str   # the column's header in the docs
+    what: str   # one sentence for users
+    group: str  # the docs table it is a column of (GROUPS)
+
+
+@dataclass(frozen=True)
+class Works:
+    """The operation works on that kind: ``tests`` run it end to end (``path::function``,
+    a parametrized id allowed); ``note`` says in a few words what they show."""
+
+    tests: tuple[str, ...]
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The step cannot exist for that kind: ``message`` is a fragment of what the refusing
+    command says, ``why`` the reason in words, ``test`` the test that asserts the message."""
+
+    message: str
+    why: str
+    test: str
+
+
+@dataclass(frozen=True)
+class Hole:
+    """Neither works as a tested step nor is refused yet: ``what`` happens today."""
+
+    what: str
+
+
+Cell = Works | Refused | Hole
+
+
+def t(path: str, name: str) -> str:
+    """The test id ``tests/<path>::<name>``."""
+    return f"tests/{path}::{name}"
+
+
+# ---- the rows ---------------------------------------------------------------------------------
+
+KINDS: tuple[Kind, ...] = (
+    Kind("onnx", "ONNX file",
+         "A `.onnx` file: served by onnxruntime, or through the Python-backend shim on the "
+         "embedded server."),
+    Kind("python", "Python-backend directory",
+         "A model directory with its config.pbtxt and `1/model.py`, served as written."),
+    Kind("autocomplete", "auto-complete directory",
+         "A Python-backend directory without config.pbtxt: Triton's auto-complete gives its "
+         "configuration."),
+    Kind("decoupled", "decoupled (streaming)",
+         "`model_transaction_policy { decoupled: true }`: each request is answered by a stream "
+         "of responses."),
+    Kind("stateful", "stateful (sequence batcher)",
+         "A sequence batcher with its control inputs: requests come in sequences under a "
+         "correlation ID."),
+    Kind("stateful_decoupled", "stateful and decoupled",
+         "A sequence batcher and a decoupled transaction policy: each step of a sequence "
+         "streams its responses."),
+    Kind("ensemble", "ensemble",
+         "An ensemble and its steps, tuned together."),
+    Kind("bls", "BLS",
+         "A Python model that calls another model through Business Logic Scripting "
+         "(`model.composing` names the callee)."),
+    Kind("entries", "several entry models",
+         "`model.name: [a, b]`: independent models on one server, each under its own load."),
+    Kind("entries_decoupled", "several entry models, one decoupled",
+         "Several entry models of which one streams."),
+    Kind("file_knobs", "file knobs (`model.json`)",
+         "A model directory whose knobs are keys of a JSON file beside its model "
+         "(`model.json:KEY`)."),
+    Kind("config_driven", "config-driven backend (libtorch)",
+         "A backend the embedded server lacks (PyTorch, TensorFlow, TensorRT, OpenVINO), read "
+         "from its config.pbtxt; it runs in docker or remote mode."),
+)
+
+# ---- the columns ------------------------------------------------------------------------------
+
+#: the docs' tables, each a group of operations: (key, heading)
+GROUPS: tuple[tuple[str, str], ...] = (
+    ("study", "Checking and tuning"),
+    ("records", "What a study leaves, and running it again"),
+    ("serving", "Registry and serving"),
+)
+
+OPERATIONS: tuple[Operation, ...] = (
+    Operation("check", "`tracker check`",
+              "The spec and the model checked before anything starts.", "study"),
+    Operation("check_outputs", "`tracker check --outputs`",
+              "The default configuration served and asked twice: which outputs are not "
+              "deterministic.", "study"),
+    Operation("tune", "tune, output check on",
+              "`tracker tune`: every configuration answers the default's probes before it is "
+              "measured.", "study"),
+    Operation("paired", "paired confirmation",
+              "The best and the default side by side in one server, in pairs of short "
+              "blocks.", "study"),
+    Operation("rounds", "rounds confirmation",
+              "The top configurations and the default re-measured in interleaved rounds.",
+              "study"),
+    Operation("report", "report.html and plots",
+              "The parent run's report, trials.csv and plots.", "records"),
+    Operation("resume", "resume after SIGKILL",
+              "A tuner killed with SIGKILL: its trial is failed and measured again, the study "
+              "completes.", "records"),
+    Operation("mlflow_run", "`mlflow run`",
+              "The study run as an MLflow project entry point.", "records"),
+    Operation("promote", "promote (register)",
+              "`tracker promote`: the confirmed winner registered as a model version.",
+              "serving"),
+    Operation("deploy", "deploy, output check on",
+              "The version loaded beside the serving one and asked the study's probes before "
+              "it takes the traffic.", "serving"),
+    Operation("watch", "`tracker watch`",
+              "A registry stage transition or alias move deploys the version it names.",
+              "serving"),
+    Operation("rollback", "rollback",
+              "A version that fails to load or fails its check is rolled back: the serving "
+              "version keeps serving, and the registry's pointers stay on it.", "serving"),
+    Operation("pyfunc", "`mlflow.pyfunc` predict",
+              "`mlflow.pyfunc.load_model(...).predict(...)` on the registered version.",
+              "serving"),
+    Operation("predict", "`mlflow deployments predict`",
+              "`mlflow deployments predict -t triton` (or the deployments client's predict) "
+              "against the serving Triton.", "serving"),
+)
+
+# ---- the tests the cells name -----------------------------------------------------------------
+
+ORT_THREADS = t("triton/test_formats.py",
+                "test_check_refuses_ort_threads_with_a_searched_thread_count")
+TUNE_CHECKS = t("study/test_tune_check.py", "test_tune_refuses_what_check_refuses_before_any_trial")
+NOISY = t("study/test_check_outputs.py",
+          "test_check_outputs_finds_an_output_that_is_not_deterministic")
+BATCH_DEPENDENT = t("study/test_check_outputs.py",
+                    "test_configurations_that_batch_a_batch_dependent_model_fail_their_check")
+DETERMINISTIC = t("study/test_check_outputs.py",
+                  "test_a_deterministic_model_passes_every_configuration")
+PAIRED_EQUIVALENT = t("study/test_confirm_tune.py",
+                      "test_a_study_where_nothing_beats_the_default_is_equivalent")
+ROUNDS_RESUMED = t("study/test_confirm_tune.py",
+                   "test_tune_confirms_then_tracker_confirm_reproduces_and_resumes")
+MLFLOW_RUN = t("study/test_tune_study.py", "test_mlflow_run_one_parent_with_a_child_per_trial")
+MLFLOW_RUN_URI = t("project/test_mlflow_project.py",
+                   "test_main_project_spec_from_a_repository_uri")
+KILLED_WORKER = t("study/test_scaleout_tune.py", "test_killed_worker_trial_is_reclaimed")
+PROMOTE_SWITCH = t("deploy/test_triton_target.py",
+                   "test_promote_switches_without_failed_requests_and_rolls_back_a_refused_config")
+PYFUNC = t("tracking/test_mlflow_native.py",
+           "test_promote_registers_a_model_mlflow_loads_from_the_stored_file")
+DEPLOY_CHECK = t("deploy/test_deploy_check.py",
+                 "test_an_altered_version_is_refused_and_the_old_one_keeps_serving")
+WATCH = t("deploy/test_watch.py", "test_watch_deploys_stage_and_alias_changes_once")
+WATCH_CONFLICT = t("deploy/test_watch.py",
+                   "test_conflicting_stage_and_alias_changes_the_alias_wins")
+WATCH_ROLLBACK = t("deploy/test_watch.py",
+                   "test_legacy_stage_button_then_new_ui_alias_rollback")
+FAULTS = t("deploy/test_faults.py",
+           "test_a_fault_at_any_step_leaves_one_version_serving_everywhere")
+TARGET = t("deploy/test_triton_target.py", "test_target_create_update_get_predict_delete")
+
+PYTHON_TUNED = t("study/test_tune_formats.py",
+                 "test_python_backend_model_is_checked_tuned_promoted_and_answers")
+PREPROCESS_CHECK = t("project/test_projects.py",
+                     "test_image_preprocess_checks_as_a_python_model_with_its_crop_knob")
+FILE_KNOBS = t("study/test_tune_file_knobs.py",
+               "test_a_key_of_the_models_json_file_is_tuned_and_acts")
+FILE_KNOBS_CHECK = t("triton/test_json_knobs.py",
+                     "test_check_accepts_a_file_and_key_the_model_has")
+FILE_KNOBS_REFUSED = t("triton/test_json_knobs.py",
+                       "test_check_refuses_a_file_or_key_the_model_does_not_have")
+
+AUTO = t("study/test_tune_nvidia_examples.py",
+         "test_auto_complete_example_without_config_is_tuned_promoted_and_answers")
+AUTO_ONE_START = t("triton/test_autocomplete.py",
+                   "test_triton_completes_both_examples_with_one_start")
+
+STREAM_CHECK = t("study/test_tune_streaming.py",
+                 "test_check_says_a_decoupled_directory_is_streamed_and_which_metrics_apply")
+STREAM_TUNED = t("study/test_tune_streaming.py",
+                 "test_a_streaming_model_is_tuned_under_a_ttft_limit")
+STREAM_PROBES = t("study/test_check_sequences.py",
+                  "test_a_decoupled_model_is_probed_with_whole_response_streams")
+
+SEQUENCE_CHECK = t("search/test_sequence_check.py",
+                   "test_check_shows_controls_sequences_and_knobs")
+SEQUENCE_STUDY = t("study/test_check_sequences.py",
+                   "test_a_study_never_ranks_a_configuration_whose_sequences_differ_best")
+NVIDIA_SEQUENCES = tuple(
+    t("study/test_tune_nvidia_examples.py",
+      f"test_nvidia_sequence_model_is_tuned_promoted_and_answers_a_whole_sequence[{name}]")
+    for name in ("simple_dyna_sequence", "simple_sequence"))
+ONE_STEP_SEQUENCE = t("measure/test_sequences.py",
+                      "test_deploys_check_inference_sends_a_one_step_sequence")
+
+PIPELINE_CHECK = t("study/test_tune_pipeline.py",
+                   "test_check_names_the_pipeline_and_refuses_bad_knobs")
+DENSENET_PIPELINE = t("project/test_projects.py",
+                      "test_densenet_pipeline_builds_checks_and_its_grid_applies")
+PIPELINE_TUNED = t("study/test_tune_pipeline.py",
+                   "test_ensemble_is_tuned_with_per_model_params_configs_and_split")
+PIPELINE_PROMOTED = t("deploy/test_pipeline_deploy.py",
+                      "test_promote_deploys_every_model_and_rolls_every_model_back")
+PIPELINE_TARGET = t("deploy/test_pipeline_deploy.py",
+                    "test_target_deploys_a_pipeline_predicts_strings_and_rolls_back_a_refused_entry")
+PIPELINE_REFUSED = t("deploy/test_pipeline_deploy.py",
+                     "test_a_pipeline_version_that_answers_unlike_the_study_is_refused")
+PIPELINE_WATCH = t("deploy/test_pipeline_deploy.py",
+                   "test_watch_deploys_a_pipeline_when_the_alias_moves")
+
+BLS = t("study/test_tune_bls.py", "test_a_bls_model_and_its_callee_are_tuned_together")
+
+JOINT = t("study/test_tune_joint.py",
+          "test_two_models_are_measured_together_and_the_weighted_gain_is_optimised")
+JOINT_KNOB = t("study/test_tune_joint.py", "test_several_models_refuse_a_shared_load_knob")
+TWO_MODELS = t("project/test_projects.py", "test_two_models_builds_checks_and_its_grid_applies")
+ENTRIES_DEPLOY = t("deploy/test_entries_deploy.py",
+                   "test_two_entry_models_are_one_version_switched_and_rolled_back_together")
+JOINT_STREAMING = t("study/test_tune_joint_streaming.py",
+                    "test_a_decoupled_entry_among_two_is_streamed")
+
+DEPLOY_STREAM = t("deploy/test_deploy_kinds.py",
+                  "test_a_decoupled_model_is_deployed_over_a_stream_and_a_different_stream_refused")
+DEPLOY_STREAM_ENTRY = t("deploy/test_deploy_kinds.py",
+                        "test_a_decoupled_entry_among_two_is_deployed_and_streams")
+DEPLOY_SEQUENCES = t("deploy/test_deploy_kinds.py",
+                     "test_a_stateful_model_is_deployed_with_whole_sequences_under_new_ids")
+
+TORCHSCRIPT = t("triton/test_formats.py",
+                "test_torchscript_on_the_local_server_is_refused_by_check")
+
+# ---- the cells --------------------------------------------------------------------------------
+
+#: no test runs the operation on the kind
+UNTESTED = Hole("untested")
+NO_PYFUNC = Hole("no `python_function` flavor (ONNX models only): MLflow refuses the load")
+PAIRED_IN_ROUNDS = Hole("runs in rounds, saying why: the copies of several models are not "
+                        "renamed")
+NO_PYTORCH = Refused(
+    "'pytorch' backend",
+    "the embedded server has no pytorch backend; check names docker and remote, where it "
+    "runs (untested there)",
+    TORCHSCRIPT)
+
+
+def _row(cells: Mapping[str, Cell], default: Cell = UNTESTED) -> dict[str, Cell]:
+    """A row: ``cells`` by operation key, every other operation ``default``."""
+    return {op.key: cells.get(op.key, default) for op in OPERATIONS}
+
+
+ROWS: dict[str, dict[str, Cell]] = {
+    "onnx": _row({
+        "check": Works((ORT_THREADS, TUNE_CHECKS), "tune refuses what check refuses"),
+        "check_outputs": Works((NOISY,), "names an output that is not deterministic"),
+        "tune": Works((BATCH_DEPENDENT, DETERMINISTIC),
+                      "one that answers unlike the default fails unmeasured"),
+        "paired": Works((PAIRED_EQUIVALENT,), "two copies in one server, the order alternating"),
+        "rounds": Works((ROUNDS_RESUMED,), "`tracker confirm` continues and resumes it"),
+        "report": Works((MLFLOW_RUN, ROUNDS_RESUMED), "the report says what the note says"),
+        "resume": Works((KILLED_WORKER,), "two workers: the killed one's trial is retried"),
+        "mlflow_run": Works((MLFLOW_RUN, MLFLOW_RUN_URI), "from a clone or a repository URI"),
+        "promote": Works((PROMOTE_SWITCH, PYFUNC), "stage and alias on the winner"),
+        "deploy": Works((DEPLOY_CHECK, PROMOTE_SWITCH),
+                        "an altered version is refused; no failed request"),
+        "watch": Works((WATCH, WATCH_CONFLICT), "a stage or an alias; the alias wins"),
+        "rollback": Works((PROMOTE_SWITCH, WATCH_ROLLBACK, FAULTS),
+                          "also after a kill; the alias moved back redeploys"),
+        "pyfunc": Works((PYFUNC,), "onnxruntime on CPU"),
+        "predict": Works((TARGET,), "a dict, a DataFrame, the CLI's JSON"),
+    }),
+    "python": _row({
+        "check": Works((PYTHON_TUNED, PREPROCESS_CHECK), "its parameters are knobs"),
+        "tune": Works((PYTHON_TUNED, FILE_KNOBS),
+                      "its model.py as written; output check on in the second"),
+        "promote": Works((PYTHON_TUNED,), "deployed, and it answers"),
+        "deploy": Hole("deployed, but with the output check off in its study: the deploy's "
+                       "check is untested"),
+        "pyfunc": NO_PYFUNC,
+    }),
+    "autocomplete": _row({
+        "check": Works((AUTO, AUTO_ONE_START), "inputs and outputs read from Triton"),
+        "tune": Works((AUTO,), "every trial built on the completed configuration"),
+        "promote": Works((AUTO,), "the completed config is registered"),
+        "deploy": Works((AUTO,), "the promoted version passes the check and answers"),
+        "pyfunc": NO_PYFUNC,
+    }),
+    "decoupled": _row({
+        "check": Works((STREAM_CHECK,), "says it is streamed and which metrics apply"),
+        "tune": Works((STREAM_TUNED, STREAM_PROBES), "probes compared as whole streams"),
+        "paired": Hole("untested; the streaming study's confirmation does not assert its "
+                       "design"),
+        "report": Works((STREAM_TUNED,), "time to first token and inter-token latency plot"),
+        "promote": Works((DEPLOY_STREAM,), "its served version streams"),
+        "deploy": Works((DEPLOY_STREAM,), "check and probes over a gRPC stream"),
+        "rollback": Works((DEPLOY_STREAM,), "a version that streams otherwise is refused"),
+        "pyfunc": NO_PYFUNC,
+    }),
+    "stateful": _row({
+        "check": Works((SEQUENCE_CHECK,), "its controls, sequence lengths and knobs"),
+        "tune": Works((SEQUENCE_STUDY, *NVIDIA_SEQUENCES, DEPLOY_SEQUENCES),
+                      "each probe is a whole sequence"),
+        "promote": Works((*NVIDIA_SEQUENCES, DEPLOY_SEQUENCES), "Triton's own sequence examples"),
+        "deploy": Works((DEPLOY_SEQUENCES, *NVIDIA_SEQUENCES),
+                        "whole sequences under IDs new on the server"),
+    }),
+    "stateful_decoupled": _row({
+        "tune": Hole("untested; its load streams each step, but the output check leaves it "
+                     "out (response streams not compared yet)"),
+        "pyfunc": NO_PYFUNC,
+    }),
+    "ensemble": _row({
+        "check": Works((PIPELINE_CHECK, DENSENET_PIPELINE), "names the steps and their knobs"),
+        "tune": Works((PIPELINE_TUNED,), "per-step params, configs and time split"),
+        "paired": PAIRED_IN_ROUNDS,
+        "report": Works((PIPELINE_TUNED,), "each step's share of the latency"),
+        "promote": Works((PIPELINE_TUNED, PIPELINE_PROMOTED), "every model, composing ones first"),
+        "deploy": Works((PIPELINE_REFUSED, PIPELINE_PROMOTED), "the probes go to the entry"),
+        "watch": Works((PIPELINE_WATCH,), "an alias move"),
+        "rollback": Works((PIPELINE_PROMOTED, PIPELINE_TARGET),
+                          "every model back on the serving version"),
+        "pyfunc": NO_PYFUNC,
+        "predict": Works((PIPELINE_TARGET,), "string outputs as JSON"),
+    }),
+    "bls": _row({
+        "check": Works((BLS,), "names the entry and its callee"),
+        "tune": Works((BLS,), "the callee's calls measured in the same windows"),
+        "paired": PAIRED_IN_ROUNDS,
+        "pyfunc": NO_PYFUNC,
+    }),
+    "entries": _row({
+        "check": Works((JOINT, JOINT_KNOB, TWO_MODELS), "a shared load knob is refused"),
+        "tune": Works((JOINT,), "Model Analyzer's weighted gain"),
+        "paired": PAIRED_IN_ROUNDS,
+        "rounds": Works((JOINT,), "each round's weighted gain against the default's"),
+        "report": Works((JOINT,), "a column and a trace per entry"),
+        "promote": Works((JOINT, ENTRIES_DEPLOY), "one version holds every model"),
+        "deploy": Hole("deployed and switched together, but the deploy's output check is "
+                       "untested"),
+        "watch": Works((ENTRIES_DEPLOY,), "no failed request during the switch"),
+        "rollback": Works((ENTRIES_DEPLOY,), "both models back on the serving version"),
+        "pyfunc": NO_PYFUNC,
+        "predict": Works((ENTRIES_DEPLOY,), "each entry by its name"),
+    }),
+    "entries_decoupled": _row({
+        "check": Hole("untested; `tracker tune` runs the same checks first, and they pass"),
+        "tune": Works((JOINT_STREAMING, DEPLOY_STREAM_ENTRY),
+                      "the decoupled entry streamed, the other unary"),
+        "paired": PAIRED_IN_ROUNDS,
+        "promote": Works((DEPLOY_STREAM_ENTRY,), "both entries serve the version"),
+        "deploy": Works((DEPLOY_STREAM_ENTRY,), "checked; the decoupled entry streams"),
+        "pyfunc": NO_PYFUNC,
+    }),
+    "file_knobs": _row({
+        "check": Works((FILE_KNOBS_CHECK, FILE_KNOBS_REFUSED), "the file and key checked"),
+        "tune": Works((FILE_KNOBS,), "each trial's copy of the file; the user's stays"),
+        "promote": Hole("untested; the winner's MLflow model carries the winner's file"),
+        "pyfunc": NO_PYFUNC,
+    }),
+    "config_driven": _row({
+        "check": Works((TORCHSCRIPT,), "docker: accepted, its knobs listed; local: refused"),
+    }, default=NO_PYTORCH),
+}
+
+#: every cell, by (kind, operation)
+MATRIX: dict[tuple[str, str], Cell] = {
+    (kind, op): cell for kind, row in ROWS.items() for op, cell in row.items()}
+
+
+# ---- reading the matrix -----------------------------------------------------------------------
+
+def holes(matrix: Mapping[tuple[str, str], Cell] = MATRIX) -> list[tuple[str, str, str]]:
+    """(kind, operation, what happens) of every Hole, in table order."""
+    out = []
+    for kind in KINDS:
+        for op in OPERATIONS:
+            cell = matrix.get((kind.key, op.key))
+            if isinstance(cell, Hole):
+                out.append((kind.key, op.key, cell.what))
+    return out
+
+
+def counts(matrix: Mapping[tuple[str, str], Cell] = MATRIX) -> dict[str, int]:
+    """How many cells of each sort: ``works``, ``refused``, ``holes``."""
+    got = {"works": 0, "refused": 0, "holes": 0}
+    for cell in matrix.values():
+        got["works" if isinstance(cell, Works) else
+            "refused" if isinstance(cell, Refused) else "holes"] += 1
+    return got
+
+
+# ---- the docs page ----------------------------------------------------------------------------
+
+def shown(cell: Cell) -> str:
+    """A cell as the docs table shows it (no links, no pipes)."""
+    if isinstance(cell, Works):
+        text = f"✔ {cell.note}" if cell.note else "✔"
+    elif isinstance(cell, Refused):
+        text = f"refused: {cell.why}"
+    else:
+        text = f"not yet: {cell.what}"
+    return text.replace("|", "/").replace("\n", " ")
+
+
+def _table(group: str, matrix: Mapping[tuple[str, str], Cell]) -> list[str]:
+    ops = [op for op in OPERATIONS if op.group == group]
+    lines = ["| model kind | " + " | ".join(op.name for op in ops) + " |",
+             "|---|" + "---|" * len(ops)]
+    for kind in KINDS:
+        cells = [shown(matrix[(kind.key, op.key)]) for op in ops]
+        lines.append(f"| {kind.name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def page(matrix: Mapping[tuple[str, str], Cell] = MATRIX) -> str:
+    """docs/matrix.md, made from the tables above."""
+    n = counts(matrix)
+    lines = [
+        "# What works for which model",
+        "",
+        f"<!-- generated: `{COMMAND}` writes this page from tests/matrix/table.py; "
+        "do not edit it by hand -->",
+        "",
+        "Each row is a kind of model a study takes; each column is something you do with a "
+        "study of it. This page is generated from the matrix the test suite keeps: a test "
+        "fails when the page and the matrix disagree, and when a cell names a test that does "
+        "not exist.",
+        "",
+        "- **✔**: a test runs it end to end on a real Triton, with real MLflow and Optuna "
+        "stores, and it works; the note says what the test shows.",
+        "- **refused: why**: the step cannot exist for that kind, and `tracker check` (or the "
+        "step's own command) says so before anything runs.",
+        "- **not yet: what happens**: it neither works as a tested step nor is refused yet; "
+        "the cell says what happens today.",
+        "",
+        f"Today: {n['works']} cells ✔, {n['refused']} refused, {n['holes']} not yet.",
+    ]
+    for group, heading in GROUPS:
+        lines += ["", f"## {heading}", "", *_table(group, matrix)]
+    lines += ["", "## The model kinds", ""]
+    lines += [f"- **{kind.name}**: {kind.what}" for kind in KINDS]
+    lines += ["", "## The operations", ""]
+    lines += [f"- **{op.name}**: {op.what}" for op in OPERATIONS]
+    return "\n".join(lines) + "\n"
+
+
+def write(path: Path = PAGE) -> bool:
+    """Write the page to ``path``; whether it changed."""
+    text = page()
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return False
+    path.write_text(text, encoding="utf-8")
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    path = Path(args[0]) if args else PAGE
+    changed = write(path)
+    n = counts()
+    print(f"{path}: {'written' if changed else 'unchanged'} ({n['works']} works, "
+          f"{n['refused']} refused, {n['holes']} holes)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
