@@ -22,6 +22,13 @@ MAX_HOLE = 110
 MAX_WHY = 110
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
+#: modules whose tests run a real Triton without the ``triton`` mark, and how
+UNMARKED_REAL = {
+    "tests/tracking/test_mlflow_native.py": "its module fixture runs `tracker tune` in a "
+                                            "subprocess, which starts the embedded Triton",
+}
+#: operations a ✔ may show without a server (``tracker check`` starts none for most kinds)
+NO_SERVER_OPS = {"check"}
 
 
 @cache
@@ -60,6 +67,20 @@ def naming_problem(test_id: str, root: Path = table.REPO) -> str | None:
     if bracket and not _parametrized(function):
         return f"{base} is not parametrized, but the cell names an id of it"
     return None
+
+
+def starts_triton(test_id: str, root: Path = table.REPO) -> bool:
+    """Whether the test is marked ``triton`` (its function or its module's ``pytestmark``),
+    or is in a module :data:`UNMARKED_REAL` names."""
+    path, _, name = test_id.partition("::")
+    if path in UNMARKED_REAL:
+        return True
+    source, functions = _functions(root / path)
+    module = [ast.unparse(n.value) for n in ast.parse(source).body if isinstance(n, ast.Assign)
+              and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in n.targets)]
+    function = functions[name.partition("[")[0]]
+    return any("mark.triton" in m for m in module) or any(
+        "mark.triton" in ast.unparse(d) for d in function.decorator_list)
 
 
 def refusal_problem(cell: Refused, root: Path = table.REPO) -> str | None:
@@ -115,6 +136,17 @@ def test_every_refusal_names_the_test_that_asserts_it() -> None:
     for cell in refused:
         assert refusal_problem(cell) is None, (cell, refusal_problem(cell))
         assert cell.why and cell.message
+
+
+def test_every_works_cell_past_the_check_names_a_real_triton_test() -> None:
+    """A ✔ is a test on a real Triton: each cell outside ``tracker check`` names at least one
+    test marked ``triton`` (or in a module of :data:`UNMARKED_REAL`)."""
+    bare = [f"{kind} x {op}: {cell.tests}" for (kind, op), cell in MATRIX.items()
+            if isinstance(cell, Works) and op not in NO_SERVER_OPS
+            and not any(starts_triton(test) for test in cell.tests)]
+    assert not bare, "cells whose tests start no Triton:\n" + "\n".join(bare)
+    assert not starts_triton(table.t("triton/test_formats.py",
+                                     "test_each_format_reads_its_directory"))
 
 
 def test_the_cells_are_short_enough_for_the_docs_table() -> None:

@@ -9,9 +9,12 @@ model takes requests.
 - a stateful model (a sequence batcher): a whole sequence of :data:`STEPS` requests under one
   correlation ID, the start flag on the first and the end flag on the last (the server fills
   the START/END/READY/CORRID control inputs from them); a decoupled stateful model gets each
-  step as a stream, an iterative one (``iterative_sequence``) one request flagged start and
-  end. The ID is new on the server (:func:`fresh_id`), so a model that keeps state per ID and
-  refuses a start for an ID it holds answers it.
+  step as a stream. The ID is new on the server (:func:`fresh_id`), so a model that keeps
+  state per ID and refuses a start for an ID it holds answers it;
+- an iterative sequence model (``sequence_batching { iterative_sequence: true }``: the model
+  reschedules the request until its sequence ends): one request without a correlation ID
+  or flags, streamed when decoupled, as Triton's own test of such models sends it (the
+  server's sequencer gives it its ID and flags).
 
 A failure raises :class:`~tracker.deploy.steps.StepFailed` naming what was sent.
 """
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,7 +73,7 @@ def check_inputs(cfg: ModelConfig, seed: int = 0) -> Tensors:
 
 def what_is_sent(cfg: ModelConfig) -> str:
     """The step's name: what the check sends this model."""
-    if is_sequence(cfg):
+    if is_sequence(cfg) and not cfg.sequence_batching.iterative_sequence:
         return "checking one whole sequence"
     return "checking one streamed inference" if is_decoupled(cfg) else "checking one inference"
 
@@ -79,7 +82,7 @@ def send(client: ControlClient, name: str, version: int, cfg: ModelConfig) -> No
     """The check's request(s) to ``version`` of ``name`` (the module docstring); ServerError
     with Triton's message when one fails."""
     outputs = [o.name for o in cfg.output]
-    if not is_sequence(cfg):
+    if not is_sequence(cfg) or cfg.sequence_batching.iterative_sequence:
         tensors = check_inputs(cfg)
         if is_decoupled(cfg):
             client.stream_tensors(name, tensors, version=version, outputs=outputs)
@@ -87,23 +90,20 @@ def send(client: ControlClient, name: str, version: int, cfg: ModelConfig) -> No
             client.infer_tensors(name, tensors, version=version, outputs=outputs)
         return
     corrid = fresh_id(cfg)
-    steps = 1 if cfg.sequence_batching.iterative_sequence else STEPS
-    for j in range(steps):
-        flags = {"sequence_id": corrid, "sequence_start": j == 0,
-                 "sequence_end": j == steps - 1}
+    for j in range(STEPS):
+        start, end = j == 0, j == STEPS - 1
         tensors = check_inputs(cfg, seed=j)
         if is_decoupled(cfg):
-            _stream_step(client, name, tensors, version, outputs, flags)
+            _stream_step(client, name, tensors, version, outputs, (corrid, start, end))
         else:
             client.infer_tensors(name, tensors, version=version, outputs=outputs,
-                                 sequence_id=corrid, sequence_start=j == 0,
-                                 sequence_end=j == steps - 1)
+                                 sequence_id=corrid, sequence_start=start, sequence_end=end)
 
 
 def _stream_step(client: ControlClient, name: str, tensors: Tensors, version: int,
-                 outputs: Sequence[str], flags: Mapping[str, Any]) -> None:
-    """One step of a decoupled stateful model's sequence, streamed (gRPC only: a client
-    without gRPC endpoints says so)."""
+                 outputs: Sequence[str], step: tuple[int | str, bool, bool]) -> None:
+    """One step ``(correlation ID, start, end)`` of a decoupled stateful model's sequence,
+    streamed (gRPC only: a client without gRPC endpoints says so)."""
     from tracker.triton.stream_probe import stream_tensors
 
     endpoints = getattr(client, "endpoints", None)
@@ -112,6 +112,5 @@ def _stream_step(client: ControlClient, name: str, tensors: Tensors, version: in
         raise ServerError(f"model {name!r} is decoupled and stateful: its sequence steps "
                           "stream over gRPC only (use protocol grpc)")
     stream_tensors(endpoints, name, tensors, version=version, outputs=outputs,
-                   timeout_s=client.timeout_s, sequence_id=flags["sequence_id"],
-                   sequence_start=bool(flags["sequence_start"]),
-                   sequence_end=bool(flags["sequence_end"]))
+                   timeout_s=client.timeout_s, sequence_id=step[0], sequence_start=step[1],
+                   sequence_end=step[2])
