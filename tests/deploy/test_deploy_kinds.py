@@ -3,14 +3,17 @@ through a real study (`tracker tune`, one trial, short windows), `tracker promot
 deployment to a serving Triton (one for the module), real MLflow and Optuna sqlite stores:
 
 - a decoupled (streaming) model alone: its check request and the study's probes go over a
-  gRPC stream (``ModelInfer`` refuses decoupled models), its served version streams; a
-  version whose stream differs from the study's is refused, the first keeps serving;
+  gRPC stream (``ModelInfer`` refuses decoupled models), its served version streams (and
+  ``predict`` answers the stream); a version whose stream differs from the study's is
+  refused, the first keeps serving;
 - a decoupled model among two entry models: the same, the other entry checked with a unary
   request;
 - a stateful model written as Triton's own ``sequence_py`` is (qa/python_models): it keeps
   every sequence's state for its lifetime, refuses a start for an ID it holds and a step
   without a start for an ID it does not; its check is whole sequences, START on the first
-  step, END on the last, under IDs that are new on the server.
+  step, END on the last, under IDs that are new on the server; its decoupled form and an
+  iterative sequence model take the check's request too (no study: the study does not
+  check a decoupled stateful model's outputs).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 import pytest
 import yaml
 from click.testing import CliRunner
+from mlflow.deployments import get_deploy_client
 
 from tests.support.deploy import module_server as module_server  # the fixtures, re-exported
 from tests.support.deploy import shared_serving as shared_serving
@@ -32,11 +36,12 @@ from tracker import tags
 from tracker.cli import cli
 from tracker.deploy import check_request, service, verify
 from tracker.deploy.settings import resolve_settings
-from tracker.errors import DeployError
+from tracker.errors import DeployError, ServerError
 from tracker.measure.sequence_steps import run_sequence
 from tracker.session import probes
 from tracker.tracking import flavor, registry, runs
 from tracker.triton import model_config
+from tracker.triton.http_client import HttpTritonClient
 from tracker.triton.server.local import LocalTritonServer
 from tracker.triton.stream_probe import stream_tensors
 
@@ -118,6 +123,46 @@ instance_group [{ count: 1 kind: KIND_CPU }]
 input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [1] }]
 output [{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [1] }]
 """
+# the same, decoupled: each step answered by a stream of one response
+DCOUNTER = COUNTER.replace("""        responses = []
+""", "").replace(
+    """            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)]))
+        return responses""",
+    """            r.get_response_sender().send(
+                pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)]),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None""")
+DCOUNTER_CONFIG = COUNTER_CONFIG.replace('"counter"', '"dcounter"').replace(
+    "sequence_batching {", "model_transaction_policy { decoupled: true }\nsequence_batching {")
+# an iterative sequence model (Triton's qa iterative_sequence, written again in Python): it
+# counts INPUT down, one response per execution, rescheduling the request until 0
+ITERATIVE = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.left = {}
+
+    def execute(self, requests):
+        for r in requests:
+            sid, sender = r.correlation_id(), r.get_response_sender()
+            if sid not in self.left:
+                x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+                self.left[sid] = int(x.ravel()[0])
+            self.left[sid] -= 1
+            out = pb_utils.Tensor("OUTPUT0", np.array([self.left[sid]], dtype=np.int32))
+            if self.left[sid] > 0:
+                sender.send(pb_utils.InferenceResponse([out]))
+                r.set_release_flags(pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE)
+            else:
+                del self.left[sid]
+                sender.send(pb_utils.InferenceResponse([out]),
+                            flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+ITERATIVE_CONFIG = DCOUNTER_CONFIG.replace('"dcounter"', '"iterative"').replace(
+    "max_sequence_idle_microseconds: 10000000", "iterative_sequence: true")
 PROMPT = np.arange(5, dtype=np.int32)  # tokens 10, 11, 12 for MAX_TOKENS 3
 
 
@@ -176,6 +221,12 @@ def _checked_version(name: str, version: int = 1) -> dict[str, str]:
     return found
 
 
+def _reference(found: dict[str, str]) -> probes.ProbeSet:
+    """The study's probes the version's deploy check sent."""
+    return probes.loads(runs.read_file(mlflow.MlflowClient(), found[tags.CHECK_REFERENCE],
+                                       verify.ARTIFACT))
+
+
 def _ready(server: LocalTritonServer, name: str) -> list[str]:
     return sorted(m["version"] for m in server.client().repository_index()
                   if m["name"] == name and m.get("state") == "READY")
@@ -193,8 +244,13 @@ def test_a_decoupled_model_is_deployed_over_a_stream_and_a_different_stream_refu
                  "streamer-reg")
     _tune_and_promote(spec)
     found = _checked_version("streamer-reg")
+    assert _reference(found).stream  # the check streamed the study's probes
     assert _tokens(server, "streamer") == [10, 11, 12]  # streamed by the serving Triton
     assert not list(repo.glob("*.candidate"))  # the shadow is gone
+    # `mlflow deployments predict` streams too: each output is its responses, stacked
+    predicted = get_deploy_client("triton").predict("streamer", {
+        "PROMPT": PROMPT, "MAX_TOKENS": np.array([3], dtype=np.int32)})
+    assert predicted["outputs"]["TOKEN"] == [[10], [11], [12]]
 
     # version 2: the registered files altered after the study (every token one more), the
     # study's check tags kept: its streams differ from the study's probes, so it is refused
@@ -228,7 +284,8 @@ def test_a_decoupled_entry_among_two_is_deployed_and_streams(
                  {"models": {"jstreamer": {"input_data": str(_prompts(tmp_path))}}},
                  {"jecho/instance_group.count": [1]}, "joint-reg")
     _tune_and_promote(spec)
-    _checked_version("joint-reg")
+    reference = _reference(_checked_version("joint-reg"))
+    assert reference.stream and reference.outputs == ["TOKEN"]  # the first entry's probes
     assert _tokens(server, "jstreamer") == [10, 11, 12]
     x = np.array([1, 2, 3, 4], dtype=np.float32)
     answer = server.client().infer_tensors("jecho", {"X": ("FP32", x)}, outputs=["Y"])
@@ -246,9 +303,7 @@ def test_a_stateful_model_is_deployed_with_whole_sequences_under_new_ids(
                  {"sequence": {"length": 3}}, {"instance_group.count": [1]}, "counter-reg")
     _tune_and_promote(spec)
     found = _checked_version("counter-reg")
-    reference = probes.loads(runs.read_file(mlflow.MlflowClient(), found[tags.CHECK_REFERENCE],
-                                            verify.ARTIFACT))
-    assert reference.sequence == "uint"  # the deploy check sent these as whole sequences
+    assert _reference(found).sequence == "uint"  # the deploy check sent these as whole sequences
     served = model_config.load(repo / "counter" / "config.pbtxt")
     assert served.HasField("sequence_batching")
     steps = [{"INPUT0": np.array([v], dtype=np.int32)} for v in (5, 7, 9)]
@@ -279,3 +334,34 @@ def test_what_the_check_sends_each_kind() -> None:
     for seed in range(20):  # a decoupled model's counts are never 0
         tokens = check_request.check_inputs(streamer, seed)["MAX_TOKENS"][1]
         assert tokens.dtype == np.int32 and int(tokens.min()) >= 1
+
+
+@pytest.mark.triton
+def test_a_decoupled_stateful_and_an_iterative_model_take_the_check_request(
+        tmp_path: Path, module_server: tuple[LocalTritonServer, Path]) -> None:
+    server, repo = module_server
+    dcounter = model_config.parse(DCOUNTER_CONFIG)
+    iterative = model_config.parse(ITERATIVE_CONFIG)
+    _model(repo, "dcounter", DCOUNTER, DCOUNTER_CONFIG)
+    _model(repo, "iterative", ITERATIVE, ITERATIVE_CONFIG)
+    with server.client() as client:
+        for name in ("dcounter", "iterative"):
+            client.load_model(name)
+        try:
+            for _ in range(2):  # each check a new sequence: no ID is started twice
+                check_request.send(client, "dcounter", 1, dcounter)
+                check_request.send(client, "iterative", 1, iterative)
+            inputs = check_request.check_inputs(dcounter)
+            with pytest.raises(ServerError, match="Need START flag"):  # a one-step sequence
+                stream_tensors(server.endpoints, "dcounter", inputs, outputs=["OUTPUT0"],
+                               sequence_id=check_request.fresh_id(dcounter),
+                               sequence_start=True, sequence_end=True)
+            http = (server.endpoints.http or "").split("://", 1)[-1]
+            with HttpTritonClient(http) as over_http, pytest.raises(
+                    ServerError, match="stream over gRPC only"):  # the refusal, in words
+                check_request.send(over_http, "dcounter", 1, dcounter)
+        finally:
+            for name in ("dcounter", "iterative"):
+                client.unload_model(name)
+    assert check_request.what_is_sent(dcounter) == "checking one whole sequence"
+    assert check_request.what_is_sent(iterative) == "checking one streamed inference"

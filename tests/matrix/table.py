@@ -354,6 +354,8 @@ ROWS: dict[str, dict[str, Cell]] = {
     "stateful_decoupled": _row({
         "tune": Hole("untested; its load streams each step, but the output check leaves it "
                      "out (response streams not compared yet)"),
+        "deploy": Hole("untested end to end; the deploy check's request alone is shown to "
+                       "reach it, each step streamed"),
         "pyfunc": NO_PYFUNC,
     }),
     "ensemble": _row({

@@ -5,7 +5,8 @@ Each call opens its own gRPC client and stream (a tritonclient stream belongs to
 and probes sent together run in threads of their own), asks for an empty final response
 (``enable_empty_final_response``) so the end of the stream is known even when the model sends
 its last data without the final flag, and returns every response's outputs in order, the
-empty final one left out.
+empty final one left out. A stream that fails or does not end in time is cancelled, so the
+call returns within its timeout whatever the model does.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def stream_tensors(endpoints: Endpoints, name: str, tensors: Mapping[str, tuple[
     got: queue.Queue[tuple[Any, Any]] = queue.Queue()
     security = endpoints.security
     client = grpcclient.InferenceServerClient(endpoints.grpc, **security.grpc_client_kwargs())
+    ended = False
     try:
         try:
             client.start_stream(callback=lambda result, error: got.put((result, error)),
@@ -55,10 +57,12 @@ def stream_tensors(endpoints: Endpoints, name: str, tensors: Mapping[str, tuple[
                 sequence_start=sequence_start, sequence_end=sequence_end)
         except Exception as exc:  # InferenceServerException, grpc.RpcError, OSError, ...
             raise ServerError(f"streaming inference on {name!r} failed: {exc}") from exc
-        return _read(got, name, outputs, time.monotonic() + timeout_s, timeout_s)
+        answers = _read(got, name, outputs, time.monotonic() + timeout_s, timeout_s)
+        ended = True
+        return answers
     finally:
-        try:
-            client.stop_stream()
+        try:  # a stream that did not end is cancelled: closing it waits for it otherwise
+            client.stop_stream(cancel_requests=not ended)
         finally:
             client.close()
 
