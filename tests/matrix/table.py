@@ -342,6 +342,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "deploy": Works((DEPLOY_STREAM,), "check and probes over a gRPC stream"),
         "rollback": Works((DEPLOY_STREAM,), "a version that streams otherwise is refused"),
         "pyfunc": NO_PYFUNC,
+        "predict": Works((DEPLOY_STREAM,), "each output is its responses, stacked"),
     }),
     "stateful": _row({
         "check": Works((SEQUENCE_CHECK,), "its controls, sequence lengths and knobs"),
