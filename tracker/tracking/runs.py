@@ -12,13 +12,14 @@ Nothing secret is logged: URLs go through :mod:`tracker.redact`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ParamSpec, TypeVar
@@ -259,10 +260,25 @@ def log_files(client: MlflowClient, run_id: str, files: Mapping[str, str | bytes
         raise storage_error(what, exc, target) from exc
 
 
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """MLflow's download progress bar off: a read of one small file is not long work."""
+    name = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    before = os.environ.get(name)
+    os.environ[name] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
 def read_file(client: MlflowClient, run_id: str, path: str) -> bytes:
     """One artifact's bytes (the reverse of :func:`log_files`); TrackingError naming the run
     and the path when MLflow or the artifact store cannot give it."""
-    with tempfile.TemporaryDirectory(prefix="tracker-artifacts-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="tracker-artifacts-") as tmp, _quiet():
         try:
             local = client.download_artifacts(run_id, path, tmp)
             return Path(local).read_bytes()
