@@ -33,7 +33,8 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("session",),                      # one study's session, one measured configuration, the
                                        # output check, the conclusion
     ("study", "confirm", "deploy"),    # the search loop; the confirmation; deployment
-    ("workflow", "peers"),             # commands that chain the steps; MA/PA drop-ins
+    ("workflow",),                     # commands that chain the steps
+    ("peers",),                        # Model Analyzer's commands, run as studies
     ("cli",),                          # the command line
 )
 

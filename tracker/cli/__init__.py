@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tracker.cli import deploy, study  # noqa: F401  (the commands register on the group)
+from tracker.cli import deploy, peers, study  # noqa: F401  (the commands register on the group)
 from tracker.cli.group import cli
 
 __all__ = ["cli", "main"]

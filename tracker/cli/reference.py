@@ -1,6 +1,7 @@
 """The reference parts of the docs, made from the code so that they cannot drift from it: the
 study spec's fields (from its pydantic models), the command line's flags (from the click
-commands) and the metric catalog (:data:`tracker.metrics.CATALOG`).
+commands), the metric catalog (:data:`tracker.metrics.CATALOG`) and Model Analyzer's options
+(:data:`tracker.peers.ma_options.OPTIONS`).
 
 Each is a markdown block between ``<!-- generated: KEY -->`` and ``<!-- end generated: KEY -->``
 on its page; the prose around the blocks is written by hand. One command rewrites them all:
@@ -27,6 +28,7 @@ from tracker.metrics import CATALOG, Metric
 COMMAND = "python -m tracker.cli.reference"
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_PAGE, CLI_PAGE = "docs/spec.md", "docs/cli.md"
+MIGRATE_PAGE = "docs/migrate-model-analyzer.md"
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,15 @@ def _param_row(param: click.Parameter) -> tuple[str, str, str, str, str]:
     return flags, kind, shown, allowed, param.help or ""
 
 
-def _commands(group: click.Group) -> list[tuple[str, click.Command]]:
-    return [(f"tracker {name}", group.commands[name]) for name in sorted(group.commands)]
+def _commands(group: click.Group, prefix: str = "tracker") -> list[tuple[str, click.Command]]:
+    """Every command under ``group``, a sub-group's own commands after it."""
+    out: list[tuple[str, click.Command]] = []
+    for name in sorted(group.commands):
+        command = group.commands[name]
+        out.append((f"{prefix} {name}", command))
+        if isinstance(command, click.Group):
+            out += _commands(command, f"{prefix} {name}")
+    return out
 
 
 def cli_blocks(group: click.Group | None = None) -> list[Block]:
@@ -118,7 +127,9 @@ def cli_blocks(group: click.Group | None = None) -> list[Block]:
         params = [p for p in command.params if p.name != "help"]
         text = "\n".join([f"    {usage}", "", cell(command.get_short_help_str(limit=300)), "",
                           table(("parameter", "type", "default", "allowed values", "meaning"),
-                                (_param_row(p) for p in params))])
+                                (_param_row(p) for p in params)) if params else
+                          "It takes Model Analyzer's own flags: [Migrating from Model Analyzer]"
+                          "(migrate-model-analyzer.md) lists each."])
         out.append(Block(CLI_PAGE, f"cli {name}", f"## `{name}`", text))
     return out
 
@@ -133,8 +144,33 @@ def metric_blocks(catalog: Sequence[Metric] = CATALOG) -> list[Block]:
         ("metric", "better", "unit", "measured by", "perf_analyzer CSV column"), rows))]
 
 
+def _ma_default(value: object) -> str:
+    return "" if value in (None, {}, []) else f"`{value}`"
+
+
+def peer_blocks() -> list[Block]:
+    """Model Analyzer's profile options (tracker.peers.ma_options.OPTIONS) as one table:
+    the option, its default, and what the tracker does with it."""
+    from tracker.peers.ma_options import OPTIONS
+
+    rows = []
+    for o in OPTIONS:
+        forms = [f"`{o.key}`", *([f"`{o.flag}`"] if o.flag else []),
+                 *([f"`-{o.short}`"] if o.short else [])]
+        if o.refused:
+            here = f"refused: {o.why}"
+        elif o.why:
+            here = f"only its default: {o.why}"
+        else:
+            here = o.here
+        rows.append((" ".join(forms), _ma_default(o.default), here))
+    return [Block(MIGRATE_PAGE, "model-analyzer options", "## Every option", table(
+        ("option (YAML key, flag)", "Model Analyzer's default", "what the tracker does"),
+        rows))]
+
+
 def all_blocks() -> list[Block]:
-    return [*spec_blocks(), *cli_blocks(), *metric_blocks()]
+    return [*spec_blocks(), *cli_blocks(), *metric_blocks(), *peer_blocks()]
 
 
 # -- pages -----------------------------------------------------------------------------------

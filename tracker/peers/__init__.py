@@ -1,0 +1,9 @@
+"""Model Analyzer's commands and files, run unchanged as studies.
+
+:mod:`~tracker.peers.ma_options` reads Model Analyzer's ``profile`` options (command line and
+``-f`` YAML) and refuses, by name, every one the tracker does not honour;
+:mod:`~tracker.peers.ma_translate` turns them into study specs;
+:mod:`~tracker.peers.model_analyzer` runs those studies (``tracker model-analyzer profile``,
+``report``); :mod:`~tracker.peers.ma_outputs` writes Model Analyzer's output model
+repository, results CSVs and reports from the studies' runs.
+"""
