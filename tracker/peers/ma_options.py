@@ -70,8 +70,8 @@ OPTIONS: tuple[MaOption, ...] = (
     # the outputs
     MaOption("output_model_repository_path", "output_model_repository", "where the "
              "configurations are written, `<model>_config_default`, `<model>_config_<n>`"),
-    MaOption("override_output_model_repository", False, "the output folder is emptied before it is written",
-             kind="flag"),
+    MaOption("override_output_model_repository", False, "the output folder is emptied before "
+             "it is written", kind="flag"),
     MaOption("checkpoint_directory", "checkpoints", "`search.storage`: the Optuna study "
              "lives there, so the same command resumes", short="s"),
     MaOption("export_path", ".", "where results/ and reports/ are written", short="e"),
