@@ -1,5 +1,6 @@
-"""Model Analyzer's commands: ``tracker model-analyzer profile|analyze|report`` take its flags
-and config files unchanged (tracker/peers/, docs/migrate-model-analyzer.md)."""
+"""Model Analyzer's and Perf Analyzer's commands: ``tracker model-analyzer profile|analyze|
+report`` and ``tracker perf-analyzer`` take their flags and config files unchanged
+(tracker/peers/, docs/migrate-model-analyzer.md)."""
 
 from __future__ import annotations
 
@@ -66,3 +67,14 @@ def report_command(ctx: click.Context) -> None:
     from tracker.peers.model_analyzer import report
 
     report(list(ctx.args), Path.cwd(), click.echo)
+
+
+@cli.command("perf-analyzer", context_settings=_RAW, add_help_option=False)
+@click.pass_context
+def perf_analyzer_command(ctx: click.Context) -> None:
+    """Perf Analyzer's command line (-m, -u, -i, --concurrency-range, -p, -f, ...), measured by
+    the tracker's client and logged as an MLflow run."""
+    from tracker.peers.perf_analyzer import measure
+
+    done = measure(list(ctx.args), click.echo)
+    click.echo(f"MLflow run {done.run_id}")

@@ -150,7 +150,8 @@ def _ma_default(value: object) -> str:
 
 def peer_blocks() -> list[Block]:
     """Model Analyzer's profile options (tracker.peers.ma_options.OPTIONS) as one table:
-    the option, its default, and what the tracker does with it."""
+    the option, its default, and what the tracker does with it; Perf Analyzer's flags
+    (tracker.peers.pa_flags) as another."""
     from tracker.peers.ma_options import OPTIONS
 
     rows = []
@@ -164,9 +165,13 @@ def peer_blocks() -> list[Block]:
         else:
             here = o.here
         rows.append((" ".join(forms), _ma_default(o.default), here))
+    from tracker.peers.pa_flags import flag_rows
+
     return [Block(MIGRATE_PAGE, "model-analyzer options", "## Every option", table(
         ("option (YAML key, flag)", "Model Analyzer's default", "what the tracker does"),
-        rows))]
+        rows)),
+            Block(MIGRATE_PAGE, "perf-analyzer flags", "## Every Perf Analyzer flag", table(
+                ("flag", "what the tracker does"), flag_rows()))]
 
 
 def all_blocks() -> list[Block]:
