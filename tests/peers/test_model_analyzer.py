@@ -306,3 +306,12 @@ def test_the_sample_project_s_spec_is_what_its_config_file_translates_to(
     assert spec["load"] == native["load"]
     assert spec["objectives"] == native["objectives"]
     assert spec["confirm"] == native["confirm"]
+
+
+def test_analyze_is_profile_as_in_model_analyzer(repository: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["model-analyzer", "analyze", "--model-repository",
+                                      str(repository), "--profile-models", "add",
+                                      "--run-config-search-mode", "fast"])
+    assert result.exit_code == 1 and "brute, quick or optuna" in result.stderr
