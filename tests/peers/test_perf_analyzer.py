@@ -164,3 +164,13 @@ def test_a_model_the_server_does_not_serve_is_named(served: Endpoints, tmp_path:
                                       "-i", "grpc"])
     assert result.exit_code == 1
     assert "does not serve 'nothere'" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_no_server_at_the_address_says_how_to_get_one(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    result = CliRunner().invoke(cli, ["perf-analyzer", "-m", "densenet_onnx",
+                                      "--concurrency-range", "1:4", "-u", "127.0.0.1:1"])
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    assert "no Triton answers http at 127.0.0.1:1" in result.stderr
+    assert "--service-kind triton_c_api --model-repository DIR" in result.stderr

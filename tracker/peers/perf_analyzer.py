@@ -13,6 +13,7 @@ level's as metrics, and ``perf.csv``, ``command.txt`` and the served ``config.pb
 
 from __future__ import annotations
 
+import socket
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -90,8 +91,18 @@ def _config(endpoints: Endpoints, o: PaOptions) -> ModelConfig:
     from tracker.triton.http_client import HttpTritonClient
 
     name = o.get("model")
+    protocol = o.get("protocol", "http")
+    port = endpoints.grpc_port if protocol == "grpc" else endpoints.http_port
     try:
-        if o.get("protocol", "http") == "grpc":
+        socket.create_connection((endpoints.host, port or 0), timeout=5).close()
+    except OSError as exc:
+        raise TrackerError(
+            f"no Triton answers {protocol} at {endpoints.host}:{port} ({exc.strerror or exc}): "
+            "start one (tritonserver --model-repository=DIR) and give its address with -u, "
+            "or let the tracker serve the repository: add --service-kind triton_c_api "
+            "--model-repository DIR") from None
+    try:
+        if protocol == "grpc":
             with TritonClient(endpoints) as client:
                 return client.model_config(name)
         return HttpTritonClient(f"{endpoints.host}:{endpoints.http_port}").model_config(name)
