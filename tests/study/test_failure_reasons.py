@@ -49,6 +49,57 @@ def test_log_errors_are_triton_errors_and_stub_exceptions_without_gpu_noise() ->
     assert log_errors("I1201 all fine\nW1201 metrics.cc] DCGM unable to start\n") == []
 
 
+# a model whose every request fails in onnxruntime, after which the wheel's server crashed
+ORT_LOG = """I1206 19:12:03.5 1 server.cc:674] Model READY
+\x1b[1;31m2026-12-06 19:12:03.609843185 [E:onnxruntime:, sequential_executor.cc:677 \
+ExecuteKernel] Non-zero status code returned while running Reshape node. Name:'' Status \
+Message: The input tensor cannot be reshaped to the requested shape. Input shape:{1,4}, \
+requested shape:{-1,3}
+\x1b[m
+Signal (11) received.
+ 0# 0x000056265EFA652D in /venv/bin/tritonserver
+terminate called after throwing an instance of 'boost::interprocess::lock_exception'
+"""
+
+
+def test_log_errors_name_onnxruntime_s_error_and_the_server_s_crash() -> None:
+    found = log_errors(ORT_LOG)
+    assert found[0].startswith("onnxruntime: Non-zero status code returned while running "
+                               "Reshape node.")
+    assert found[0].endswith("requested shape:{-1,3}")
+    assert found[1:] == ["Signal (11) received.", "terminate called after throwing an "
+                         "instance of 'boost::interprocess::lock_exception'"]
+
+
+def _impossible_reshape(path: Path) -> Path:
+    """An ONNX model that reshapes [batch, 4] to [-1, 3]: every request fails."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 3])
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["INPUT0", "shape"], ["OUTPUT0"])], "reshape",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, [None, 4])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, [None, 3])], [shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.triton
+def test_a_model_whose_every_request_fails_is_reported_with_its_own_error(
+        tmp_path: Path, mlflow_uri: str) -> None:
+    model = _impossible_reshape(tmp_path / "reshape.onnx")
+    spec = write_spec(tmp_path, model, {}, n_trials=1)
+    result = CliRunner().invoke(cli, ["profile", str(spec), "--concurrency", "1"])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    message = result.output.split("error: ", 1)[1]
+    assert "no load level measured the objective `perf_throughput`" in message
+    assert "cannot be reshaped to the requested shape" in message      # the model's own words
+
+
 @pytest.fixture()
 def crashing_shim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     shim = tmp_path / "crashing_shim.py"

@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 
 LOG_HEAD, LOG_TAIL = 200_000, 300_000
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): \S")
+_RUNTIME_LINE = re.compile(r"\[E:onnxruntime:[^\]]*\]\s*(\S.*)$")
+_CRASH_LINE = re.compile(r"^(Signal \(\d+\) received\.|terminate called after throwing .+)$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MonitorsFactory = Callable[["TritonServer"], Sequence[Monitor]]
 Check = Callable[["TritonServer", str, "ModelConfig"], int]  # check_outputs: warm-up made
 
@@ -129,13 +132,21 @@ def clip_log(text: str) -> str:
 
 
 def log_errors(log: str, limit: int = 3) -> list[str]:
-    """The last distinct error lines of a server log: Triton's own (``E1201 ...] message``,
-    the harmless GPU-probe noise left out) and the Python exceptions a backend stub printed
-    (``RuntimeError: ...``), oldest first."""
+    """The last distinct error lines of a server log, oldest first: Triton's own (``E1201
+    ...] message``, the harmless GPU-probe noise left out), the Python exceptions a backend
+    stub printed (``RuntimeError: ...``), onnxruntime's errors (``[E:onnxruntime:...]
+    message``: a model that fails its requests in the shim) and the server's own crash
+    (``Signal (11) received.``, an uncaught C++ exception)."""
     found: list[str] = []
     for line in log.splitlines():
-        text = line.strip()
-        found.extend([text] if _EXCEPTION_LINE.match(text) else error_messages(line))
+        text = _ANSI.sub("", line).strip()
+        runtime = _RUNTIME_LINE.search(text)
+        if _EXCEPTION_LINE.match(text) or _CRASH_LINE.match(text):
+            found.append(text)
+        elif runtime is not None:
+            found.append(f"onnxruntime: {runtime.group(1)}")
+        else:
+            found.extend(error_messages(text))
     unique = list(dict.fromkeys(found))
     return unique[-limit:]
 
