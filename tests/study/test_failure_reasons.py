@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 from tests.support.tune import build_quickstart, trials, write_spec
 from tracker.cli import cli
 from tracker.session.context import TuneOptions
-from tracker.session.measured import log_errors
+from tracker.triton.server.logs import log_errors
 from tracker.workflow.tune import tune
 
 # the stub process dies inside execute(): Triton answers "Stub process ... is not healthy",
@@ -146,3 +146,64 @@ def test_a_trial_fails_with_the_cause_in_its_note(tmp_path: Path, mlflow_uri: st
     progress = [line for line in capsys.readouterr().out.splitlines() if "FAIL" in line]
     assert progress and ("requests failed" in progress[0] or "request error: " in progress[0]), \
         progress
+
+
+# a Python-backend model whose second instance kills its own stub on its first request
+SECOND_INSTANCE_CRASHES = '''
+import ctypes
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.crash = args["model_instance_name"].endswith("_0_1")
+
+    def execute(self, requests):
+        if self.crash:
+            ctypes.string_at(0)
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", 2 * x)]))
+        return out
+'''
+SECOND_INSTANCE_CONFIG = '''name: "crash"
+backend: "python"
+max_batch_size: 8
+input [{ name: "X" data_type: TYPE_FP32 dims: [ 4 ] }]
+output [{ name: "Y" data_type: TYPE_FP32 dims: [ 4 ] }]
+instance_group [{ count: 1 kind: KIND_CPU }]
+'''
+
+
+@pytest.mark.triton
+def test_a_configuration_that_crashes_on_the_probes_is_said_to_have_crashed(
+        tmp_path: Path, mlflow_uri: str) -> None:
+    """The default (one instance) answers the probes; two instances crash the second one's
+    stub when the probes are sent together: the trial fails as crashed, not as outputs that
+    differ, with the client's error."""
+    model = tmp_path / "crash"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(SECOND_INSTANCE_CONFIG)
+    (model / "1" / "model.py").write_text(SECOND_INSTANCE_CRASHES)
+    spec = write_spec(tmp_path, model, {"instance_group.count": [2]}, n_trials=2,
+                      name="crash")
+    tune(spec, TuneOptions(bar=False))
+    got = trials(f"sqlite:///{tmp_path / 'optuna.db'}", "crash")
+    two = [t for t in got if t.params.get("instance_group.count") == 2]
+    assert two and two[0].state == TrialState.FAIL
+    reason = two[0].user_attrs["fail_reason"]
+    assert "the configuration crashed on the output check's probes, which the default " \
+        "configuration answered" in reason, reason
+    assert "instance_group.count=2" in reason and "outputs differ" not in reason
+
+
+def test_how_a_probe_failed_is_told_from_the_client_s_error() -> None:
+    from tracker.session.check_outputs import failure_words
+
+    assert failure_words("Deadline Exceeded", 30) == "timed out after 30 s"
+    assert failure_words("Stub process 'm_0_1' is not healthy.", 30) == "crashed"
+    assert failure_words("[StatusCode.UNAVAILABLE] Socket closed", 30) == "crashed"
+    assert failure_words("unexpected shape for input 'X'", 30) == "answered with an error"

@@ -52,6 +52,7 @@ from tracker.session.check_stored import (
 from tracker.session.probes import ProbeSet, Tensors, Tolerance, Verdict
 from tracker.trial_attrs import TrialRecord, shown_params
 from tracker.triton.sequence import controls, is_sequence
+from tracker.triton.server.logs import log_errors
 
 if TYPE_CHECKING:
     import optuna
@@ -68,6 +69,27 @@ STEPS = 4  # steps of a stateful model's drawn probe sequences
 
 class OutputsDiffer(TrackerError):
     """A configuration answers the probes differently from the default configuration."""
+
+
+class ProbesFailed(OutputsDiffer):
+    """A configuration crashed or timed out on a probe the default configuration answered."""
+
+
+#: what a client's error says when the server or its stub went away, or the answer was late
+_CRASHED = ("not healthy", "unhealthy", "failed to connect", "connection refused",
+            "socket closed", "unavailable", "connection reset", "stub process")
+_TIMED_OUT = ("deadline exceeded", "timed out", "timeout")
+
+
+def failure_words(error: str, timeout_s: float) -> str:
+    """How a configuration failed a probe, from the client's error: it crashed, it timed out
+    after ``timeout_s``, or it answered with an error."""
+    low = error.lower()
+    if any(word in low for word in _TIMED_OUT):
+        return f"timed out after {timeout_s:g} s"
+    if any(word in low for word in _CRASHED):
+        return "crashed"
+    return "answered with an error"
 
 
 def tolerance(spec: StudySpec) -> Tolerance | None:
@@ -208,6 +230,9 @@ class OutputCheck:
             self.probe_set = reference
             self.verdict = check_answers(client, model, config, reference, tol,
                                          alone=not self.fresh, times=self.times)
+            timeout_s = float(getattr(client, "timeout_s", 0.0))
+        if self.verdict.error:
+            raise ProbesFailed(self.failure(timeout_s, server.log_text()))
         if not self.verdict.passed:
             raise OutputsDiffer(self.message())
 
@@ -228,6 +253,18 @@ class OutputCheck:
         knobs = ", ".join(f"{k}={v}" for k, v in self.changed.items()) or "none"
         return (f"outputs differ from the default configuration's (knobs unlike the "
                 f"default's: {knobs}): {self.verdict.detail}")
+
+    def failure(self, timeout_s: float, log: str) -> str:
+        """A configuration that crashed or timed out on a probe the default answered: the
+        words say which, with the client's error and the server log's last error lines."""
+        assert self.verdict is not None
+        knobs = ", ".join(f"{k}={v}" for k, v in self.changed.items()) or "none"
+        what = failure_words(self.verdict.error, timeout_s)
+        lines = log_errors(log)
+        logged = f"; server log: {' | '.join(lines)}" if lines else ""
+        return (f"the configuration {what} on the output check's probes, which the default "
+                f"configuration answered (knobs unlike the default's: {knobs}): "
+                f"{self.verdict.error}{logged}")
 
     def metrics(self) -> dict[str, float]:
         """``check/passed``, ``check/max_abs_diff``, ``check/seconds`` and

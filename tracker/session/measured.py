@@ -12,7 +12,6 @@ The server log in the result is the part written since this measurement began.
 from __future__ import annotations
 
 import functools
-import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +35,7 @@ from tracker.triton import model_config
 from tracker.triton.configuration import Configuration
 from tracker.triton.formats import ServeOptions, format_of, json_knobs
 from tracker.triton.repository import TrialRepository, served_configs, write_configuration
-from tracker.triton.server.logs import error_messages
+from tracker.triton.server.logs import log_errors
 from tracker.triton.server.options import serve_trial, server_problem
 
 if TYPE_CHECKING:
@@ -47,10 +46,6 @@ if TYPE_CHECKING:
     from tracker.triton.server.base import TritonServer
 
 LOG_HEAD, LOG_TAIL = 200_000, 300_000
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): \S")
-_RUNTIME_LINE = re.compile(r"\[E:onnxruntime:[^\]]*\]\s*(\S.*)$")
-_CRASH_LINE = re.compile(r"^(Signal \(\d+\) received\.|terminate called after throwing .+)$")
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MonitorsFactory = Callable[["TritonServer"], Sequence[Monitor]]
 Check = Callable[["TritonServer", str, "ModelConfig"], int]  # check_outputs: warm-up made
 
@@ -129,26 +124,6 @@ def clip_log(text: str) -> str:
         text = (text[:LOG_HEAD] + f"\n... [{cut} characters of the log left out] ...\n"
                 + text[-LOG_TAIL:])
     return redact_text(text)
-
-
-def log_errors(log: str, limit: int = 3) -> list[str]:
-    """The last distinct error lines of a server log, oldest first: Triton's own (``E1201
-    ...] message``, the harmless GPU-probe noise left out), the Python exceptions a backend
-    stub printed (``RuntimeError: ...``), onnxruntime's errors (``[E:onnxruntime:...]
-    message``: a model that fails its requests in the shim) and the server's own crash
-    (``Signal (11) received.``, an uncaught C++ exception)."""
-    found: list[str] = []
-    for line in log.splitlines():
-        text = _ANSI.sub("", line).strip()
-        runtime = _RUNTIME_LINE.search(text)
-        if _EXCEPTION_LINE.match(text) or _CRASH_LINE.match(text):
-            found.append(text)
-        elif runtime is not None:
-            found.append(f"onnxruntime: {runtime.group(1)}")
-        else:
-            found.extend(error_messages(text))
-    unique = list(dict.fromkeys(found))
-    return unique[-limit:]
 
 
 def with_log_errors(err: TrackerError, log: str) -> TrackerError:

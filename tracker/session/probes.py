@@ -154,6 +154,7 @@ class Verdict:
     passed: bool
     max_abs_diff: float
     detail: str = ""  # empty when passed: which output, which probe, expected and got
+    error: str = ""   # the configuration's first error answer where the default answered
 
 
 def _answer(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str],
@@ -237,7 +238,7 @@ def compare(reference: ProbeSet, got: Sequence[Answer], tol: Tolerance,
             how: str = "") -> Verdict:
     """Whether ``got`` (answers to ``reference``'s probes) are the default's answers.
     ``how`` names how they were sent, for the message ("sent together")."""
-    largest, first = 0.0, ""
+    largest, first, error = 0.0, "", ""
     sent = f" ({how})" if how else ""
     kind = "sequence probe" if reference.sequence else "probe"  # a sequence: steps first
     # the answer at position k is the reference's at k (a sequence set: every position),
@@ -249,6 +250,8 @@ def compare(reference: ProbeSet, got: Sequence[Answer], tol: Tolerance,
             if isinstance(want, str) and isinstance(have, str):
                 continue  # both refuse the probe: the same function, as far as it shows
             largest = float("inf")
+            if isinstance(have, str) and not error:
+                error = f"{kind} {i}{sent}: {have.removeprefix('error: ')}"
             first = first or (f"{kind} {i}{sent}: the default answered "
                               f"{_show_answer(want)}, this configuration "
                               f"{_show_answer(have)}")
@@ -264,7 +267,7 @@ def compare(reference: ProbeSet, got: Sequence[Answer], tol: Tolerance,
     if first:
         first += (f"; largest difference {largest:.3g} (allowed: atol {tol.atol:g} + "
                   f"rtol {tol.rtol:g} x |expected|)")
-    return Verdict(not first, largest, first)
+    return Verdict(not first, largest, first, error)
 
 
 def _shape(want: Array, have: Array) -> str:

@@ -2,17 +2,23 @@
 
 Shared by the launchers (why a start failed, why a model load failed) and by deployment
 (deploy/publish.py: Triton answers a config it refuses while polling the repository with
-only "failed to poll from model repository"; the reason is in its log).
+only "failed to poll from model repository"; the reason is in its log), and by the study
+(:func:`log_errors`: the last error lines a failed measurement or output check ends with).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 #: a C++ abort in the server or a backend stub: READY will never come, fail now
 FATAL = "terminate called after throwing"
 #: error lines of GPU probes that fail harmlessly on a machine without a GPU
 _NOISE = ("CudaDriverHelper", "DCGM")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): \S")
+_RUNTIME_LINE = re.compile(r"\[E:onnxruntime:[^\]]*\]\s*(\S.*)$")
+_CRASH_LINE = re.compile(r"^(Signal \(\d+\) received\.|terminate called after throwing .+)$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def error_messages(log: str, model: str | None = None) -> list[str]:
@@ -76,3 +82,23 @@ def port_taken(log: str) -> str:
 def fatal_line(log: str) -> str:
     """The line of a C++ abort (``terminate called after throwing ...``), "" when none."""
     return next((line.strip() for line in log.splitlines() if FATAL in line), "")
+
+
+def log_errors(log: str, limit: int = 3) -> list[str]:
+    """The last distinct error lines of a server log, oldest first: Triton's own (``E1201
+    ...] message``, the harmless GPU-probe noise left out), the Python exceptions a backend
+    stub printed (``RuntimeError: ...``), onnxruntime's errors (``[E:onnxruntime:...]
+    message``: a model that fails its requests in the shim) and the server's own crash
+    (``Signal (11) received.``, an uncaught C++ exception)."""
+    found: list[str] = []
+    for line in log.splitlines():
+        text = _ANSI.sub("", line).strip()
+        runtime = _RUNTIME_LINE.search(text)
+        if _EXCEPTION_LINE.match(text) or _CRASH_LINE.match(text):
+            found.append(text)
+        elif runtime is not None:
+            found.append(f"onnxruntime: {runtime.group(1)}")
+        else:
+            found.extend(error_messages(text))
+    unique = list(dict.fromkeys(found))
+    return unique[-limit:]
