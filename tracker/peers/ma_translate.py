@@ -484,7 +484,7 @@ def _study(options: Mapping[str, object], layout: Layout, repo: Path,
         "constraints": _constraints(options, first),
         "search": _search(options, space, pipeline, layout.checkpoints, study),
         "mlflow": {"tracking_uri": os.environ.get("MLFLOW_TRACKING_URI")
-                   or f"sqlite:///{cwd / 'mlflow.db'}", "experiment": study},
+                   or f"sqlite:///{cwd}/mlflow.db", "experiment": study},
         "confirm": {"top_k": layout.top},
     }
     return StudyPlan(study, tuple(names), sources, spec)
