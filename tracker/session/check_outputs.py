@@ -250,20 +250,21 @@ class OutputCheck:
 
     def message(self) -> str:
         assert self.verdict is not None
-        knobs = ", ".join(f"{k}={v}" for k, v in self.changed.items()) or "none"
         return (f"outputs differ from the default configuration's (knobs unlike the "
-                f"default's: {knobs}): {self.verdict.detail}")
+                f"default's: {self._knobs()}): {self.verdict.detail}")
+
+    def _knobs(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.changed.items()) or "none"
 
     def failure(self, timeout_s: float, log: str) -> str:
         """A configuration that crashed or timed out on a probe the default answered: the
         words say which, with the client's error and the server log's last error lines."""
         assert self.verdict is not None
-        knobs = ", ".join(f"{k}={v}" for k, v in self.changed.items()) or "none"
         what = failure_words(self.verdict.error, timeout_s)
         lines = log_errors(log)
         logged = f"; server log: {' | '.join(lines)}" if lines else ""
         return (f"the configuration {what} on the output check's probes, which the default "
-                f"configuration answered (knobs unlike the default's: {knobs}): "
+                f"configuration answered (knobs unlike the default's: {self._knobs()}): "
                 f"{self.verdict.error}{logged}")
 
     def metrics(self) -> dict[str, float]:

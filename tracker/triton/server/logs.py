@@ -17,7 +17,7 @@ FATAL = "terminate called after throwing"
 _NOISE = ("CudaDriverHelper", "DCGM")
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception): \S")
 _RUNTIME_LINE = re.compile(r"\[E:onnxruntime:[^\]]*\]\s*(\S.*)$")
-_CRASH_LINE = re.compile(r"^(Signal \(\d+\) received\.|terminate called after throwing .+)$")
+_CRASH_LINE = re.compile(rf"^(Signal \(\d+\) received\.|{FATAL} .+)$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
