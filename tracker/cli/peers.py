@@ -30,6 +30,7 @@ def model_analyzer(mode: str) -> None:
 
 
 def _profile(args: list[str]) -> None:
+    from tracker.peers.ma_outputs import plain
     from tracker.peers.model_analyzer import profile
     from tracker.session.context import Interrupted
 
@@ -39,7 +40,7 @@ def _profile(args: list[str]) -> None:
         click.echo(f"{stop}: run the same command again: the profile resumes.", err=True)
         sys.exit(stop.exit_code)
     for model, text in done.sentences.items():
-        click.echo(f"{model}: {text.replace('<strong>', '').replace('</strong>', '')}")
+        click.echo(f"{model}: {plain(text)}")
     for path in done.written:
         click.echo(f"wrote {path}")
 

@@ -153,6 +153,7 @@ def peer_blocks() -> list[Block]:
     the option, its default, and what the tracker does with it; Perf Analyzer's flags
     (tracker.peers.pa_flags) as another."""
     from tracker.peers.ma_options import OPTIONS
+    from tracker.peers.pa_flags import flag_rows
 
     rows = []
     for o in OPTIONS:
@@ -165,8 +166,6 @@ def peer_blocks() -> list[Block]:
         else:
             here = o.here
         rows.append((" ".join(forms), _ma_default(o.default), here))
-    from tracker.peers.pa_flags import flag_rows
-
     return [Block(MIGRATE_PAGE, "model-analyzer options", "## Every option", table(
         ("option (YAML key, flag)", "Model Analyzer's default", "what the tracker does"),
         rows)),

@@ -66,7 +66,6 @@ class StudyOutputs:
 
     variants: dict[str, list[str]] = field(default_factory=dict)  # model -> names, in order
     rows: list[Row] = field(default_factory=list)
-    summaries: list[Path] = field(default_factory=list)
     trial_variant: dict[int, str] = field(default_factory=dict)   # trial -> entry's variant
 
 
@@ -152,14 +151,15 @@ def collect(spec: StudySpec, conf: Configuration, study: optuna.Study,
         record = TrialRecord.of(trial)
         if record.run_id is None:
             continue
+        configs = {model: model_config.parse(text)
+                   for model, (_variant, text) in named[trial.number].items()}
         for entry in conf.entries:
-            variant, text = named[trial.number][entry]
+            variant = named[trial.number][entry][0]
             out.trial_variant.setdefault(trial.number, variant)
-            cfg = model_config.parse(text)
-            group = " + ".join(_group(model_config.parse(named[trial.number][m][1]))
-                               for m in (conf.composing(entry) or (entry,))
-                               if model_config.parse(named[trial.number][m][1]).platform
-                               != "ensemble") if not cfg.instance_group else _group(cfg)
+            cfg = configs[entry]
+            group = _group(cfg) if cfg.instance_group else " + ".join(
+                _group(configs[m]) for m in (conf.composing(entry) or (entry,))
+                if configs[m].platform != "ensemble")
             for m in _levels(client, record.run_id, conf.metric_name(entry, "perf.csv")):
                 out.rows.append(Row(entry, variant, trial.number, m,
                                     not broken(m.metrics(), spec.constraints), group,
@@ -202,7 +202,7 @@ def write_results(rows: Sequence[Row], layout: Layout) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     rate = any(r.measurement.request_rate is not None for r in rows)
     written = []
-    inference = layout.export / "results" / layout.csv_names["inference"]
+    inference = folder / layout.csv_names["inference"]
     inference.write_text(_table(rows, _fields(layout.fields["inference"], INFERENCE_FIELDS,
                                               rate)))
     written.append(inference)
@@ -224,16 +224,22 @@ def write_results(rows: Sequence[Row], layout: Layout) -> list[Path]:
 
 # ---- the reports ----------------------------------------------------------------------------
 
+def _peaks(rows: Sequence[Row]) -> dict[str, float]:
+    """Each variant's highest throughput among its levels that meet the constraints."""
+    peaks: dict[str, float] = {}
+    for r in rows:
+        if r.satisfies:
+            peaks[r.variant] = max(peaks.get(r.variant, 0.0), r.measurement.throughput)
+    return peaks
+
+
 def _best(rows: Sequence[Row], study: optuna.Study, out: StudyOutputs, model: str,
           ) -> tuple[str | None, float | None, float | None]:
     """(the best variant, its throughput, the default's) of one model."""
     best = best_trials(study)
-    def peak(variant: str) -> float | None:
-        values = [r.measurement.throughput for r in rows
-                  if r.variant == variant and r.satisfies]
-        return max(values) if values else None
+    peaks = _peaks(rows)
     chosen = out.trial_variant.get(best[0].number) if best else None
-    return chosen, peak(chosen) if chosen else None, peak(f"{model}_config_default")
+    return chosen, peaks.get(chosen) if chosen else None, peaks.get(f"{model}_config_default")
 
 
 def sentence(rows: Sequence[Row], study: optuna.Study, out: StudyOutputs, model: str,
@@ -254,6 +260,11 @@ def sentence(rows: Sequence[Row], study: optuna.Study, out: StudyOutputs, model:
     measured = f"{count} measurement{'s' if count != 1 else ''}"
     return (f"In {measured} across {configs} configurations, <strong>{html.escape(chosen)}"
             f"</strong> {phrase}, under the given constraints.")
+
+
+def plain(sentence_html: str) -> str:
+    """The summary sentence as text (its bold marks dropped), for the terminal."""
+    return sentence_html.replace("<strong>", "").replace("</strong>", "")
 
 
 def _verdict(client: MlflowClient, parent_id: str | None) -> tuple[str, str]:
@@ -283,11 +294,8 @@ def _table_html(rows: Sequence[Row], variants: Sequence[str]) -> str:
 
 
 def _ranked(rows: Sequence[Row], model: str, top: int) -> list[str]:
-    best: dict[str, float] = {}
-    for r in rows:
-        if r.model == model and r.satisfies:
-            best[r.variant] = max(best.get(r.variant, 0.0), r.measurement.throughput)
-    return sorted(best, key=lambda v: -best[v])[:top]
+    peaks = _peaks([r for r in rows if r.model == model])
+    return sorted(peaks, key=lambda v: -peaks[v])[:top]
 
 
 def _page(title: str, parts: Sequence[str]) -> str:

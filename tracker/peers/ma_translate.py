@@ -490,11 +490,21 @@ def _study(options: Mapping[str, object], layout: Layout, repo: Path,
     return StudyPlan(study, tuple(names), sources, spec)
 
 
-def translate(options: Mapping[str, object], cwd: Path, *, outputs: bool = True) -> Plan:
+def refuse_existing_output(layout: Layout) -> None:
+    """Model Analyzer's refusal of an output folder that exists, unless it may be replaced
+    (a new profile; the rerun of an interrupted one writes into the folder it began)."""
+    if layout.output_repository.exists() and not layout.override:
+        raise PeerOptionError(
+            f'Path "{layout.output_repository}" already exists. Please set or modify '
+            '"--output-model-repository-path" flag or remove this directory. You can also '
+            'allow overriding of the output directory using the '
+            '"--override-output-model-repository" flag.')
+
+
+def translate(options: Mapping[str, object], cwd: Path) -> Plan:
     """The plan of a ``model-analyzer profile`` run: its outputs' layout and one study spec
     per study. PeerOptionError, naming the option, for what cannot be honoured; nothing has
-    started. ``outputs=False``: the plan of a run that has already profiled (its output
-    folder may exist)."""
+    started."""
     repo_value = options.get("model_repository")
     if not repo_value:
         raise PeerOptionError("model_repository is required: the Triton model repository that "
@@ -504,12 +514,6 @@ def translate(options: Mapping[str, object], cwd: Path, *, outputs: bool = True)
     if not repo.is_dir():
         raise PeerOptionError(f"model_repository {repo} is not a folder")
     layout = _layout(options, cwd)
-    if outputs and layout.output_repository.exists() and not layout.override:
-        raise PeerOptionError(
-            f'Path "{layout.output_repository}" already exists. Please set or modify '
-            '"--output-model-repository-path" flag or remove this directory. You can also '
-            'allow overriding of the output directory using the '
-            '"--override-output-model-repository" flag.')
     models = _profile_models(options)
     studies: tuple[StudyPlan, ...]
     if _opt(options, "run_config_profile_models_concurrently_enable") and len(models) > 1:

@@ -25,7 +25,7 @@ from mlflow import MlflowClient
 from tracker.errors import TrackerError
 from tracker.peers import ma_outputs
 from tracker.peers.ma_options import PeerOptionError, read_options
-from tracker.peers.ma_translate import Plan, StudyPlan, translate
+from tracker.peers.ma_translate import Plan, StudyPlan, refuse_existing_output, translate
 from tracker.search.storage import make_storage
 from tracker.spec import StudySpec, ensure_model, load_spec
 from tracker.tracking import runs
@@ -142,10 +142,10 @@ def profile(argv: Sequence[str], cwd: Path, echo: Echo) -> Profiled:
     from tracker.workflow.tune import tune
 
     options, config = read_options(argv)
-    plan = translate(options, cwd, outputs=False)
+    plan = translate(options, cwd)
     fresh = not _resumes(plan, argv)
     if fresh:
-        plan = translate(options, cwd)     # refuses an output folder that already exists
+        refuse_existing_output(plan.layout)
     paths = _write_specs(plan, argv, config)
     specs = _checked(paths)
     for number, (study, spec, path) in enumerate(zip(plan.studies, specs, paths, strict=True)):
@@ -215,22 +215,18 @@ def report(argv: Sequence[str], cwd: Path, echo: Echo) -> list[Path]:
                            "with -s")
     argv_profiled = json.loads(saved.read_text())["argv"]
     options, _config = read_options(argv_profiled)
-    plan = translate(options, cwd, outputs=False)
+    plan = translate(options, cwd)
     export = export if export.is_absolute() else cwd / export
     plan = replace(plan, layout=replace(plan.layout, export=export))
     specs = [load_spec(checkpoints / s.name / "study.yaml") for s in plan.studies]
     rows, sentences, written, _best = _outputs(plan, specs, write_variants=False)
     for model, text in sentences.items():
-        echo(f"{model}: {_plain(text)}")
+        echo(f"{model}: {ma_outputs.plain(text)}")
     if configs:
         written += ma_outputs.write_detailed(rows, configs, plan.layout)
     for path in written:
         echo(f"wrote {path}")
     return written
-
-
-def _plain(text: str) -> str:
-    return text.replace("<strong>", "").replace("</strong>", "")
 
 
 __all__ = ["Profiled", "StudyPlan", "profile", "report"]
