@@ -18,7 +18,6 @@ docs/migrate-model-analyzer.md lists this table.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Literal
 import yaml
 
 from tracker.errors import TrackerError
+from tracker.spec.fields import closest
 
 Kind = Literal["value", "flag", "yaml"]
 
@@ -205,15 +205,16 @@ MODEL_KEYS = ("objectives", "constraints", "parameters", "model_config_parameter
               "cpu_only", "weighting")
 
 
-def _closest(name: str, known: Sequence[str]) -> str:
-    close = difflib.get_close_matches(name, known, n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
+def did_you_mean(name: str, known: Sequence[str]) -> str:
+    """`` (did you mean X?)`` with the known option closest to ``name``, "" when none is."""
+    close = closest(name, known)
+    return f" (did you mean {close}?)" if close else ""
 
 
 def _unknown(name: str, where: str) -> PeerOptionError:
     known = list(_BY_FLAG) if name.startswith("-") else list(BY_KEY)
     return PeerOptionError(f"{where}: {name} is not an option of model-analyzer profile"
-                           f"{_closest(name, known)}")
+                           f"{did_you_mean(name, known)}")
 
 
 def _from_argv(argv: Sequence[str]) -> dict[str, object]:

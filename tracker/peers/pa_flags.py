@@ -3,18 +3,18 @@
 :func:`read_flags` reads the flags (``-i`` is HTTP, ``-p`` 5000 ms windows,
 ``--concurrency-range start:end:step``, PA's defaults where not given) into
 :class:`PaOptions`, and refuses a flag the tracker does not honour, named, with the reason,
-and an unknown one with the closest known flag, before anything starts. :func:`load_of` is the
-load section the flags describe, :func:`levels_of` their levels; :data:`MEANING` says what the
+and an unknown one with the closest known flag, before anything starts; the options carry
+the load section the flags describe and the range's levels. :data:`MEANING` says what the
 tracker does with each flag (:func:`flag_rows`: the table on docs/migrate-model-analyzer.md).
 """
 
 from __future__ import annotations
 
-import difflib
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tracker.peers.ma_options import PeerOptionError
+from tracker.peers.ma_options import PeerOptionError, did_you_mean
 from tracker.spec.sections import LoadSection
 
 #: flag -> option key, for flags that take a value; both spellings of each
@@ -88,15 +88,11 @@ class PaOptions:
     values: dict[str, str] = field(default_factory=dict)
     flags: frozenset[str] = frozenset()
     argv: tuple[str, ...] = ()
+    levels: tuple[float, ...] = ()          # the range's levels, every one measured
+    load: LoadSection | None = None         # the load section the flags describe
 
     def get(self, key: str, default: str = "") -> str:
         return self.values.get(key, default)
-
-
-def _closest(name: str) -> str:
-    known = [*_VALUE, *_FLAGS, *_REFUSED]
-    close = difflib.get_close_matches(name, known, n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def read_flags(argv: Sequence[str]) -> PaOptions:
@@ -119,7 +115,8 @@ def read_flags(argv: Sequence[str]) -> PaOptions:
             if not arg.startswith("-"):
                 raise PeerOptionError(f"{arg!r}: perf_analyzer takes no positional argument; "
                                       "give the model with -m")
-            raise PeerOptionError(f"{name} is not a flag of perf_analyzer{_closest(name)}")
+            raise PeerOptionError(f"{name} is not a flag of perf_analyzer"
+                                  f"{did_you_mean(name, [*_VALUE, *_FLAGS, *_REFUSED])}")
         if not eq:
             if not args:
                 raise PeerOptionError(f"{name} needs a value")
@@ -127,7 +124,8 @@ def read_flags(argv: Sequence[str]) -> PaOptions:
         values[_VALUE[name]] = value
     options = PaOptions(values, frozenset(flags), tuple(argv))
     _check(options)
-    return options
+    levels = _levels(options)
+    return dataclasses.replace(options, levels=tuple(levels), load=_load(options, levels))
 
 
 def _check(o: PaOptions) -> None:
@@ -155,8 +153,6 @@ def _check(o: PaOptions) -> None:
     if percentile and percentile not in ("50", "90", "95", "99"):
         raise PeerOptionError(f"--percentile {percentile}: the tracker reports p50, p90, p95 "
                               "and p99")
-    levels_of(o)
-    load_of(o)
 
 
 def _range(text: str, flag: str, *, integer: bool) -> list[float]:
@@ -183,13 +179,13 @@ def _range(text: str, flag: str, *, integer: bool) -> list[float]:
     return out
 
 
-def levels_of(o: PaOptions) -> list[float]:
+def _levels(o: PaOptions) -> list[float]:
     if "rate_range" in o.values:
         return _range(o.get("rate_range"), "--request-rate-range", integer=False)
     return _range(o.get("concurrency_range", "1"), "--concurrency-range", integer=True)
 
 
-def load_of(o: PaOptions) -> LoadSection:
+def _load(o: PaOptions, levels: list[float]) -> LoadSection:
     """The load section Perf Analyzer's flags describe (its defaults where not given)."""
     fields: dict[str, object] = {
         "protocol": o.get("protocol", "http"),
@@ -209,15 +205,14 @@ def load_of(o: PaOptions) -> LoadSection:
     if o.get("input_data") not in ("", "random"):
         fields["input_data"] = o.get("input_data")
     if "rate_range" in o.values:
-        fields["request_rate"] = levels_of(o)
+        fields["request_rate"] = levels
         fields["arrival"] = o.get("distribution", "constant")
     else:
-        fields["concurrency"] = [int(v) for v in levels_of(o)]
+        fields["concurrency"] = [int(v) for v in levels]
     try:
         return LoadSection.model_validate(fields, strict=False)
     except ValueError as exc:
         raise PeerOptionError(f"perf_analyzer's flags do not make a load: {exc}") from None
-
 
 
 def flag_rows() -> list[tuple[str, str]]:
@@ -229,4 +224,4 @@ def flag_rows() -> list[tuple[str, str]]:
     return rows + [(f"`{flag}`", f"refused: {why}") for flag, why in _REFUSED.items()]
 
 
-__all__ = ["MEANING", "PaOptions", "flag_rows", "levels_of", "load_of", "read_flags"]
+__all__ = ["MEANING", "PaOptions", "flag_rows", "read_flags"]

@@ -13,6 +13,7 @@ level's as metrics, and ``perf.csv``, ``command.txt`` and the served ``config.pb
 
 from __future__ import annotations
 
+import os
 import socket
 import tempfile
 from collections.abc import Callable, Sequence
@@ -30,7 +31,7 @@ from tracker.measure.entry import EntryLoad
 from tracker.measure.sweep import sweep
 from tracker.measure.types import Measurement, SweepLevel
 from tracker.peers.ma_options import PeerOptionError
-from tracker.peers.pa_flags import PaOptions, levels_of, load_of, read_flags
+from tracker.peers.pa_flags import PaOptions, read_flags
 from tracker.tracking import runs
 from tracker.triton.endpoints import Endpoints
 
@@ -132,31 +133,40 @@ def _served(o: PaOptions, echo: Echo) -> tuple[list[Measurement], str, str]:
         return _measured(o, echo, Path(tmp))
 
 
+def _embedded(o: PaOptions, echo: Echo, workdir: Path) -> TritonServer:
+    """Perf Analyzer's in-process mode: the embedded Triton on ``--model-repository``, with
+    only the model measured loaded (stopped by the caller, also when the load fails)."""
+    from tracker.spec.sections import ServerSection
+    from tracker.triton.server.modes import make_server
+
+    repository = Path(o.get("model_repository")).expanduser().resolve()
+    if not (repository / o.get("model")).is_dir():
+        raise PeerOptionError(f"--model-repository {repository} holds no model folder "
+                              f"{o.get('model')!r}")
+    server = make_server(ServerSection())
+    echo(f"starting the embedded Triton on {repository}, loading {o.get('model')}")
+    try:
+        server.start(_servable(repository, o.get("model"), server, workdir), explicit=True)
+        server.load(o.get("model"))
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
 def _measured(o: PaOptions, echo: Echo, workdir: Path) -> tuple[list[Measurement], str, str]:
     from google.protobuf import text_format
 
-    load = load_of(o)
+    assert o.load is not None                       # read_flags made it
     server = None
-    if o.get("service_kind") == "triton_c_api":
-        from tracker.spec.sections import ServerSection
-        from tracker.triton.server.modes import make_server
-
-        server = make_server(ServerSection())
-        repository = Path(o.get("model_repository")).expanduser().resolve()
-        if not (repository / o.get("model")).is_dir():
-            raise PeerOptionError(f"--model-repository {repository} holds no model folder "
-                                  f"{o.get('model')!r}")
-        echo(f"starting the embedded Triton on {repository}, loading {o.get('model')}")
-        server.start(_servable(repository, o.get("model"), server, workdir),
-                     explicit=True)                 # only the model measured is loaded
-        server.load(o.get("model"))
     try:
+        if o.get("service_kind") == "triton_c_api":
+            server = _embedded(o, echo, workdir)
         endpoints = server.endpoints if server is not None else _endpoints(o)
         cfg = _config(endpoints, o)
-        levels = levels_of(o)
         threshold = float(o.get("latency_threshold")) if o.get("latency_threshold") else None
-        plan = _Every(len(levels), threshold, o.get("percentile"))
-        done = sweep(endpoints, {o.get("model"): EntryLoad(cfg, load)},
+        plan = _Every(len(o.levels), threshold, o.get("percentile"))
+        done = sweep(endpoints, {o.get("model"): EntryLoad(cfg, o.load)},
                      plan=plan, on_level=lambda level: _print_level(level, o, echo))
         measured = [m for level in done.levels for m in level.measurements.values()]
         return measured, done.stop_reason, text_format.MessageToString(cfg)
@@ -218,8 +228,6 @@ def summary_lines(levels: Sequence[Measurement], o: PaOptions) -> list[str]:
 # ---- the MLflow run -------------------------------------------------------------------------
 
 def _log(o: PaOptions, levels: list[Measurement], config_text: str, csv_text: str) -> str:
-    import os
-
     client = MlflowClient()
     name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or o.get("model")
     experiment = client.get_experiment_by_name(name)
