@@ -12,8 +12,14 @@ deployment to a serving Triton (one for the module), real MLflow and Optuna sqli
   every sequence's state for its lifetime, refuses a start for an ID it holds and a step
   without a start for an ID it does not; its check is whole sequences, START on the first
   step, END on the last, under IDs that are new on the server; its decoupled form and an
-  iterative sequence model take the check's request too (no study: the study does not
-  check a decoupled stateful model's outputs).
+  iterative sequence model take the check's request too;
+- three of Triton's sequence kinds, each through ``tracker check`` and ``check --outputs``,
+  a study of the default and one other configuration with the output check on, the promotion
+  and the deploy check: the counter batching (``max_batch_size: 4``: the check's sequences
+  sent together use correlation IDs of their own, so the model never sees a start for an ID
+  it holds), its decoupled form (each step of each probe sequence streamed), and the
+  iterative model (one streamed request per sequence, no ID or flags: the scheduler gives
+  them).
 """
 
 from __future__ import annotations
@@ -163,6 +169,19 @@ class TritonPythonModel:
 """
 ITERATIVE_CONFIG = DCOUNTER_CONFIG.replace('"dcounter"', '"iterative"').replace(
     "max_sequence_idle_microseconds: 10000000", "iterative_sequence: true")
+# the counter batching (the oldest strategy: batches of ready requests, never the direct
+# strategy's null requests for empty slots): each request's input and output one batch item
+BCOUNTER = COUNTER.replace("out = np.array([self.sequences[sid]], dtype=np.int32)",
+                           "out = np.array([[self.sequences[sid]]], dtype=np.int32)")
+BCOUNTER_CONFIG = COUNTER_CONFIG.replace('"counter"', '"bcounter"').replace(
+    "max_batch_size: 0", "max_batch_size: 4").replace(
+    "sequence_batching {", "sequence_batching { oldest { max_candidate_sequences: 8 }")
+#: Triton's sequence kinds a study takes: (model.py, config.pbtxt, the spec's load)
+SEQUENCE_KINDS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "bcounter": (BCOUNTER, BCOUNTER_CONFIG, {"sequence": {"length": 3}}),
+    "dcounter": (DCOUNTER, DCOUNTER_CONFIG, {"sequence": {"length": 3}}),
+    "iterative": (ITERATIVE, ITERATIVE_CONFIG, {}),
+}
 PROMPT = np.arange(5, dtype=np.int32)  # tokens 10, 11, 12 for MAX_TOKENS 3
 
 
@@ -174,13 +193,13 @@ def _model(repo: Path, name: str, code: str, config: str) -> Path:
 
 
 def _spec(tmp: Path, uri: str, model: dict[str, Any], load: dict[str, Any],
-          space: dict[str, Any], registered: str) -> Path:
+          space: dict[str, Any], registered: str, trials: int = 1) -> Path:
     spec = tmp / "study.yaml"
     spec.write_text(yaml.safe_dump({
         "model": model,
         "load": {"concurrency": [1], "window_ms": 300, "max_tries": 4, "warmup_requests": 3,
                  "stability_pct": 50, **load},
-        "search": {"sampler": "grid", "n_trials": 1, "seed": 1, "sweep": "full",
+        "search": {"sampler": "grid", "n_trials": trials, "seed": 1, "sweep": "full",
                    "storage": f"sqlite:///{tmp / 'optuna.db'}", "space": space},
         "confirm": {"enabled": False},
         "mlflow": {"tracking_uri": uri, "registered_model": registered},
@@ -365,3 +384,63 @@ def test_a_decoupled_stateful_and_an_iterative_model_take_the_check_request(
                 client.unload_model(name)
     assert check_request.what_is_sent(dcounter) == "checking one whole sequence"
     assert check_request.what_is_sent(iterative) == "checking one streamed inference"
+
+
+def _served_answers(server: LocalTritonServer, name: str, cfg: Any) -> list[int]:
+    """What the serving Triton answers a new sequence of 5, 7, 9 (the iterative model: one
+    request counting down from 3)."""
+    if name == "iterative":
+        got = stream_tensors(server.endpoints, name, {"INPUT0": ("INT32", np.array([3],
+                                                                                np.int32))},
+                             outputs=["OUTPUT0"])
+        return [int(r["OUTPUT0"].ravel()[0]) for r in got]
+    corrid, shape = check_request.fresh_id(cfg), [1, 1] if cfg.max_batch_size else [1]
+    steps = [{"INPUT0": ("INT32", np.array([v], np.int32).reshape(shape))} for v in (5, 7, 9)]
+    if name == "bcounter":
+        answers = run_sequence(server.endpoints.grpc or "", name,
+                               [{k: a for k, (_, a) in s.items()} for s in steps], corrid)
+        return [int(a["OUTPUT0"].ravel()[0]) for a in answers]
+    out = []
+    for j, step in enumerate(steps):
+        got = stream_tensors(server.endpoints, name, step, outputs=["OUTPUT0"],
+                             sequence_id=corrid, sequence_start=j == 0, sequence_end=j == 2)
+        out += [int(r["OUTPUT0"].ravel()[0]) for r in got]
+    return out
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("name", sorted(SEQUENCE_KINDS))
+def test_tritons_sequence_kinds_are_checked_tuned_with_the_output_check_and_promoted(
+        tmp_path: Path, mlflow_uri: str, shared_serving: tuple[LocalTritonServer, Path],
+        name: str) -> None:
+    server, _repo = shared_serving
+    code, config, load = SEQUENCE_KINDS[name]
+    cfg = model_config.parse(config)
+    model_dir = _model(tmp_path / "user", name, code, config)
+    spec = _spec(tmp_path, mlflow_uri, {"name": name, "path": str(model_dir)}, load,
+                 {"instance_group.count": [2]}, f"{name}-reg", trials=2)
+    runner = CliRunner()
+    checked = runner.invoke(cli, ["check", str(spec)])
+    assert checked.exit_code == 0, checked.output
+    probes_line = "output check: 1 probe (one streamed request each" if name == "iterative" \
+        else "output check: 4 probes (whole sequences of 4 steps"
+    assert probes_line in checked.output, checked.output
+    twice = runner.invoke(cli, ["check", str(spec), "--outputs"])
+    assert twice.exit_code == 0, twice.output
+    assert " the same twice: its outputs ['OUTPUT0'] are checked" in twice.output, twice.output
+
+    _tune_and_promote(spec)
+    client = mlflow.MlflowClient()
+    experiment = client.get_experiment_by_name(name)
+    trials = [r for r in client.search_runs([experiment.experiment_id])
+              if r.data.tags.get("mlflow.parentRunId")]
+    assert len(trials) == 2, [r.data.tags.get(tags.CHECK) for r in trials]
+    for run in trials:  # the default and the other both answered the probes, then measured
+        assert run.data.metrics.get("check/passed") == 1, (run.data.params, run.data.tags)
+        assert run.data.metrics["perf_throughput"] > 0
+    assert [r.data.tags.get(tags.BASELINE) for r in trials].count("true") == 1
+    reference = _reference(_checked_version(f"{name}-reg"))
+    assert reference.stream == (name != "bcounter")
+    assert reference.sequence == ("" if name == "iterative" else "uint")
+    expected = [2, 1, 0] if name == "iterative" else [5, 12, 21]
+    assert _served_answers(server, name, cfg) == expected

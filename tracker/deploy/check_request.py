@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tracker.errors import ServerError
 from tracker.triton.client import example_inputs
-from tracker.triton.sequence import controls, is_sequence
+from tracker.triton.sequence import controls, sends_sequences
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -73,7 +72,7 @@ def check_inputs(cfg: ModelConfig, seed: int = 0) -> Tensors:
 
 def what_is_sent(cfg: ModelConfig) -> str:
     """The step's name: what the check sends this model."""
-    if is_sequence(cfg) and not cfg.sequence_batching.iterative_sequence:
+    if sends_sequences(cfg):
         return "checking one whole sequence"
     return "checking one streamed inference" if is_decoupled(cfg) else "checking one inference"
 
@@ -82,7 +81,7 @@ def send(client: ControlClient, name: str, version: int, cfg: ModelConfig) -> No
     """The check's request(s) to ``version`` of ``name`` (the module docstring); ServerError
     with Triton's message when one fails."""
     outputs = [o.name for o in cfg.output]
-    if not is_sequence(cfg) or cfg.sequence_batching.iterative_sequence:
+    if not sends_sequences(cfg):
         tensors = check_inputs(cfg)
         if is_decoupled(cfg):
             client.stream_tensors(name, tensors, version=version, outputs=outputs)
@@ -103,14 +102,6 @@ def send(client: ControlClient, name: str, version: int, cfg: ModelConfig) -> No
 def _stream_step(client: ControlClient, name: str, tensors: Tensors, version: int,
                  outputs: Sequence[str], step: tuple[int | str, bool, bool]) -> None:
     """One step ``(correlation ID, start, end)`` of a decoupled stateful model's sequence,
-    streamed (gRPC only: a client without gRPC endpoints says so)."""
-    from tracker.triton.stream_probe import stream_tensors
-
-    endpoints = getattr(client, "endpoints", None)
-    if endpoints is None or not getattr(endpoints, "grpc", None):
-        client.stream_tensors(name, tensors, version=version, outputs=outputs)  # its refusal
-        raise ServerError(f"model {name!r} is decoupled and stateful: its sequence steps "
-                          "stream over gRPC only (use protocol grpc)")
-    stream_tensors(endpoints, name, tensors, version=version, outputs=outputs,
-                   timeout_s=client.timeout_s, sequence_id=step[0], sequence_start=step[1],
-                   sequence_end=step[2])
+    streamed (gRPC only: an HTTP client says so)."""
+    client.stream_tensors(name, tensors, version=version, outputs=outputs,
+                          sequence_id=step[0], sequence_start=step[1], sequence_end=step[2])

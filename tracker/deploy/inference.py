@@ -109,13 +109,16 @@ def infer_version(client: ControlClient, name: str, config: ModelConfig, *,
              for i in config.input}
     tensors = {inp_name: (types[inp_name], array) for inp_name, array in arrays.items()}
     outputs = [o.name for o in config.output]
-    if config.model_transaction_policy.decoupled and not sequence.is_sequence(config):
+    one_step = sequence.one_step_id(config) if sequence.sends_sequences(config) else 0
+    if config.model_transaction_policy.decoupled:
         from tracker.triton.stream_probe import joined
 
-        return joined(client.stream_tensors(name, tensors, version=version, outputs=outputs),
-                      outputs)
+        return joined(client.stream_tensors(name, tensors, version=version, outputs=outputs,
+                                            sequence_id=one_step,
+                                            sequence_start=bool(one_step),
+                                            sequence_end=bool(one_step)), outputs)
     return client.infer_tensors(name, tensors, version=version, outputs=outputs,
-                                sequence_id=sequence.one_step_id(config))
+                                sequence_id=one_step)
 
 
 def to_lists(outputs: Mapping[str, Array]) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from tracker.errors import MeasurementError
 from tracker.measure.inputs import Sample, input_specs, json_sample, make_samples
 from tracker.measure.transport import Payload
 from tracker.spec.sequence import DEFAULT_ACTIVE, DEFAULT_LENGTH
-from tracker.triton.sequence import controls, is_sequence
+from tracker.triton.sequence import controls, is_iterative, is_sequence, sends_sequences
 
 if TYPE_CHECKING:
     from tracker.spec.sections import LoadSection
@@ -165,6 +165,12 @@ def check_sequence_load(config: Any, load: LoadSection) -> None:
     if load.sequence is not None and not is_sequence(config):
         raise MeasurementError(f"load.sequence is set, but model {config.name!r} has no "
                                "sequence batcher (it is not stateful): remove load.sequence")
+    if load.sequence is not None and is_iterative(config):
+        raise MeasurementError(f"load.sequence is set, but model {config.name!r} is an "
+                               "iterative sequence model (iterative_sequence: true): each "
+                               "request is a whole sequence, which the model reschedules "
+                               "until it ends, so there are no steps to send; remove "
+                               "load.sequence")
 
 
 def sequence_samples(config: Any, load: LoadSection,
@@ -209,7 +215,7 @@ def sequence_plan(config: Any, load: LoadSection) -> SequencePlan | None:
     ``load.input_data`` in perf_analyzer's sequence layout, else lengths from
     ``load.sequence``; its steps are :func:`sequence_samples`' requests."""
     check_sequence_load(config, load)
-    if not is_sequence(config):
+    if not sends_sequences(config):
         return None
     _, sequences = sequence_samples(config, load)
     section = load.sequence

@@ -54,6 +54,12 @@ def sequence_lines(spec: StudySpec, info: ModelInfo) -> list[str]:
         raise SpecError([f"load.sequence: {err}"]) from err
     if not sequence.is_sequence(cfg):
         return []
+    if sequence.is_iterative(cfg):
+        return [f"  stateful: yes, an iterative sequence model (iterative_sequence: true; "
+                f"strategy {sequence.strategy(cfg)}): each request is a whole sequence that "
+                "the model reschedules until it ends, so the load and the output check send "
+                "it as one request without correlation ID or flags (the scheduler gives "
+                "them), streamed when the model is decoupled"]
     if load.repeat is not None:
         raise SpecError([
             f"load.repeat: model {cfg.name!r} is stateful (it has a sequence batcher): its "

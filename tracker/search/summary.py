@@ -29,7 +29,7 @@ from tracker.search.space import (
 from tracker.spec import Bound, Range, Scalar, StudySpec
 from tracker.spec.server_options import SERVER_KNOBS, server_knobs
 from tracker.triton.configuration import Configuration
-from tracker.triton.sequence import is_sequence
+from tracker.triton.sequence import sends_sequences
 
 if TYPE_CHECKING:
     from tracker.spec.sections import LoadSection
@@ -77,7 +77,7 @@ def check_input_data(spec: StudySpec, info: ModelInfo) -> str:
     if info.auto_complete:
         return ("inputs: from the model's auto_complete_config, read from Triton once it "
                 "loaded the model" + (f"; {path} is checked then" if path else ""))
-    if is_sequence(info.config):
+    if sends_sequences(info.config):
         return "inputs: the steps of its sequences (the 'sequences:' line)"
     try:
         samples = samples_for(info.config, spec.load)

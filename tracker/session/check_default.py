@@ -23,7 +23,6 @@ from tracker.session.check_outputs import (
     output_names,
     sequence_kind,
     tolerance,
-    unchecked_reason,
 )
 from tracker.session.context import Session
 from tracker.session.measured import resolve_serving, serve_options
@@ -31,6 +30,7 @@ from tracker.session.probes import ProbeSet, Tolerance
 from tracker.spec import StudySpec
 from tracker.triton.configuration import Configuration
 from tracker.triton.repository import TrialRepository, write_configuration
+from tracker.triton.sequence import is_iterative
 
 if TYPE_CHECKING:
     from tracker.triton.server.base import TritonServer
@@ -43,8 +43,6 @@ def static_check(spec: StudySpec, conf: Configuration) -> str:
     out = spec.check.outputs
     if not out.enabled:
         return "output check: off (check.outputs: false)"
-    if (why := unchecked_reason(config)) is not None:
-        return f"output check: off ({why})"
     try:
         inputs = make_probes(spec, config)
     except MeasurementError as err:
@@ -56,15 +54,22 @@ def static_check(spec: StudySpec, conf: Configuration) -> str:
     if sequence_kind(config):
         steps = sorted({len(next(iter(p.values()))[1]) for p in inputs})
         source = f"whole sequences of {'/'.join(map(str, steps))} steps from {source}"
+        if is_decoupled(config):
+            source += ", each step streamed, the answer every step's responses"
+    elif is_iterative(config):
+        source = ("one streamed request each, a whole sequence that the model reschedules "
+                  "until it ends")
     elif is_decoupled(config):
         source = "the load's first requests, each answered by its whole response stream"
     ignored = f"; ignored outputs: {', '.join(out.ignore)}" if out.ignore else ""
-    return (f"output check: {len(inputs)} probes ({source}), outputs {names} within "
+    return (f"output check: {_probes(len(inputs))} ({source}), outputs {names} within "
             f"rtol {out.rtol:g}, atol {out.atol:g}{ignored}")
 
 
 def probe_default(spec_path: str | Path) -> str:
-    """Serve the default configuration, ask the probes twice, and say what differs."""
+    """Serve the default configuration, ask the probes twice, and say what differs. A
+    stateful model is served again between the two asks, so the second sends its sequences
+    under the same correlation IDs to a fresh load of the model."""
     session = Session.open(spec_path, work_prefix="check-")
     with session.guarded():
         spec = session.spec
@@ -73,6 +78,9 @@ def probe_default(spec_path: str | Path) -> str:
         with server.client() as client:
             config = client.model_config(repo.model_name)
             first = answers_of(spec, client, repo.model_name, config)
+        if first.sequence:  # a fresh load: a model may keep each sequence's state for ever
+            repo = serve_default(session, server, session.workdir / "default-again")
+        with server.client() as client:
             second = first.ask(client, repo.model_name)
         return _verdict(spec, first, second)
 
@@ -102,7 +110,7 @@ def _verdict(spec: StudySpec, first: ProbeSet, second: list[probes.Answer]) -> s
               if not probes.compare(ProbeSet(first.inputs, [name], first.answers), second,
                                     tol).passed]
     if not differ:
-        return (f"the default configuration answered {len(first.inputs)} probes the same "
+        return (f"the default configuration answered {_probes(len(first.inputs))} the same "
                 f"twice: its outputs {first.outputs} are checked on every trial")
     if len(differ) == len(first.outputs):
         proposal = "check.outputs: false"
@@ -111,3 +119,7 @@ def _verdict(spec: StudySpec, first: ProbeSet, second: list[probes.Answer]) -> s
     return (f"the default configuration answered differently on two calls in outputs "
             f"{differ} (not deterministic); every trial would fail its output check. Add "
             f"to the spec: `{proposal}`")
+
+
+def _probes(n: int) -> str:
+    return f"{n} probe{'s' * (n != 1)}"

@@ -16,8 +16,9 @@ inputs drawn from the study's seed. A stateful model's probe is a whole sequence
 sequences (``load.input_data`` in perf_analyzer's sequence layout), else :data:`STEPS` steps
 drawn from the seed; every configuration is sent them as sequences, whatever its scheduler. A
 decoupled model's probes are the load's first requests (its prompt lengths and tokens to
-make), each answer the whole response stream. A stateful decoupled model is not checked yet,
-and of several entry models only the configuration's entry is.
+make), each answer the whole response stream; a stateful decoupled model's probe is a whole
+sequence whose steps are each streamed; an iterative sequence model's is one streamed request
+(the whole sequence). Of several entry models only the configuration's entry is checked.
 
 The check's probes sent one at a time are also the sweep's first warm-up requests: the
 configuration is cold when the check starts, so its first answers carry the cost of the
@@ -51,7 +52,7 @@ from tracker.session.check_stored import (
 )
 from tracker.session.probes import ProbeSet, Tensors, Tolerance, Verdict
 from tracker.trial_attrs import TrialRecord, shown_params
-from tracker.triton.sequence import controls, is_sequence
+from tracker.triton.sequence import controls, sends_sequences
 from tracker.triton.server.logs import log_errors
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def make_probes(spec: StudySpec, config: ModelConfig) -> list[Tensors]:
     types = {s.name: s.datatype for s in input_specs(config)}
     load = spec.load.for_model(str(config.name))
     data = load.input_data
-    if is_sequence(config):
+    if sends_sequences(config):
         samples = _sequences(spec, config, count)
     elif is_decoupled(config):  # the load's own requests (prompt lengths, tokens to make)
         samples = samples_for(config, load.model_copy(update={"batch_size": 1}))[:count]
@@ -142,7 +143,7 @@ def _sequences(spec: StudySpec, config: ModelConfig, count: int) -> list[dict[st
 def sequence_kind(config: ModelConfig) -> str:
     """How a probe set for ``config`` is sent: ``""`` one request per probe, else whole
     sequences with correlation IDs of this kind (``"uint"``, ``"string"``)."""
-    return controls(config).corrid_type if is_sequence(config) else ""
+    return controls(config).corrid_type if sends_sequences(config) else ""
 
 
 def output_names(spec: StudySpec, config: ModelConfig) -> list[str]:
@@ -157,13 +158,6 @@ def output_names(spec: StudySpec, config: ModelConfig) -> list[str]:
 
 def is_decoupled(config: ModelConfig) -> bool:
     return bool(config.model_transaction_policy.decoupled)
-
-
-def unchecked_reason(config: ModelConfig) -> str | None:
-    """Why this model's answers are not compared (None: they are)."""
-    if is_decoupled(config) and is_sequence(config):
-        return "a stateful decoupled model's response streams are not compared yet"
-    return None
 
 
 def summary_note(spec: StudySpec) -> str:
@@ -217,9 +211,8 @@ class OutputCheck:
 
     def _check(self, server: TritonServer, model: str, config: ModelConfig) -> None:
         tol = tolerance(self.spec)
-        why = "check.outputs is false" if tol is None else unchecked_reason(config)
-        if tol is None or why is not None:
-            self.skipped = str(why)
+        if tol is None:
+            self.skipped = "check.outputs is false"
             return
         with server.client() as client:
             reference = self._reference(client, model, config, tol)
@@ -317,14 +310,17 @@ def check_answers(client: probes.Infers, model: str, config: ModelConfig,
     """The probes one at a time (unless not ``alone``: the default configuration, whose
     answers one at a time are the reference; each one's seconds appended to ``times``), then
     (a model that batches) all at once; the first verdict that fails, else the one with the
-    larger difference."""
+    larger difference. The default's own sequences are not sent together: its reference
+    used every position's correlation ID on this load of the model, and a model that keeps
+    each sequence's state for its lifetime refuses a start for an ID it holds."""
     one = probes.compare(reference, reference.ask(client, model, times=times) if alone
                          else reference.answers, tol, "sent one at a time")
-    if not one.passed or config.max_batch_size < 1:
+    if not one.passed or config.max_batch_size < 1 or (reference.sequence and not alone):
         return one
     sent = "sequences" if reference.sequence else "requests"
     many = probes.compare(reference, reference.ask(client, model, together=True),
-                          tol, f"{len(reference.inputs) * probes.COPIES} {sent} sent together")
+                          tol, f"{len(reference.inputs) * probes.COPIES} {sent} sent together",
+                          start=reference.together_from())
     return many if not many.passed or many.max_abs_diff > one.max_abs_diff else one
 
 

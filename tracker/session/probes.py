@@ -13,9 +13,15 @@ Only this module knows the comparison; the study (session/check_outputs.py) and 
 (deploy/) call it. A stateful model's probe is a whole sequence (:func:`send_sequence`): its
 inputs are the steps stacked on a first axis, each step sent as one request under the probe's
 own correlation ID (start flag on the first, end flag on the last), and its answer is the
-steps' outputs stacked the same way. A decoupled model's probe is one request whose answer is
-its whole response stream (:func:`send_stream`). :meth:`ProbeSet.ask` sends a probe set's
-probes the way they were made, whatever the configuration asked now is.
+steps' outputs stacked the same way; a stateful decoupled model's steps are each streamed, and
+the answer is every step's responses in order. A decoupled model's probe is one request whose
+answer is its whole response stream (:func:`send_stream`). :meth:`ProbeSet.ask` sends a probe
+set's probes the way they were made, whatever the configuration asked now is.
+
+Correlation IDs are never used twice on one load of a model: a check sends the probes one at a
+time at positions ``0 .. n-1`` and, together, at the positions after them
+(:meth:`ProbeSet.together_from`), so a model that keeps each sequence's state for its
+lifetime (Triton's ``sequence_py``) never sees a start for an ID it holds.
 """
 
 from __future__ import annotations
@@ -51,7 +57,9 @@ class Infers(Protocol):
 
     def stream_tensors(self, name: str, tensors: Mapping[str, tuple[str, Array]], *,
                        version: int | None = None,
-                       outputs: Sequence[str] = ()) -> list[dict[str, Array]]: ...
+                       outputs: Sequence[str] = (), sequence_id: int | str = 0,
+                       sequence_start: bool = False,
+                       sequence_end: bool = False) -> list[dict[str, Array]]: ...
 
 
 BARRIER_S = 60.0  # the longest the requests sent together wait for each other to start
@@ -59,8 +67,8 @@ Send = Callable[[Infers, str, Tensors, Sequence[str], "int | None", int], dict[s
 #: the correlation ID of the sequence probe at position ``k`` of an ask is ``ID_BASE + k``:
 #: the same in the default's answers and in every trial's, so that a model whose outputs
 #: depend on the ID (Triton's simple_dyna_sequence adds it on the last step) is compared with
-#: the answer to the same ID. Probes run before the load on the trial's server, and every
-#: probe sequence ends, so an ID is free again for the next trial.
+#: the answer to the same ID. Each trial serves a fresh load of the model, and one check uses
+#: each position once (the module docstring).
 ID_BASE = 1_000_001
 
 
@@ -80,27 +88,38 @@ def send_stream(client: Infers, model: str, tensors: Tensors, outputs: Sequence[
                   outputs)
 
 
-def _sequence_sender(ids: str) -> Send:
+def _sequence_sender(ids: str, stream: bool) -> Send:
     def send(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str],
              version: int | None, position: int = 0) -> dict[str, Array]:
         return send_sequence(client, model, tensors, outputs, version, corrid=ID_BASE + position,
-                             string_ids=ids == "string")
+                             string_ids=ids == "string", stream=stream)
     return send
 
 
 def send_sequence(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str],
-                  version: int | None, *, corrid: int = ID_BASE,
-                  string_ids: bool = False) -> dict[str, Array]:
+                  version: int | None, *, corrid: int = ID_BASE, string_ids: bool = False,
+                  stream: bool = False) -> dict[str, Array]:
     """One probe as one whole sequence: step ``j`` is every input's ``[j]``, sent under
     correlation ID ``corrid`` (``string_ids``: as a decimal string); the outputs of the steps
-    stacked on a first axis."""
+    stacked on a first axis. ``stream`` (a decoupled model): each step is streamed, and the
+    answer is every step's responses in order (:func:`~tracker.triton.stream_probe.joined`
+    of the steps' own)."""
+    from tracker.triton.stream_probe import joined
+
     steps = len(next(iter(tensors.values()))[1])
     sequence_id: int | str = str(corrid) if string_ids else corrid
-    answers = [client.infer_tensors(model, {n: (dt, a[j]) for n, (dt, a) in tensors.items()},
-                                    version=version, outputs=outputs, sequence_id=sequence_id,
-                                    sequence_start=j == 0, sequence_end=j == steps - 1)
-               for j in range(steps)]
-    return {out: np.stack([a[out] for a in answers]) for out in outputs}
+    answers = []
+    for j in range(steps):
+        step = {n: (dt, a[j]) for n, (dt, a) in tensors.items()}
+        begin, end = j == 0, j == steps - 1
+        answers.append(joined(client.stream_tensors(
+            model, step, version=version, outputs=outputs, sequence_id=sequence_id,
+            sequence_start=begin, sequence_end=end), outputs) if stream else
+            client.infer_tensors(model, step, version=version, outputs=outputs,
+                                 sequence_id=sequence_id, sequence_start=begin,
+                                 sequence_end=end))
+    return joined(answers, outputs) if stream else {
+        out: np.stack([a[out] for a in answers]) for out in outputs}
 
 
 @dataclass(frozen=True)
@@ -129,20 +148,27 @@ class ProbeSet:
         return len(next(iter(tensors.values()))[1]) if self.sequence else 1
 
     def positions(self) -> list[Tensors]:
-        """Every position a check that also sends the probes together asks: each probe
-        :data:`COPIES` times for a sequence set (each position has its own correlation ID, so
-        the default answers each one), else each probe once."""
-        return list(self.inputs) * (COPIES if self.sequence else 1)
+        """Every position a check that also sends the probes together asks: for a sequence
+        set, the probes one at a time and then each probe :data:`COPIES` times (each position
+        has its own correlation ID, so the default answers each one), else each probe once."""
+        return list(self.inputs) * (1 + COPIES if self.sequence else 1)
+
+    def together_from(self) -> int:
+        """The first position of the probes sent together: after those sent one at a time
+        for a sequence set (so no correlation ID is used twice), else 0."""
+        return len(self.inputs) if self.sequence else 0
 
     def ask(self, client: Infers, model: str, *, version: int | None = None,
             together: bool = False, times: list[float] | None = None,
-            every_position: bool = False) -> list[Answer]:
-        """:func:`ask` with this set's probes, sent as they were made (whole sequences);
+            every_position: bool = False, start: int | None = None) -> list[Answer]:
+        """:func:`ask` with this set's probes, sent as they were made (whole sequences), from
+        position ``start`` (default: 0, or :meth:`together_from` when ``together``);
         ``every_position``: one at a time at each of :meth:`positions` (the reference)."""
         asked = self.positions() if every_position else self.inputs
+        begin = start if start is not None else self.together_from() if together else 0
         return ask(client, model, asked, self.outputs, version=version,
-                   together=together, times=times,
-                   send=_sequence_sender(self.sequence) if self.sequence
+                   together=together, times=times, start=begin,
+                   send=_sequence_sender(self.sequence, self.stream) if self.sequence
                    else send_stream if self.stream else send_one)
 
 
@@ -167,30 +193,31 @@ def _answer(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str]
 
 def ask(client: Infers, model: str, probes: Sequence[Tensors], outputs: Sequence[str], *,
         version: int | None = None, together: bool = False, send: Send = send_one,
-        times: list[float] | None = None) -> list[Answer]:
+        times: list[float] | None = None, start: int = 0) -> list[Answer]:
     """The answers of ``model`` to ``probes``: one after another (each one's seconds
     appended to ``times``), or (``together``) each probe :data:`COPIES` times, every
     request in its own thread, all released at once, so that they reach the server's
     scheduler within microseconds of each other and the instances are busy while the rest
-    queue (the answers: ``copies x len(probes)``, probe order repeated)."""
+    queue (the answers: ``copies x len(probes)``, probe order repeated). The request at
+    index ``k`` is at position ``start + k`` (its correlation ID, for a sequence)."""
     if not together or len(probes) < 2:
         answers = []
         for k, p in enumerate(probes):
             started = time.perf_counter()
-            answers.append(_answer(client, model, p, outputs, version, send, k))
+            answers.append(_answer(client, model, p, outputs, version, send, start + k))
             if times is not None:
                 times.append(time.perf_counter() - started)
         return answers
     requests = list(probes) * COPIES
-    start = threading.Barrier(len(requests), timeout=BARRIER_S)
+    gate = threading.Barrier(len(requests), timeout=BARRIER_S)
 
     def one(k: int) -> Answer:
         try:
-            start.wait()
+            gate.wait()
         except threading.BrokenBarrierError as err:
             raise MeasurementError(f"the {len(requests)} probe requests sent together did "
                                    f"not all start within {BARRIER_S:g} s") from err
-        return _answer(client, model, requests[k], outputs, version, send, k)
+        return _answer(client, model, requests[k], outputs, version, send, start + k)
 
     pool = ThreadPoolExecutor(max_workers=len(requests), thread_name_prefix="probe")
     try:
@@ -199,7 +226,7 @@ def ask(client: Infers, model: str, probes: Sequence[Tensors], outputs: Sequence
     except BaseException:
         # Ctrl-C while the requests were being handed out: the threads already waiting for
         # the rest would wait for ever, and so would the pool's shutdown below
-        start.abort()
+        gate.abort()
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
@@ -235,15 +262,16 @@ def _difference(expected: Array, got: Array, tol: Tolerance) -> tuple[bool, floa
 
 
 def compare(reference: ProbeSet, got: Sequence[Answer], tol: Tolerance,
-            how: str = "") -> Verdict:
-    """Whether ``got`` (answers to ``reference``'s probes) are the default's answers.
-    ``how`` names how they were sent, for the message ("sent together")."""
+            how: str = "", start: int = 0) -> Verdict:
+    """Whether ``got`` (answers to ``reference``'s probes, the first at position ``start``)
+    are the default's answers. ``how`` names how they were sent, for the message ("sent
+    together")."""
     largest, first, error = 0.0, "", ""
     sent = f" ({how})" if how else ""
     kind = "sequence probe" if reference.sequence else "probe"  # a sequence: steps first
-    # the answer at position k is the reference's at k (a sequence set: every position),
-    # else the probe's (position k asks probe k mod the probe count)
-    wanted = [reference.answers[k % len(reference.answers)] for k in range(len(got))]
+    # the answer at position p is the reference's at p (a sequence set: every position),
+    # else the probe's (position p asks probe p mod the probe count)
+    wanted = [reference.answers[(start + k) % len(reference.answers)] for k in range(len(got))]
     for k, (want, have) in enumerate(zip(wanted, got, strict=True)):
         i = k % len(reference.inputs)
         if isinstance(want, str) or isinstance(have, str):

@@ -200,12 +200,15 @@ class TritonClient:
 
     def stream_tensors(self, name: str, tensors: Mapping[str, tuple[str, np.ndarray[Any, Any]]],
                        *, version: int | None = None, outputs: Sequence[str] = (),
-                       ) -> list[dict[str, np.ndarray[Any, Any]]]:
-        """One request to a decoupled model, its whole response stream (stream_probe.py)."""
+                       sequence_id: int | str = 0, sequence_start: bool = False,
+                       sequence_end: bool = False) -> list[dict[str, np.ndarray[Any, Any]]]:
+        """One request to a decoupled model, its whole response stream (stream_probe.py);
+        ``sequence_id`` (a stateful model): a step of that sequence, with its flags."""
         from tracker.triton.stream_probe import stream_tensors
 
         return stream_tensors(self.endpoints, name, tensors, version=version, outputs=outputs,
-                              timeout_s=self.timeout_s)
+                              timeout_s=self.timeout_s, sequence_id=sequence_id,
+                              sequence_start=sequence_start, sequence_end=sequence_end)
 
     # -- model control -------------------------------------------------------------------
     def load_model(self, name: str, config: ModelConfig | None = None) -> None:

@@ -108,8 +108,9 @@ class HttpTritonClient:
                                                  headers=self._headers))
 
     def stream_tensors(self, name: str, tensors: Mapping[str, tuple[str, Array]], *,
-                       version: int | None = None,
-                       outputs: Sequence[str] = ()) -> list[dict[str, Array]]:
+                       version: int | None = None, outputs: Sequence[str] = (),
+                       sequence_id: int | str = 0, sequence_start: bool = False,
+                       sequence_end: bool = False) -> list[dict[str, Array]]:
         """A decoupled model's response stream: not over HTTP (ServerError)."""
         raise ServerError(f"model {name!r} is decoupled: its responses stream over gRPC only, "
                           f"but this client speaks HTTP to {self.address} (use protocol grpc)")

@@ -71,6 +71,21 @@ def is_sequence(cfg: ModelConfig) -> bool:
     return bool(cfg.HasField("sequence_batching"))
 
 
+def is_iterative(cfg: ModelConfig) -> bool:
+    """Whether the model is an iterative sequence model (``sequence_batching {
+    iterative_sequence: true }``): one request is the whole sequence, the model reschedules
+    it until the sequence ends, and the scheduler fills its controls itself."""
+    return is_sequence(cfg) and bool(cfg.sequence_batching.iterative_sequence)
+
+
+def sends_sequences(cfg: ModelConfig) -> bool:
+    """Whether a client sends this model's requests as sequences (one correlation ID, a start
+    flag on the first request and an end flag on the last): a sequence batcher that is not
+    iterative. An iterative sequence model takes one request without ID or flags, as
+    Triton's own test of such models sends it."""
+    return is_sequence(cfg) and not is_iterative(cfg)
+
+
 def controls(cfg: ModelConfig) -> Controls:
     """The model's control inputs, its correlation ID type and its implicit state."""
     seq = cfg.sequence_batching
