@@ -29,6 +29,7 @@ from tracker.search.space import (
 from tracker.spec import Bound, Range, Scalar, StudySpec
 from tracker.spec.server_options import SERVER_KNOBS, server_knobs
 from tracker.triton.configuration import Configuration
+from tracker.triton.formats.base import PYFUNC_INSTEAD
 from tracker.triton.sequence import sends_sequences
 
 if TYPE_CHECKING:
@@ -210,6 +211,25 @@ def _joint_lines(spec: StudySpec, conf: Configuration) -> list[str]:
     return lines
 
 
+def after_lines(spec: StudySpec, conf: Configuration) -> list[str]:
+    """What the steps after the search do with this study: the confirmation's design, and
+    whether ``mlflow.pyfunc`` runs a registered version (each refusal with its reason)."""
+    confirm = spec.confirm
+    if not confirm.enabled:
+        design = "off (confirm.enabled: false)"
+    elif confirm.design == "rounds":
+        design = "in rounds (confirm.design: rounds)"
+    elif (why := conf.pairing_problem) is not None:
+        design = f"in rounds, not paired: {why}"
+    else:
+        design = ("paired: the best and the default side by side in one server (in rounds "
+                  "where the best differs from the default in a server option)")
+    problem = conf.pyfunc_problem
+    pyfunc = ("the registered version's ONNX file runs in-process (onnxruntime, CPU)"
+              if problem is None else f"refused: {problem}; {PYFUNC_INSTEAD}")
+    return ["after the search:", f"  confirmation: {design}", f"  mlflow.pyfunc: {pyfunc}"]
+
+
 def check(spec: StudySpec, conf: Configuration) -> str:
     """Validate ``spec`` against the model (or every model of the configuration) and
     describe the study. SpecError when a knob does not fit its model or load.input_data does
@@ -263,6 +283,7 @@ def check(spec: StudySpec, conf: Configuration) -> str:
         f"sampler: {search.sampler}, n_trials {search.n_trials}"
         + (f", seed {search.seed}" if search.seed is not None else "")
         + (f", timeout {search.timeout_s:g} s" if search.timeout_s else ""),
+        *after_lines(spec, conf),
         f"study: {spec.study_name} in {redact_url(spec.resolved_storage())}",
         f"mlflow: experiment {spec.experiment_name} at "
         f"{redact_url(spec.mlflow.resolved_tracking_uri())}, registered model "

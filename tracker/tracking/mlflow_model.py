@@ -37,7 +37,7 @@ from tracker.tracking import flavor
 from tracker.tracking.model_files import StoredModel, download
 from tracker.tracking.runs import read_file
 from tracker.triton import model_config
-from tracker.triton.formats.base import backend_of, copy_model_dir
+from tracker.triton.formats.base import copy_model_dir, pyfunc_problem
 
 LOADER_MODULE = "tracker_onnx_pyfunc"
 _DTYPES = {"TYPE_BOOL": "bool", "TYPE_UINT8": "uint8", "TYPE_UINT16": "uint16",
@@ -189,7 +189,7 @@ def log_winner_model(client: MlflowClient, run_id: str, stored: StoredModel
         onnx_file = f"1/{cfg.default_model_filename or 'model.onnx'}"
 
         def extend(model: Model, path: Path) -> None:
-            if backend_of(cfg) == "onnxruntime" and onnx_file.endswith(".onnx"):
+            if pyfunc_problem(cfg) is None:
                 add_onnx_flavors(model, path, cfg, onnx_file)
 
         return flavor.log_triton_model(root, run_id, tracking_uri=str(client.tracking_uri),

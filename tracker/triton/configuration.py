@@ -22,7 +22,7 @@ from typing import Protocol
 from tracker.errors import ConfigError, ModelError
 from tracker.triton import model_config
 from tracker.triton.formats import json_knobs, load_model_info
-from tracker.triton.formats.base import CONFIG_FILE
+from tracker.triton.formats.base import CONFIG_FILE, pyfunc_problem
 from tracker.triton.formats.ensemble import PLATFORM, steps_of
 from tracker.triton.model_config import ModelConfig, ModelInfo
 
@@ -152,6 +152,12 @@ class Configuration:
             return (f"BLS model {bls[0]!r} names the models it calls in its own code, so a "
                     "copy of it would call the default's models, not its own copies")
         return None
+
+    @property
+    def pyfunc_problem(self) -> str | None:
+        """Why ``mlflow.pyfunc`` cannot run a registered version of this configuration
+        in-process (:func:`tracker.triton.formats.base.pyfunc_problem`), or None."""
+        return pyfunc_problem(self.entry_info.config, len(self.models))
 
     @property
     def split_steps(self) -> tuple[str, ...]:

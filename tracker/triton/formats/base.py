@@ -133,6 +133,31 @@ def backend_of(cfg: ModelConfig) -> str:
     return PLATFORM_BACKENDS.get(cfg.platform, str(cfg.platform))
 
 
+#: what answers instead of ``mlflow.pyfunc`` where it cannot run a registered version
+PYFUNC_INSTEAD = "`mlflow deployments predict -t triton` answers through the serving Triton"
+
+
+def pyfunc_problem(cfg: ModelConfig, models: int = 1) -> str | None:
+    """Why ``mlflow.pyfunc.load_model(...).predict`` cannot run a registered version of the
+    model ``cfg`` (of a version of ``models`` models) in-process, or None when it can: the
+    registered version then carries a ``python_function`` flavor that runs its one ONNX file
+    with onnxruntime on CPU. The one rule for the flavor and for ``tracker check``."""
+    name = str(cfg.name)
+    if models > 1:
+        return (f"a version of this study is a Triton repository of {models} models, which "
+                "only Triton runs together; pyfunc runs one ONNX file in-process")
+    backend = backend_of(cfg)
+    if backend != "onnxruntime":
+        return (f"model {name!r} runs on Triton's {backend} backend: there is no ONNX file "
+                "for onnxruntime to run in-process")
+    if not (cfg.default_model_filename or "model.onnx").endswith(".onnx"):
+        return f"model {name!r}'s file {cfg.default_model_filename!r} is not a .onnx file"
+    if cfg.HasField("sequence_batching"):
+        return (f"model {name!r} is stateful: its state lives in Triton's sequence batcher, "
+                "and a pyfunc predict sends no correlation ID or sequence flags")
+    return None
+
+
 #: Triton's platform names -> the backend that serves them (Triton's model_configuration.md)
 PLATFORM_BACKENDS: dict[str, str] = {
     "onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "pytorch", "torch_aoti": "pytorch",
