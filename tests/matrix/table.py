@@ -18,6 +18,7 @@ exists, and that the page is what :func:`page` makes.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -273,15 +274,40 @@ DEPLOY_SEQUENCES = t("deploy/test_deploy_kinds.py",
 TORCHSCRIPT = t("triton/test_formats.py",
                 "test_torchscript_on_the_local_server_is_refused_by_check")
 
+SEQUENCE_KINDS = {name: t("deploy/test_deploy_kinds.py",
+                          "test_tritons_sequence_kinds_are_checked_tuned_with_the_output_check_"
+                          f"and_promoted[{name}]")
+                  for name in ("bcounter", "dcounter", "iterative")}
+AFTER = t("study/test_after_search.py",
+          "test_check_says_what_the_confirmation_and_pyfunc_do_for_each_kind")
+
+
+def walk(kind: str) -> str:
+    """The walk of ``kind`` from its study to the watcher (tests/matrix/test_walks.py)."""
+    return t("matrix/test_walks.py", f"test_each_kind_walks_from_its_study_to_the_watcher[{kind}]")
+
 # ---- the cells --------------------------------------------------------------------------------
 
 #: no test runs the operation on the kind
 UNTESTED = Hole("untested")
-NO_PYFUNC = Hole("no `python_function` flavor (ONNX models only): MLflow refuses the load")
-PAIRED_IN_ROUNDS = Hole("runs in rounds, saying why: several entry models are judged "
-                        "together, and a paired block measures one entry")
-BLS_IN_ROUNDS = Hole("runs in rounds, saying why: a BLS model's code names the models it "
-                     "calls, so its copy would call the default's")
+#: ``tracker check`` refuses pyfunc for a model that is not one ONNX file, saying why
+PYFUNC_LINE = "mlflow.pyfunc: refused: "
+NO_PYFUNC = Refused(PYFUNC_LINE, "no ONNX file to run in-process (a Triton backend runs the "
+                    "model); "
+                    "`mlflow deployments predict` answers instead", AFTER)
+NO_PYFUNC_WALKED = {kind: dataclasses.replace(NO_PYFUNC, test=walk(kind))
+                    for kind in ("autocomplete", "file_knobs", "stateful_decoupled")}
+NO_PYFUNC_PIPELINE = Refused(PYFUNC_LINE, "a version is a Triton repository of several "
+                             "models, which "
+                             "only Triton runs together", AFTER)
+PAIRED_IN_ROUNDS = Refused("confirmation: in rounds, not paired: several entry models",
+                           "several entry models are judged together, and a paired block "
+                           "measures one entry", AFTER)
+BLS_IN_ROUNDS = Refused("confirmation: in rounds, not paired: BLS model",
+                        "a BLS model's code names the models it calls, so its copy would call "
+                        "the default's", AFTER)
+ONE_STEP_PREDICT = Hole("one request is a one-step sequence (START and END together), which "
+                        "a model like Triton's sequence_py refuses")
 PIPELINE_PAIRED = ("tests/study/test_confirm_pipeline.py::"
                    "test_an_ensemble_is_confirmed_in_pairs_with_its_steps_renamed")
 NO_PYTORCH = Refused(
@@ -318,46 +344,83 @@ ROWS: dict[str, dict[str, Cell]] = {
     }),
     "python": _row({
         "check": Works((PYTHON_TUNED, PREPROCESS_CHECK), "its parameters are knobs"),
-        "tune": Works((PYTHON_TUNED, FILE_KNOBS),
-                      "its model.py as written; output check on in the second"),
-        "promote": Works((PYTHON_TUNED,), "deployed, and it answers"),
-        "deploy": Hole("deployed, but with the output check off in its study: the deploy's "
-                       "check is untested"),
+        "check_outputs": Works((walk("python"),), "the default asked twice answers the same"),
+        "tune": Works((PYTHON_TUNED, FILE_KNOBS, walk("python")),
+                      "its model.py as written, the output check on"),
+        "paired": Works((walk("python"),), "the pairs' ratios on the parent run"),
+        "report": Works((walk("python"),), "report.html, trials.csv and the plots"),
+        "promote": Works((PYTHON_TUNED, walk("python")), "deployed, and it answers"),
+        "deploy": Works((walk("python"),), "the study's probes asked before it serves"),
+        "watch": Works((walk("python"),), "an alias move deploys the version"),
+        "rollback": Works((walk("python"),), "answers unlike its study's: refused, v1 serves"),
         "pyfunc": NO_PYFUNC,
+        "predict": Works((walk("python"),), "a dict of arrays"),
     }),
     "autocomplete": _row({
         "check": Works((AUTO, AUTO_ONE_START), "inputs and outputs read from Triton"),
-        "tune": Works((AUTO,), "every trial built on the completed configuration"),
+        "check_outputs": Works((walk("autocomplete"),), "the default asked twice answers the same"),
+        "tune": Works((AUTO, walk("autocomplete")),
+                      "every trial built on the completed configuration"),
+        "paired": Works((walk("autocomplete"),), "the pairs' ratios on the parent run"),
+        "report": Works((walk("autocomplete"),), "report.html, trials.csv and the plots"),
         "promote": Works((AUTO,), "the completed config is registered"),
-        "deploy": Works((AUTO,), "the promoted version passes the check and answers"),
-        "pyfunc": NO_PYFUNC,
+        "deploy": Works((AUTO, walk("autocomplete")),
+                        "the promoted version passes the check and answers"),
+        "watch": Works((walk("autocomplete"),), "an alias move deploys the version"),
+        "rollback": Works((walk("autocomplete"),),
+                          "answers unlike its study's: refused, v1 serves"),
+        "pyfunc": NO_PYFUNC_WALKED["autocomplete"],
+        "predict": Works((walk("autocomplete"),), "both outputs"),
     }),
     "decoupled": _row({
         "check": Works((STREAM_CHECK,), "says it is streamed and which metrics apply"),
+        "check_outputs": Works((walk("decoupled"),), "the default asked twice answers the same"),
         "tune": Works((STREAM_TUNED, STREAM_PROBES), "probes compared as whole streams"),
-        "paired": Hole("untested; the streaming study's confirmation does not assert its "
-                       "design"),
+        "paired": Works((walk("decoupled"),), "two streaming copies, the pairs' ratios"),
         "report": Works((STREAM_TUNED,), "time to first token and inter-token latency plot"),
         "promote": Works((DEPLOY_STREAM,), "its served version streams"),
         "deploy": Works((DEPLOY_STREAM,), "check and probes over a gRPC stream"),
+        "watch": Works((walk("decoupled"),), "an alias move deploys the version"),
         "rollback": Works((DEPLOY_STREAM,), "a version that streams otherwise is refused"),
         "pyfunc": NO_PYFUNC,
         "predict": Works((DEPLOY_STREAM,), "each output is its responses, stacked"),
     }),
     "stateful": _row({
-        "check": Works((SEQUENCE_CHECK,), "its controls, sequence lengths and knobs"),
-        "tune": Works((SEQUENCE_STUDY, *NVIDIA_SEQUENCES, DEPLOY_SEQUENCES),
-                      "each probe is a whole sequence"),
+        "check": Works((SEQUENCE_CHECK, SEQUENCE_KINDS["bcounter"]),
+                       "its controls, sequence lengths and knobs"),
+        "check_outputs": Works((SEQUENCE_KINDS["bcounter"],),
+                               "asked twice, on two loads of the model"),
+        "tune": Works((SEQUENCE_STUDY, *NVIDIA_SEQUENCES, DEPLOY_SEQUENCES,
+                       SEQUENCE_KINDS["bcounter"]),
+                      "whole sequences; no ID used twice on one load"),
+        "paired": Works((walk("stateful"),), "the pairs' ratios on the parent run"),
+        "report": Works((walk("stateful"),), "report.html, trials.csv and the plots"),
         "promote": Works((*NVIDIA_SEQUENCES, DEPLOY_SEQUENCES), "Triton's own sequence examples"),
         "deploy": Works((DEPLOY_SEQUENCES, *NVIDIA_SEQUENCES),
                         "whole sequences under IDs new on the server"),
+        "watch": Works((walk("stateful"),), "an alias move deploys the version"),
+        "rollback": Works((walk("stateful"),), "answers unlike its study's: refused, v1 serves"),
+        "pyfunc": NO_PYFUNC,
+        "predict": ONE_STEP_PREDICT,
     }),
     "stateful_decoupled": _row({
-        "tune": Hole("untested; its load streams each step, but the output check leaves it "
-                     "out (response streams not compared yet)"),
-        "deploy": Hole("untested end to end; the deploy check's request alone is shown to "
-                       "reach it, each step streamed"),
-        "pyfunc": NO_PYFUNC,
+        "check": Works((SEQUENCE_KINDS["dcounter"], SEQUENCE_KINDS["iterative"]),
+                       "streamed steps; an iterative model: one request"),
+        "check_outputs": Works((SEQUENCE_KINDS["dcounter"], SEQUENCE_KINDS["iterative"]),
+                               "each step's response stream compared"),
+        "tune": Works((SEQUENCE_KINDS["dcounter"], SEQUENCE_KINDS["iterative"]),
+                      "the default measured, the output check on"),
+        "paired": Works((walk("stateful_decoupled"),), "the pairs' ratios on the parent run"),
+        "report": Works((walk("stateful_decoupled"),), "report.html, trials.csv and the plots"),
+        "promote": Works((SEQUENCE_KINDS["dcounter"], SEQUENCE_KINDS["iterative"]),
+                         "the served version streams each step"),
+        "deploy": Works((SEQUENCE_KINDS["dcounter"], walk("stateful_decoupled")),
+                        "the study's streamed sequences asked first"),
+        "watch": Works((walk("stateful_decoupled"),), "an alias move deploys the version"),
+        "rollback": Works((walk("stateful_decoupled"),),
+                          "answers unlike its study's: refused, v1 serves"),
+        "pyfunc": NO_PYFUNC_WALKED["stateful_decoupled"],
+        "predict": ONE_STEP_PREDICT,
     }),
     "ensemble": _row({
         "check": Works((PIPELINE_CHECK, DENSENET_PIPELINE), "names the steps and their knobs"),
@@ -370,43 +433,68 @@ ROWS: dict[str, dict[str, Cell]] = {
         "watch": Works((PIPELINE_WATCH,), "an alias move"),
         "rollback": Works((PIPELINE_PROMOTED, PIPELINE_TARGET),
                           "every model back on the serving version"),
-        "pyfunc": NO_PYFUNC,
+        "pyfunc": NO_PYFUNC_PIPELINE,
         "predict": Works((PIPELINE_TARGET,), "string outputs as JSON"),
     }),
     "bls": _row({
-        "check": Works((BLS,), "names the entry and its callee"),
+        "check": Works((BLS, AFTER), "names the entry and its callee"),
+        "check_outputs": Works((walk("bls"),), "the default asked twice answers the same"),
         "tune": Works((BLS,), "the callee's calls measured in the same windows"),
         "paired": BLS_IN_ROUNDS,
-        "pyfunc": NO_PYFUNC,
+        "rounds": Works((walk("bls"),), "check says rounds and why; the study does"),
+        "report": Works((walk("bls"),), "report.html, trials.csv and the plots"),
+        "promote": Works((walk("bls"),), "the BLS model and its callee, one version"),
+        "deploy": Works((walk("bls"),), "the probes go to the BLS model"),
+        "watch": Works((walk("bls"),), "an alias move deploys the version"),
+        "rollback": Works((walk("bls"),), "answers unlike its study's: refused, v1 serves"),
+        "pyfunc": NO_PYFUNC_PIPELINE,
+        "predict": Works((walk("bls"),), "through the BLS model to its callee"),
     }),
     "entries": _row({
         "check": Works((JOINT, JOINT_KNOB, TWO_MODELS), "a shared load knob is refused"),
+        "check_outputs": Works((walk("entries"),), "the default asked twice answers the same"),
         "tune": Works((JOINT,), "Model Analyzer's weighted gain"),
         "paired": PAIRED_IN_ROUNDS,
         "rounds": Works((JOINT,), "each round's weighted gain against the default's"),
         "report": Works((JOINT,), "a column and a trace per entry"),
         "promote": Works((JOINT, ENTRIES_DEPLOY), "one version holds every model"),
-        "deploy": Hole("deployed and switched together, but the deploy's output check is "
-                       "untested"),
+        "deploy": Works((walk("entries"),), "the first entry's probes asked before it serves"),
         "watch": Works((ENTRIES_DEPLOY,), "no failed request during the switch"),
         "rollback": Works((ENTRIES_DEPLOY,), "both models back on the serving version"),
-        "pyfunc": NO_PYFUNC,
+        "pyfunc": NO_PYFUNC_PIPELINE,
         "predict": Works((ENTRIES_DEPLOY,), "each entry by its name"),
     }),
     "entries_decoupled": _row({
-        "check": Hole("untested; `tracker tune` runs the same checks first, and they pass"),
+        "check": Works((AFTER, walk("entries_decoupled")), "rounds and why; no pyfunc"),
+        "check_outputs": Works((walk("entries_decoupled"),),
+                               "the default asked twice answers the same"),
         "tune": Works((JOINT_STREAMING, DEPLOY_STREAM_ENTRY),
                       "the decoupled entry streamed, the other unary"),
         "paired": PAIRED_IN_ROUNDS,
+        "rounds": Works((walk("entries_decoupled"),), "check says rounds and why; the study does"),
+        "report": Works((walk("entries_decoupled"),), "report.html, trials.csv and the plots"),
         "promote": Works((DEPLOY_STREAM_ENTRY,), "both entries serve the version"),
         "deploy": Works((DEPLOY_STREAM_ENTRY,), "checked; the decoupled entry streams"),
-        "pyfunc": NO_PYFUNC,
+        "watch": Works((walk("entries_decoupled"),), "an alias move deploys the version"),
+        "rollback": Works((walk("entries_decoupled"),),
+                          "answers unlike its study's: refused, v1 serves"),
+        "pyfunc": NO_PYFUNC_PIPELINE,
+        "predict": Works((walk("entries_decoupled"),), "the unary entry by its name"),
     }),
     "file_knobs": _row({
         "check": Works((FILE_KNOBS_CHECK, FILE_KNOBS_REFUSED), "the file and key checked"),
-        "tune": Works((FILE_KNOBS,), "each trial's copy of the file; the user's stays"),
-        "promote": Hole("untested; the winner's MLflow model carries the winner's file"),
-        "pyfunc": NO_PYFUNC,
+        "check_outputs": Works((walk("file_knobs"),), "the default asked twice answers the same"),
+        "tune": Works((FILE_KNOBS, walk("file_knobs")),
+                      "each trial's copy of the file; the user's stays"),
+        "paired": Works((walk("file_knobs"),), "each copy with its own file"),
+        "report": Works((walk("file_knobs"),), "report.html, trials.csv and the plots"),
+        "promote": Works((walk("file_knobs"),), "the winner's file in the version"),
+        "deploy": Works((walk("file_knobs"),), "the study's probes asked before it serves"),
+        "watch": Works((walk("file_knobs"),), "an alias move deploys the version"),
+        "rollback": Works((walk("file_knobs"),),
+                          "answers unlike its study's: refused, v1 serves"),
+        "pyfunc": NO_PYFUNC_WALKED["file_knobs"],
+        "predict": Works((walk("file_knobs"),), "a dict of arrays"),
     }),
     "config_driven": _row({
         "check": Works((TORCHSCRIPT,), "docker: accepted, its knobs listed; local: refused"),

@@ -1,0 +1,290 @@
+"""Each kind of model walked through the steps after the search, on real parts: one serving
+Triton for the module, a study's own embedded Triton, MLflow and Optuna on sqlite.
+
+A walk is ``tracker check`` and ``tracker check --outputs`` (the default served and asked twice),
+one study (the default and one other configuration, the output check on, the confirmation on
+with a small budget), then:
+
+1. the confirmation's design: paired for one entry model, rounds (and why) for a BLS model
+   and for several entry models, as ``tracker check`` says, which also refuses
+   ``mlflow.pyfunc`` for each of these kinds (none is one ONNX file);
+2. the parent run's report: ``report.html``, ``trials.csv`` and the plots;
+3. ``tracker promote --force``: version 1 registered, deployed with its output check (the
+   version carries the study's reference), and serving;
+4. ``mlflow deployments predict`` against the serving Triton (not for a stateful model: one
+   request is a one-step sequence, which Triton's sequence_py refuses);
+5. rollback: version 2 is version 1's files registered with the study's answers altered, so
+   its deploy check fails; version 1 keeps serving and the alias stays on it;
+6. ``tracker watch --once``: version 3 (version 1's files and answers) gets the production
+   alias, as the registry UI does, and the watcher deploys it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import numpy as np
+import pytest
+import yaml
+from click.testing import CliRunner
+from mlflow.deployments import get_deploy_client
+
+from tests.deploy.test_deploy_kinds import (
+    COUNTER,
+    COUNTER_CONFIG,
+    DCOUNTER,
+    DCOUNTER_CONFIG,
+    ECHO,
+    ECHO_CONFIG,
+    PROMPT,
+    STREAMER,
+    STREAMER_CONFIG,
+)
+from tests.study.test_tune_file_knobs import CONFIG as SLEEPER_CONFIG
+from tests.study.test_tune_file_knobs import MODEL as SLEEPER
+from tests.support.deploy import module_server as module_server  # the fixtures, re-exported
+from tests.support.deploy import shared_serving as shared_serving
+from tests.support.formats import python_scale_model
+from tests.support.pipeline import bls_repository
+from tracker import tags
+from tracker.cli import cli
+from tracker.deploy import service, verify
+from tracker.deploy.settings import resolve_settings
+from tracker.errors import DeployError
+from tracker.session import probes
+from tracker.tracking import registry, runs
+from tracker.triton.server.local import LocalTritonServer
+
+pytestmark = pytest.mark.triton
+
+ROOT = Path(__file__).resolve().parents[2]
+AUTO = ROOT / "projects" / "auto_complete" / "batch_auto_complete"
+X = np.arange(8, dtype=np.float32).reshape(2, 4)
+Outputs = dict[str, Any]
+
+
+def _python(repo: Path, name: str, code: str, config: str) -> Path:
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "1" / "model.py").write_text(code)
+    (repo / name / "config.pbtxt").write_text(config.replace("@NAME@", name))
+    return repo / name
+
+
+def _prompts(folder: Path) -> str:
+    path = folder / "prompts.json"
+    path.write_text(json.dumps({"data": [
+        {"PROMPT": {"content": list(range(n)), "shape": [n]}, "MAX_TOKENS": [k]}
+        for n, k in ((4, 3), (7, 2))]}))
+    return str(path)
+
+
+@dataclass(frozen=True)
+class Walk:
+    """One kind's study: ``build`` writes the user's model(s) under a folder and returns the
+    spec's ``model`` and ``load`` sections; ``predict`` is (model, inputs, what the outputs
+    must be), or None where one request cannot ask the model."""
+
+    kind: str      # the matrix's kind key (tests/matrix/table.py)
+    entry: str     # the deployment's name: the (first) entry model
+    build: Callable[[Path], tuple[dict[str, Any], dict[str, Any]]]
+    space: dict[str, list[Any]]
+    design: str    # the confirmation's design
+    predict: tuple[str, dict[str, np.ndarray], Callable[[Outputs], bool]] | None
+    check_outputs: bool = True  # False: tests/deploy/test_deploy_kinds.py asks it already
+
+
+def _python_kind(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    return {"name": "pyscale", "path": str(python_scale_model(user))}, {}
+
+
+def _auto(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    shutil.copytree(AUTO, user / "batch_auto_complete")
+    return {"name": "batch_auto_complete", "path": str(user / "batch_auto_complete")}, {}
+
+
+def _bls(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    return {"name": "bls", "path": str(bls_repository(user)), "composing": ["net"]}, {}
+
+
+def _file_knobs(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    model = _python(user, "sleeper", SLEEPER, SLEEPER_CONFIG)
+    (model / "1" / "model.json").write_text(json.dumps({"delay_ms": 5}))
+    return {"name": "sleeper", "path": str(model)}, {}
+
+
+def _one(name: str, code: str, config: str, load: dict[str, Any] | None = None,
+         ) -> Callable[[Path], tuple[dict[str, Any], dict[str, Any]]]:
+    def build(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+        model = _python(user, name, code, config)
+        given = {"input_data": _prompts(user)} if load is None else load
+        return {"name": name, "path": str(model)}, given
+    return build
+
+
+def _entries(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    _python(user, "wecho", ECHO, ECHO_CONFIG)
+    python_scale_model(user, "wscale")
+    return {"name": ["wecho", "wscale"], "path": str(user)}, {}
+
+
+def _entries_decoupled(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    _python(user, "wstreamer", STREAMER.replace("@SHIFT@", ""), STREAMER_CONFIG)
+    _python(user, "wecho2", ECHO, ECHO_CONFIG)
+    return ({"name": ["wstreamer", "wecho2"], "path": str(user)},
+            {"models": {"wstreamer": {"input_data": _prompts(user)}}})
+
+
+def _tokens(out: Outputs) -> bool:
+    return bool(out["TOKEN"] == [[10], [11], [12]])
+
+
+STREAM_INPUTS = {"PROMPT": PROMPT, "MAX_TOKENS": np.array([3], dtype=np.int32)}
+ECHO_X = np.array([1, 2, 3, 4], dtype=np.float32)
+
+WALKS: dict[str, Walk] = {w.kind: w for w in (
+    Walk("python", "pyscale", _python_kind, {"instance_group.count": [2]}, "paired",
+         ("pyscale", {"INPUT0": X}, lambda out: np.allclose(out["OUTPUT0"], X * 2))),
+    Walk("autocomplete", "batch_auto_complete", _auto, {"instance_group.count": [2]},
+         "paired", ("batch_auto_complete", {"INPUT0": X, "INPUT1": X},
+                    lambda out: np.allclose(out["OUTPUT0"], 2 * X))),
+    Walk("decoupled", "wstream1", _one("wstream1", STREAMER.replace("@SHIFT@", ""),
+                                       STREAMER_CONFIG),
+         {"instance_group.count": [2]}, "paired", ("wstream1", STREAM_INPUTS, _tokens)),
+    Walk("stateful", "wcounter", _one("wcounter", COUNTER, COUNTER_CONFIG.replace(
+        '"counter"', '"wcounter"'), {"sequence": {"length": 3}}),
+         {"instance_group.count": [2]}, "paired", None, check_outputs=False),
+    Walk("stateful_decoupled", "wdcounter", _one("wdcounter", DCOUNTER, DCOUNTER_CONFIG.replace(
+        '"dcounter"', '"wdcounter"'), {"sequence": {"length": 3}}),
+         {"instance_group.count": [2]}, "paired", None, check_outputs=False),
+    Walk("bls", "bls", _bls, {"bls/instance_group.count": [2]}, "rounds",
+         ("bls", {"INPUT0": np.ones((2, 8), dtype=np.float32)},
+          lambda out: np.asarray(out["OUTPUT0"]).shape == (2, 4))),
+    Walk("entries", "wecho", _entries, {"wecho/instance_group.count": [2]}, "rounds",
+         ("wscale", {"INPUT0": X}, lambda out: np.allclose(out["OUTPUT0"], X * 2))),
+    Walk("entries_decoupled", "wstreamer", _entries_decoupled,
+         {"wecho2/instance_group.count": [2]}, "rounds",
+         ("wecho2", {"X": ECHO_X}, lambda out: np.allclose(out["Y"], ECHO_X))),
+    Walk("file_knobs", "sleeper", _file_knobs, {"model.json:delay_ms": [1]}, "paired",
+         ("sleeper", {"INPUT0": ECHO_X}, lambda out: np.allclose(out["OUTPUT0"], ECHO_X))),
+)}
+
+
+def _spec(tmp: Path, uri: str, walk: Walk) -> Path:
+    model, load = walk.build(tmp / "user")
+    spec = tmp / "study.yaml"
+    spec.write_text(yaml.safe_dump({
+        "model": model,
+        "load": {"concurrency": [1], "window_ms": 300, "max_tries": 4, "warmup_requests": 3,
+                 "stability_pct": 50, **load},
+        "search": {"sampler": "grid", "n_trials": 2, "seed": 1, "sweep": "full",
+                   "storage": f"sqlite:///{tmp / 'optuna.db'}", "space": walk.space},
+        "confirm": {"enabled": True, "top_k": 1, "rounds": 2, "min_rounds": 1,
+                    "budget_s": 3},
+        "mlflow": {"tracking_uri": uri, "experiment": walk.kind,
+                   "registered_model": f"walk-{walk.kind}"},
+    }, sort_keys=False))
+    return spec
+
+
+def _altered(reference: probes.ProbeSet) -> probes.ProbeSet:
+    """The study's answers, every number one more: no version answers them."""
+    return dataclasses.replace(reference, answers=[
+        a if isinstance(a, str) else {k: v + 1 for k, v in a.items()}
+        for a in reference.answers])
+
+
+def _register_like(client: mlflow.MlflowClient, name: str, first: Any, reference_run: str,
+                   ) -> str:
+    """A new version of ``name`` with version ``first``'s files and tolerance, checked
+    against the answers stored on run ``reference_run``; its number."""
+    made = registry.register_version(client, name, registry.VersionRequest(
+        source=first.source, run_id=first.run_id, model_id=first.model_id,
+        tags={tags.CHECK_REFERENCE: reference_run,
+              tags.CHECK_TOLERANCE: first.tags[tags.CHECK_TOLERANCE]}))
+    return str(made.version)
+
+
+def _ready(server: LocalTritonServer, name: str) -> list[str]:
+    return sorted(m["version"] for m in server.client().repository_index()
+                  if m["name"] == name and m.get("state") == "READY")
+
+
+@pytest.mark.parametrize("kind", list(WALKS))
+def test_each_kind_walks_from_its_study_to_the_watcher(
+        tmp_path: Path, mlflow_uri: str, shared_serving: tuple[LocalTritonServer, Path],
+        kind: str) -> None:
+    walk, (server, _repo) = WALKS[kind], shared_serving
+    spec, runner = _spec(tmp_path, mlflow_uri, walk), CliRunner()
+    registered = f"walk-{kind}"
+    checked = runner.invoke(cli, ["check", str(spec)])
+    assert checked.exit_code == 0, checked.output
+    assert f"confirmation: {'paired' if walk.design == 'paired' else 'in rounds'}" in \
+        checked.output, checked.output
+    assert "mlflow.pyfunc: refused: " in checked.output, checked.output  # no ONNX file alone
+    if walk.check_outputs:  # the default served and asked twice
+        twice = runner.invoke(cli, ["check", str(spec), "--outputs"])
+        assert twice.exit_code == 0, twice.output
+        assert " the same twice: its outputs [" in twice.output, twice.output
+    tuned = runner.invoke(cli, ["tune", str(spec), "--no-bar"])
+    assert tuned.exit_code == 0, tuned.output
+    client = mlflow.MlflowClient()
+    experiment = client.get_experiment_by_name(kind)
+    parent = next(r for r in client.search_runs([experiment.experiment_id])
+                  if r.data.tags.get(tags.ROLE) == "study")
+    # 1. the design check said; 2. the report
+    assert parent.data.tags[tags.CONFIRM_DESIGN] == walk.design, parent.data.tags
+    if walk.design == "paired":  # the pairs were measured: their ratios are on the run
+        ratios = parent.data.tags[tags.CONFIRM_PAIR_RATIOS].split(", ")
+        assert all(float(r) > 0 for r in ratios), parent.data.tags
+    top = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"report.html", "trials.csv", "plots"} <= top, top
+    report = runs.read_file(client, parent.info.run_id, "report.html").decode()
+    assert "<img" in report or "<svg" in report or "plot" in report
+
+    # 3. promoted, deployed with its check, serving
+    promoted = runner.invoke(cli, ["promote", str(spec), "--force"])
+    assert promoted.exit_code == 0, promoted.output
+    first = client.get_model_version(registered, "1")
+    assert first.tags[registry.TAG_DEPLOY_STATUS] == "serving", first.tags
+    assert first.tags.get(tags.CHECK_REFERENCE), first.tags
+    assert _ready(server, walk.entry) == ["1"]
+
+    # 4. mlflow deployments predict, through the serving Triton
+    if walk.predict is not None:
+        name, inputs, holds = walk.predict
+        answered = get_deploy_client("triton").predict(name, inputs)["outputs"]
+        assert holds(answered), answered
+
+    # 5. rollback: a version whose answers differ from its study's is refused
+    reference = probes.loads(runs.read_file(client, first.tags[tags.CHECK_REFERENCE],
+                                            verify.ARTIFACT))
+    other = client.create_run(experiment.experiment_id)
+    stored = tmp_path / "altered" / "check"
+    stored.mkdir(parents=True)
+    (stored / "reference.npz").write_bytes(probes.dumps(_altered(reference)))
+    client.log_artifact(other.info.run_id, str(stored / "reference.npz"), "check")
+    second = _register_like(client, registered, first, other.info.run_id)
+    with pytest.raises(DeployError) as refused:
+        service.deploy(resolve_settings(), walk.entry, f"models:/{registered}/{second}")
+    message = str(refused.value)
+    assert verify.STEP in message and "version 1 still serves" in message, message
+    assert _ready(server, walk.entry) == ["1"]
+    assert str(client.get_model_version_by_alias(registered, "production").version) == "1"
+
+    # 6. the alias moved to version 3 (version 1 again), the watcher deploys it
+    third = _register_like(client, registered, first, first.tags[tags.CHECK_REFERENCE])
+    client.set_registered_model_alias(registered, "production", third)
+    watched = runner.invoke(cli, ["watch", "--once", "--model", registered])
+    assert watched.exit_code == 0, watched.output
+    assert f"{registered} v{third} (alias): ok" in watched.output, watched.output
+    assert _ready(server, walk.entry) == [third]
+    if walk.predict is not None:
+        name, inputs, holds = walk.predict
+        assert holds(get_deploy_client("triton").predict(name, inputs)["outputs"])
