@@ -194,6 +194,20 @@ def test_streaming_lm_spec_loads_and_its_space_applies() -> None:
         assert model_config.apply(base, point, supports_batching=True).max_batch_size >= 1
 
 
+def test_iterative_sequence_checks_as_one_streamed_request_per_sequence() -> None:
+    """projects/iterative_sequence: its model is decoupled with an iterative sequence batcher,
+    and `tracker check` says the load and the output check send one streamed request per
+    sequence, without ID or flags, and which steps come after the search."""
+    spec = PROJECTS / "iterative_sequence" / "study.yaml"
+    base = model_config.load(load_spec(spec).model.path / "config.pbtxt")
+    assert base.sequence_batching.iterative_sequence and base.model_transaction_policy.decoupled
+    checked = CliRunner().invoke(cli, ["check", str(spec)])
+    assert checked.exit_code == 0, checked.output
+    assert "stateful: yes, an iterative sequence model" in checked.output
+    assert "output check: 4 probes (one streamed request each" in checked.output
+    assert "confirmation: paired" in checked.output
+
+
 def test_densenet_pipeline_builds_checks_and_its_grid_applies(tmp_path: Path) -> None:
     """The repository is built by its script (into a scratch copy of the project), `tracker
     check` shows the ensemble's steps, and every grid point applies to its model."""
