@@ -355,6 +355,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "rollback": Works((walk("python"),), "answers unlike its study's: refused, v1 serves"),
         "pyfunc": NO_PYFUNC,
         "predict": Works((walk("python"),), "a dict of arrays"),
+        "resume": Works((walk("python"),), "killed in its second trial, run again"),
     }),
     "autocomplete": _row({
         "check": Works((AUTO, AUTO_ONE_START), "inputs and outputs read from Triton"),
@@ -371,6 +372,7 @@ ROWS: dict[str, dict[str, Cell]] = {
                           "answers unlike its study's: refused, v1 serves"),
         "pyfunc": NO_PYFUNC_WALKED["autocomplete"],
         "predict": Works((walk("autocomplete"),), "both outputs"),
+        "resume": Works((walk("autocomplete"),), "killed in its second trial, run again"),
     }),
     "decoupled": _row({
         "check": Works((STREAM_CHECK,), "says it is streamed and which metrics apply"),
@@ -384,6 +386,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "rollback": Works((DEPLOY_STREAM,), "a version that streams otherwise is refused"),
         "pyfunc": NO_PYFUNC,
         "predict": Works((DEPLOY_STREAM,), "each output is its responses, stacked"),
+        "resume": Works((walk("decoupled"),), "killed in its second trial, run again"),
     }),
     "stateful": _row({
         "check": Works((SEQUENCE_CHECK, SEQUENCE_KINDS["bcounter"]),
@@ -402,6 +405,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "rollback": Works((walk("stateful"),), "answers unlike its study's: refused, v1 serves"),
         "pyfunc": NO_PYFUNC,
         "predict": ONE_STEP_PREDICT,
+        "resume": Works((walk("stateful"),), "killed in its second trial, run again"),
     }),
     "stateful_decoupled": _row({
         "check": Works((SEQUENCE_KINDS["dcounter"], SEQUENCE_KINDS["iterative"]),
@@ -421,6 +425,9 @@ ROWS: dict[str, dict[str, Cell]] = {
                           "answers unlike its study's: refused, v1 serves"),
         "pyfunc": NO_PYFUNC_WALKED["stateful_decoupled"],
         "predict": ONE_STEP_PREDICT,
+        "resume": Works((walk("stateful_decoupled"),), "killed in its second trial, run again"),
+        "mlflow_run": Works((walk("stateful_decoupled"),),
+                            "run again with `mlflow run` after the kill"),
     }),
     "ensemble": _row({
         "check": Works((PIPELINE_CHECK, DENSENET_PIPELINE), "names the steps and their knobs"),
@@ -449,6 +456,9 @@ ROWS: dict[str, dict[str, Cell]] = {
         "rollback": Works((walk("bls"),), "answers unlike its study's: refused, v1 serves"),
         "pyfunc": NO_PYFUNC_PIPELINE,
         "predict": Works((walk("bls"),), "through the BLS model to its callee"),
+        "resume": Works((walk("bls"),), "killed in its second trial, run again"),
+        "mlflow_run": Works((walk("bls"),),
+                            "run again with `mlflow run` after the kill"),
     }),
     "entries": _row({
         "check": Works((JOINT, JOINT_KNOB, TWO_MODELS), "a shared load knob is refused"),
@@ -463,6 +473,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "rollback": Works((ENTRIES_DEPLOY,), "both models back on the serving version"),
         "pyfunc": NO_PYFUNC_PIPELINE,
         "predict": Works((ENTRIES_DEPLOY,), "each entry by its name"),
+        "resume": Works((walk("entries"),), "killed in its second trial, run again"),
     }),
     "entries_decoupled": _row({
         "check": Works((AFTER, walk("entries_decoupled")), "rounds and why; no pyfunc"),
@@ -480,6 +491,9 @@ ROWS: dict[str, dict[str, Cell]] = {
                           "answers unlike its study's: refused, v1 serves"),
         "pyfunc": NO_PYFUNC_PIPELINE,
         "predict": Works((walk("entries_decoupled"),), "the unary entry by its name"),
+        "resume": Works((walk("entries_decoupled"),), "killed in its second trial, run again"),
+        "mlflow_run": Works((walk("entries_decoupled"),),
+                            "run again with `mlflow run` after the kill"),
     }),
     "file_knobs": _row({
         "check": Works((FILE_KNOBS_CHECK, FILE_KNOBS_REFUSED), "the file and key checked"),
@@ -495,6 +509,7 @@ ROWS: dict[str, dict[str, Cell]] = {
                           "answers unlike its study's: refused, v1 serves"),
         "pyfunc": NO_PYFUNC_WALKED["file_knobs"],
         "predict": Works((walk("file_knobs"),), "a dict of arrays"),
+        "resume": Works((walk("file_knobs"),), "killed in its second trial, run again"),
     }),
     "config_driven": _row({
         "check": Works((TORCHSCRIPT,), "docker: accepted, its knobs listed; local: refused"),

@@ -3,7 +3,10 @@ Triton for the module, a study's own embedded Triton, MLflow and Optuna on sqlit
 
 A walk is ``tracker check`` and ``tracker check --outputs`` (the default served and asked twice),
 one study (the default and one other configuration, the output check on, the confirmation on
-with a small budget), then:
+with a small budget) whose ``tracker tune`` is killed with SIGKILL during its second trial and
+run again (the killed trial is failed and measured again, against the reference the default
+stored; for three kinds the second run is ``mlflow run`` of the project's main entry point,
+whose own run joins the study's parent run as a worker run, as a second worker's does), then:
 
 1. the confirmation's design: paired for one entry model, rounds (and why) for a BLS model
    and for several entry models, as ``tracker check`` says, which also refuses
@@ -23,7 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +39,8 @@ from typing import Any
 
 import mlflow
 import numpy as np
+import optuna
+import psutil
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -98,6 +108,7 @@ class Walk:
     design: str    # the confirmation's design
     predict: tuple[str, dict[str, np.ndarray], Callable[[Outputs], bool]] | None
     check_outputs: bool = True  # False: tests/deploy/test_deploy_kinds.py asks it already
+    mlflow_run: bool = False    # the study run again with `mlflow run` (the project's main)
 
 
 def _python_kind(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -162,15 +173,17 @@ WALKS: dict[str, Walk] = {w.kind: w for w in (
          {"instance_group.count": [2]}, "paired", None, check_outputs=False),
     Walk("stateful_decoupled", "wdcounter", _one("wdcounter", DCOUNTER, DCOUNTER_CONFIG.replace(
         '"dcounter"', '"wdcounter"'), {"sequence": {"length": 3}}),
-         {"instance_group.count": [2]}, "paired", None, check_outputs=False),
+         {"instance_group.count": [2]}, "paired", None, check_outputs=False,
+         mlflow_run=True),
     Walk("bls", "bls", _bls, {"bls/instance_group.count": [2]}, "rounds",
          ("bls", {"INPUT0": np.ones((2, 8), dtype=np.float32)},
-          lambda out: np.asarray(out["OUTPUT0"]).shape == (2, 4))),
+          lambda out: np.asarray(out["OUTPUT0"]).shape == (2, 4)), mlflow_run=True),
     Walk("entries", "wecho", _entries, {"wecho/instance_group.count": [2]}, "rounds",
          ("wscale", {"INPUT0": X}, lambda out: np.allclose(out["OUTPUT0"], X * 2))),
     Walk("entries_decoupled", "wstreamer", _entries_decoupled,
          {"wecho2/instance_group.count": [2]}, "rounds",
-         ("wecho2", {"X": ECHO_X}, lambda out: np.allclose(out["Y"], ECHO_X))),
+         ("wecho2", {"X": ECHO_X}, lambda out: np.allclose(out["Y"], ECHO_X)),
+         mlflow_run=True),
     Walk("file_knobs", "sleeper", _file_knobs, {"model.json:delay_ms": [1]}, "paired",
          ("sleeper", {"INPUT0": ECHO_X}, lambda out: np.allclose(out["OUTPUT0"], ECHO_X))),
 )}
@@ -211,6 +224,61 @@ def _register_like(client: mlflow.MlflowClient, name: str, first: Any, reference
     return str(made.version)
 
 
+BEATS = ("--heartbeat-interval", "1", "--grace-period", "2")
+
+
+def _kill_in_second_trial(spec: Path, storage: str) -> int:
+    """``tracker tune`` in its own process, killed with SIGKILL once its second trial runs
+    with its Triton up; that trial's number. The storage is read only once the tuner's first
+    Triton is up (the tuner has created it by then: two processes creating one sqlite
+    storage at once collide)."""
+    log = spec.with_name("killed-tuner.log")
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "tracker.cli", "tune", str(spec),
+                                 "--no-bar", *BEATS], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"the tuner stopped before its second trial:\n"
+                            f"{log.read_text()[-3000:]}")
+            tritons = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                       if "tritonserver" in p.name()]
+            running = [t for n in optuna.get_all_study_names(storage)
+                       for t in optuna.load_study(study_name=n, storage=storage).get_trials(
+                           states=(optuna.trial.TrialState.RUNNING,))
+                       if t.number >= 1 and "mlflow_run_id" in t.user_attrs] if tritons else []
+            if running and tritons:
+                os.kill(proc.pid, signal.SIGKILL)  # the tuner only: its Triton must follow it
+                proc.wait()
+                assert not psutil.wait_procs(tritons, timeout=15)[1], "its Triton survived it"
+                return running[0].number
+            time.sleep(0.2)
+        pytest.fail("the tuner never ran a second trial")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _resume(spec: Path, walk: Walk, uri: str, runner: CliRunner) -> None:
+    """The killed study run again: ``tracker tune``, or ``mlflow run`` of the project."""
+    if not walk.mlflow_run:
+        tuned = runner.invoke(cli, ["tune", str(spec), "--no-bar", *BEATS])
+        assert tuned.exit_code == 0, tuned.output
+        return
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID",
+                                                             "MLFLOW_EXPERIMENT_ID")}
+    env["MLFLOW_TRACKING_URI"] = uri
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "mlflow"), "run", str(ROOT), "--env-manager", "local",
+         "--experiment-name", walk.kind, "-P", f"spec={spec}", "-P", "heartbeat_interval=1",
+         "-P", "grace_period=2"], cwd=spec.parent, env=env, capture_output=True, text=True,
+        timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
 def _ready(server: LocalTritonServer, name: str) -> list[str]:
     return sorted(m["version"] for m in server.client().repository_index()
                   if m["name"] == name and m.get("state") == "READY")
@@ -232,12 +300,28 @@ def test_each_kind_walks_from_its_study_to_the_watcher(
         twice = runner.invoke(cli, ["check", str(spec), "--outputs"])
         assert twice.exit_code == 0, twice.output
         assert " the same twice: its outputs [" in twice.output, twice.output
-    tuned = runner.invoke(cli, ["tune", str(spec), "--no-bar"])
-    assert tuned.exit_code == 0, tuned.output
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    killed = _kill_in_second_trial(spec, storage)
+    _resume(spec, walk, mlflow_uri, runner)
+    study = optuna.load_study(study_name=optuna.get_all_study_names(storage)[0],
+                              storage=storage)
+    dead = study.trials[killed]
+    retried = [t for t in study.trials if t.system_attrs.get("failed_trial") == killed]
+    assert dead.state == optuna.trial.TrialState.FAIL, dead
+    assert [t.state for t in retried] == [optuna.trial.TrialState.COMPLETE], study.trials
+    assert retried[0].params == dead.params
     client = mlflow.MlflowClient()
     experiment = client.get_experiment_by_name(kind)
     parent = next(r for r in client.search_runs([experiment.experiment_id])
-                  if r.data.tags.get(tags.ROLE) == "study")
+                  if r.data.tags.get(tags.ROLE) == "study"
+                  and tags.SUPERSEDED_BY not in r.data.tags)
+    assert parent.info.status == "FINISHED", parent.info
+    if walk.mlflow_run:  # `mlflow run`'s own run joined the study's, left RUNNING by the kill
+        launched = [r for r in client.search_runs([experiment.experiment_id])
+                    if r.data.tags.get("mlflow.project.entryPoint") == "main"]
+        assert [(r.data.tags.get(tags.ROLE), r.data.tags.get(tags.STUDY_RUN_ID),
+                 r.info.status) for r in launched] == [
+            ("worker", parent.info.run_id, "FINISHED")], [r.data.tags for r in launched]
     # 1. the design check said; 2. the report
     assert parent.data.tags[tags.CONFIRM_DESIGN] == walk.design, parent.data.tags
     if walk.design == "paired":  # the pairs were measured: their ratios are on the run
