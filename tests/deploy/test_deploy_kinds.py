@@ -24,7 +24,6 @@ deployment to a serving Triton (one for the module), real MLflow and Optuna sqli
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from mlflow.deployments import get_deploy_client
 
 from tests.support.deploy import module_server as module_server  # the fixtures, re-exported
 from tests.support.deploy import shared_serving as shared_serving
+from tests.support.formats import prompts_file, python_model
 from tracker import tags
 from tracker.cli import cli
 from tracker.deploy import check_request, service, verify
@@ -185,13 +185,6 @@ SEQUENCE_KINDS: dict[str, tuple[str, str, dict[str, Any]]] = {
 PROMPT = np.arange(5, dtype=np.int32)  # tokens 10, 11, 12 for MAX_TOKENS 3
 
 
-def _model(repo: Path, name: str, code: str, config: str) -> Path:
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "1" / "model.py").write_text(code)
-    (repo / name / "config.pbtxt").write_text(config.replace("@NAME@", name))
-    return repo / name
-
-
 def _spec(tmp: Path, uri: str, model: dict[str, Any], load: dict[str, Any],
           space: dict[str, Any], registered: str, trials: int = 1) -> Path:
     spec = tmp / "study.yaml"
@@ -205,14 +198,6 @@ def _spec(tmp: Path, uri: str, model: dict[str, Any], load: dict[str, Any],
         "mlflow": {"tracking_uri": uri, "registered_model": registered},
     }, sort_keys=False))
     return spec
-
-
-def _prompts(tmp: Path) -> Path:
-    path = tmp / "prompts.json"
-    path.write_text(json.dumps({"data": [
-        {"PROMPT": {"content": list(range(n)), "shape": [n]}, "MAX_TOKENS": [k]}
-        for n, k in ((4, 3), (7, 2))]}))
-    return path
 
 
 def _tune_and_promote(spec: Path) -> str:
@@ -256,10 +241,10 @@ def test_a_decoupled_model_is_deployed_over_a_stream_and_a_different_stream_refu
         tmp_path: Path, mlflow_uri: str,
         shared_serving: tuple[LocalTritonServer, Path]) -> None:
     server, repo = shared_serving
-    model_dir = _model(tmp_path / "user", "streamer", STREAMER.replace("@SHIFT@", ""),
+    model_dir = python_model(tmp_path / "user", "streamer", STREAMER.replace("@SHIFT@", ""),
                        STREAMER_CONFIG)
     spec = _spec(tmp_path, mlflow_uri, {"name": "streamer", "path": str(model_dir)},
-                 {"input_data": str(_prompts(tmp_path))}, {"instance_group.count": [1]},
+                 {"input_data": str(prompts_file(tmp_path))}, {"instance_group.count": [1]},
                  "streamer-reg")
     _tune_and_promote(spec)
     found = _checked_version("streamer-reg")
@@ -297,10 +282,10 @@ def test_a_decoupled_entry_among_two_is_deployed_and_streams(
         shared_serving: tuple[LocalTritonServer, Path]) -> None:
     server, _repo = shared_serving
     user = tmp_path / "user"
-    _model(user, "jstreamer", STREAMER.replace("@SHIFT@", ""), STREAMER_CONFIG)
-    _model(user, "jecho", ECHO, ECHO_CONFIG)
+    python_model(user, "jstreamer", STREAMER.replace("@SHIFT@", ""), STREAMER_CONFIG)
+    python_model(user, "jecho", ECHO, ECHO_CONFIG)
     spec = _spec(tmp_path, mlflow_uri, {"name": ["jstreamer", "jecho"], "path": str(user)},
-                 {"models": {"jstreamer": {"input_data": str(_prompts(tmp_path))}}},
+                 {"models": {"jstreamer": {"input_data": str(prompts_file(tmp_path))}}},
                  {"jecho/instance_group.count": [1]}, "joint-reg")
     _tune_and_promote(spec)
     reference = _reference(_checked_version("joint-reg"))
@@ -317,7 +302,7 @@ def test_a_stateful_model_is_deployed_with_whole_sequences_under_new_ids(
         tmp_path: Path, mlflow_uri: str,
         shared_serving: tuple[LocalTritonServer, Path]) -> None:
     server, repo = shared_serving
-    model_dir = _model(tmp_path / "user", "counter", COUNTER, COUNTER_CONFIG)
+    model_dir = python_model(tmp_path / "user", "counter", COUNTER, COUNTER_CONFIG)
     spec = _spec(tmp_path, mlflow_uri, {"name": "counter", "path": str(model_dir)},
                  {"sequence": {"length": 3}}, {"instance_group.count": [1]}, "counter-reg")
     _tune_and_promote(spec)
@@ -361,8 +346,8 @@ def test_a_decoupled_stateful_and_an_iterative_model_take_the_check_request(
     server, repo = module_server
     dcounter = model_config.parse(DCOUNTER_CONFIG)
     iterative = model_config.parse(ITERATIVE_CONFIG)
-    _model(repo, "dcounter", DCOUNTER, DCOUNTER_CONFIG)
-    _model(repo, "iterative", ITERATIVE, ITERATIVE_CONFIG)
+    python_model(repo, "dcounter", DCOUNTER, DCOUNTER_CONFIG)
+    python_model(repo, "iterative", ITERATIVE, ITERATIVE_CONFIG)
     with server.client() as client:
         for name in ("dcounter", "iterative"):
             client.load_model(name)
@@ -416,7 +401,7 @@ def test_tritons_sequence_kinds_are_checked_tuned_with_the_output_check_and_prom
     server, _repo = shared_serving
     code, config, load = SEQUENCE_KINDS[name]
     cfg = model_config.parse(config)
-    model_dir = _model(tmp_path / "user", name, code, config)
+    model_dir = python_model(tmp_path / "user", name, code, config)
     spec = _spec(tmp_path, mlflow_uri, {"name": name, "path": str(model_dir)}, load,
                  {"instance_group.count": [2]}, f"{name}-reg", trials=2)
     runner = CliRunner()

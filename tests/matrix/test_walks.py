@@ -24,11 +24,13 @@ whose own run joins the study's parent run as a worker run, as a second worker's
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -61,7 +63,7 @@ from tests.study.test_tune_file_knobs import CONFIG as SLEEPER_CONFIG
 from tests.study.test_tune_file_knobs import MODEL as SLEEPER
 from tests.support.deploy import module_server as module_server  # the fixtures, re-exported
 from tests.support.deploy import shared_serving as shared_serving
-from tests.support.formats import python_scale_model
+from tests.support.formats import prompts_file, python_model, python_scale_model
 from tests.support.pipeline import bls_repository
 from tracker import tags
 from tracker.cli import cli
@@ -78,21 +80,6 @@ ROOT = Path(__file__).resolve().parents[2]
 AUTO = ROOT / "projects" / "auto_complete" / "batch_auto_complete"
 X = np.arange(8, dtype=np.float32).reshape(2, 4)
 Outputs = dict[str, Any]
-
-
-def _python(repo: Path, name: str, code: str, config: str) -> Path:
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "1" / "model.py").write_text(code)
-    (repo / name / "config.pbtxt").write_text(config.replace("@NAME@", name))
-    return repo / name
-
-
-def _prompts(folder: Path) -> str:
-    path = folder / "prompts.json"
-    path.write_text(json.dumps({"data": [
-        {"PROMPT": {"content": list(range(n)), "shape": [n]}, "MAX_TOKENS": [k]}
-        for n, k in ((4, 3), (7, 2))]}))
-    return str(path)
 
 
 @dataclass(frozen=True)
@@ -125,7 +112,7 @@ def _bls(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _file_knobs(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    model = _python(user, "sleeper", SLEEPER, SLEEPER_CONFIG)
+    model = python_model(user, "sleeper", SLEEPER, SLEEPER_CONFIG)
     (model / "1" / "model.json").write_text(json.dumps({"delay_ms": 5}))
     return {"name": "sleeper", "path": str(model)}, {}
 
@@ -133,23 +120,23 @@ def _file_knobs(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 def _one(name: str, code: str, config: str, load: dict[str, Any] | None = None,
          ) -> Callable[[Path], tuple[dict[str, Any], dict[str, Any]]]:
     def build(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-        model = _python(user, name, code, config)
-        given = {"input_data": _prompts(user)} if load is None else load
+        model = python_model(user, name, code, config)
+        given = {"input_data": str(prompts_file(user))} if load is None else load
         return {"name": name, "path": str(model)}, given
     return build
 
 
 def _entries(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    _python(user, "wecho", ECHO, ECHO_CONFIG)
+    python_model(user, "wecho", ECHO, ECHO_CONFIG)
     python_scale_model(user, "wscale")
     return {"name": ["wecho", "wscale"], "path": str(user)}, {}
 
 
 def _entries_decoupled(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    _python(user, "wstreamer", STREAMER.replace("@SHIFT@", ""), STREAMER_CONFIG)
-    _python(user, "wecho2", ECHO, ECHO_CONFIG)
+    python_model(user, "wstreamer", STREAMER.replace("@SHIFT@", ""), STREAMER_CONFIG)
+    python_model(user, "wecho2", ECHO, ECHO_CONFIG)
     return ({"name": ["wstreamer", "wecho2"], "path": str(user)},
-            {"models": {"wstreamer": {"input_data": _prompts(user)}}})
+            {"models": {"wstreamer": {"input_data": str(prompts_file(user))}}})
 
 
 def _tokens(out: Outputs) -> bool:
@@ -227,11 +214,28 @@ def _register_like(client: mlflow.MlflowClient, name: str, first: Any, reference
 BEATS = ("--heartbeat-interval", "1", "--grace-period", "2")
 
 
+def _running_second(storage: str) -> int | None:
+    """The number of a RUNNING trial after the first that has its MLflow run, read straight
+    from the sqlite file, read-only (a few milliseconds: a trial of a small model runs for
+    about a second); None when there is none yet."""
+    path = storage.removeprefix("sqlite:///")
+    if not Path(path).exists():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True,
+                                                timeout=1)) as db:
+            found = db.execute(
+                "SELECT t.number FROM trials t JOIN trial_user_attributes a "
+                "ON a.trial_id = t.trial_id WHERE t.state = 'RUNNING' AND t.number >= 1 "
+                "AND a.key = 'mlflow_run_id'").fetchone()
+    except sqlite3.Error:  # the tuner is still creating its tables
+        return None
+    return None if found is None else int(found[0])
+
+
 def _kill_in_second_trial(spec: Path, storage: str) -> int:
     """``tracker tune`` in its own process, killed with SIGKILL once its second trial runs
-    with its Triton up; that trial's number. The storage is read only once the tuner's first
-    Triton is up (the tuner has created it by then: two processes creating one sqlite
-    storage at once collide)."""
+    with its Triton up; that trial's number."""
     log = spec.with_name("killed-tuner.log")
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "tracker.cli", "tune", str(spec),
@@ -242,18 +246,15 @@ def _kill_in_second_trial(spec: Path, storage: str) -> int:
             if proc.poll() is not None:
                 pytest.fail(f"the tuner stopped before its second trial:\n"
                             f"{log.read_text()[-3000:]}")
+            running = _running_second(storage)
             tritons = [p for p in psutil.Process(proc.pid).children(recursive=True)
-                       if "tritonserver" in p.name()]
-            running = [t for n in optuna.get_all_study_names(storage)
-                       for t in optuna.load_study(study_name=n, storage=storage).get_trials(
-                           states=(optuna.trial.TrialState.RUNNING,))
-                       if t.number >= 1 and "mlflow_run_id" in t.user_attrs] if tritons else []
-            if running and tritons:
+                       if "tritonserver" in p.name()] if running is not None else []
+            if running is not None and tritons:
                 os.kill(proc.pid, signal.SIGKILL)  # the tuner only: its Triton must follow it
                 proc.wait()
                 assert not psutil.wait_procs(tritons, timeout=15)[1], "its Triton survived it"
-                return running[0].number
-            time.sleep(0.2)
+                return running
+            time.sleep(0.02)
         pytest.fail("the tuner never ran a second trial")
     finally:
         if proc.poll() is None:

@@ -6,7 +6,6 @@ says is what the study does. ``tracker check`` starts no server for these kinds.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,18 +24,11 @@ from tests.deploy.test_deploy_kinds import (
     STREAMER_CONFIG,
 )
 from tests.support import models
-from tests.support.formats import python_scale_model
+from tests.support.formats import prompts_file, python_model, python_scale_model
 from tests.support.pipeline import bls_repository, ensemble_repository
 from tracker.cli import cli
 from tracker.triton import model_config
 from tracker.triton.formats.base import PYFUNC_INSTEAD, pyfunc_problem
-
-
-def _model(repo: Path, name: str, code: str, config: str) -> Path:
-    (repo / name / "1").mkdir(parents=True)
-    (repo / name / "1" / "model.py").write_text(code)
-    (repo / name / "config.pbtxt").write_text(config.replace("@NAME@", name))
-    return repo / name
 
 
 def _check(tmp: Path, model: dict[str, Any], **extra: Any) -> str:
@@ -47,13 +39,6 @@ def _check(tmp: Path, model: dict[str, Any], **extra: Any) -> str:
     lines = checked.output.splitlines()
     start = lines.index("after the search:")
     return "\n".join(lines[start:start + 3])
-
-
-def _prompts(tmp: Path) -> str:
-    path = tmp / "prompts.json"
-    path.write_text(json.dumps({"data": [{"PROMPT": {"content": [1, 2], "shape": [2]},
-                                          "MAX_TOKENS": [2]}]}))
-    return str(path)
 
 
 def test_check_says_what_the_confirmation_and_pyfunc_do_for_each_kind(tmp_path: Path) -> None:
@@ -72,15 +57,16 @@ def test_check_says_what_the_confirmation_and_pyfunc_do_for_each_kind(tmp_path: 
     assert "mlflow.pyfunc: refused: model 'pyscale' runs on Triton's python backend" in said
     assert PYFUNC_INSTEAD in said and "confirmation: paired" in said
 
-    stream = _model(tmp_path / "s", "streamer", STREAMER.replace("@SHIFT@", ""), STREAMER_CONFIG)
+    stream = python_model(tmp_path / "s", "streamer", STREAMER.replace("@SHIFT@", ""),
+                          STREAMER_CONFIG)
     said = _check(tmp_path / "s", {"name": "streamer", "path": str(stream)},
-                  load={"input_data": _prompts(tmp_path / "s")})
+                  load={"input_data": str(prompts_file(tmp_path / "s"))})
     assert "mlflow.pyfunc: refused: model 'streamer' runs on Triton's python backend" in said
 
-    counter = _model(tmp_path / "c", "counter", COUNTER, COUNTER_CONFIG)
+    counter = python_model(tmp_path / "c", "counter", COUNTER, COUNTER_CONFIG)
     said = _check(tmp_path / "c", {"name": "counter", "path": str(counter)})
     assert "mlflow.pyfunc: refused: model 'counter' runs on Triton's python backend" in said
-    dcounter = _model(tmp_path / "d", "dcounter", DCOUNTER, DCOUNTER_CONFIG)
+    dcounter = python_model(tmp_path / "d", "dcounter", DCOUNTER, DCOUNTER_CONFIG)
     said = _check(tmp_path / "d", {"name": "dcounter", "path": str(dcounter)})
     assert "mlflow.pyfunc: refused: model 'dcounter' runs on Triton's python backend" in said
 
@@ -104,10 +90,10 @@ def test_check_says_what_the_confirmation_and_pyfunc_do_for_each_kind(tmp_path: 
            "models" in said
 
     both = tmp_path / "j"
-    _model(both, "jstreamer", STREAMER.replace("@SHIFT@", ""), STREAMER_CONFIG)
-    _model(both, "jecho", ECHO, ECHO_CONFIG)
+    python_model(both, "jstreamer", STREAMER.replace("@SHIFT@", ""), STREAMER_CONFIG)
+    python_model(both, "jecho", ECHO, ECHO_CONFIG)
     said = _check(both, {"name": ["jstreamer", "jecho"], "path": str(both)},
-                  load={"models": {"jstreamer": {"input_data": _prompts(both)}}})
+                  load={"models": {"jstreamer": {"input_data": str(prompts_file(both))}}})
     assert "confirmation: in rounds, not paired: several entry models are judged together" \
         in said
     assert "mlflow.pyfunc: refused: a version of this study is a Triton repository of 2 " \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 SCALE_MODEL = '''
@@ -63,4 +64,23 @@ output [ {{ name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 1000 ] }} ]
 
 def spec(path: Path, model_dir: Path, extra: str = "") -> Path:
     path.write_text(f"model: {{name: {model_dir.name}, path: {model_dir}}}\n{extra}")
+    return path
+
+
+def python_model(repo: Path, name: str, code: str, config: str) -> Path:
+    """``repo/<name>``: ``1/model.py`` holding ``code`` and a config.pbtxt from ``config``
+    (its ``@NAME@`` replaced by ``name``)."""
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "1" / "model.py").write_text(code)
+    (repo / name / "config.pbtxt").write_text(config.replace("@NAME@", name))
+    return repo / name
+
+
+def prompts_file(folder: Path) -> Path:
+    """A streaming model's ``load.input_data``: prompts of 4 and 7 tokens (PROMPT), asking 3
+    and 2 tokens back (MAX_TOKENS)."""
+    path = folder / "prompts.json"
+    path.write_text(json.dumps({"data": [
+        {"PROMPT": {"content": list(range(n)), "shape": [n]}, "MAX_TOKENS": [k]}
+        for n, k in ((4, 3), (7, 2))]}))
     return path
