@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -92,16 +91,9 @@ def send(client: ControlClient, name: str, version: int, cfg: ModelConfig) -> No
     for j in range(STEPS):
         start, end = j == 0, j == STEPS - 1
         tensors = check_inputs(cfg, seed=j)
-        if is_decoupled(cfg):
-            _stream_step(client, name, tensors, version, outputs, (corrid, start, end))
+        if is_decoupled(cfg):  # each step streamed (gRPC only: an HTTP client says so)
+            client.stream_tensors(name, tensors, version=version, outputs=outputs,
+                                  sequence_id=corrid, sequence_start=start, sequence_end=end)
         else:
             client.infer_tensors(name, tensors, version=version, outputs=outputs,
                                  sequence_id=corrid, sequence_start=start, sequence_end=end)
-
-
-def _stream_step(client: ControlClient, name: str, tensors: Tensors, version: int,
-                 outputs: Sequence[str], step: tuple[int | str, bool, bool]) -> None:
-    """One step ``(correlation ID, start, end)`` of a decoupled stateful model's sequence,
-    streamed (gRPC only: an HTTP client says so)."""
-    client.stream_tensors(name, tensors, version=version, outputs=outputs,
-                          sequence_id=step[0], sequence_start=step[1], sequence_end=step[2])
