@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tracker.triton.client import example_inputs
-from tracker.triton.sequence import controls, sends_sequences
+from tracker.triton.sequence import controls, is_decoupled, sends_sequences
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -55,9 +55,6 @@ def fresh_id(cfg: ModelConfig) -> int | str:
         value = _last_id
     return str(value) if controls(cfg).corrid_type == "string" else value
 
-
-def is_decoupled(cfg: ModelConfig) -> bool:
-    return bool(cfg.model_transaction_policy.decoupled)
 
 
 def check_inputs(cfg: ModelConfig, seed: int = 0) -> Tensors:

@@ -18,7 +18,6 @@ from tracker.errors import MeasurementError, SpecError
 from tracker.session import probes
 from tracker.session.check_outputs import (
     answers_of,
-    is_decoupled,
     make_probes,
     output_names,
     sequence_kind,
@@ -30,7 +29,7 @@ from tracker.session.probes import ProbeSet, Tolerance
 from tracker.spec import StudySpec
 from tracker.triton.configuration import Configuration
 from tracker.triton.repository import TrialRepository, write_configuration
-from tracker.triton.sequence import is_iterative
+from tracker.triton.sequence import is_decoupled, is_iterative
 
 if TYPE_CHECKING:
     from tracker.triton.server.base import TritonServer

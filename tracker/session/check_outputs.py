@@ -52,7 +52,7 @@ from tracker.session.check_stored import (
 )
 from tracker.session.probes import ProbeSet, Tensors, Tolerance, Verdict
 from tracker.trial_attrs import TrialRecord, shown_params
-from tracker.triton.sequence import controls, sends_sequences
+from tracker.triton.sequence import controls, is_decoupled, sends_sequences
 from tracker.triton.server.logs import log_errors
 
 if TYPE_CHECKING:
@@ -155,9 +155,6 @@ def output_names(spec: StudySpec, config: ModelConfig) -> list[str]:
                          f"{str(config.name)!r} (its outputs: {names})"])
     return names
 
-
-def is_decoupled(config: ModelConfig) -> bool:
-    return bool(config.model_transaction_policy.decoupled)
 
 
 def summary_note(spec: StudySpec) -> str:

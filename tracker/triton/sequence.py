@@ -78,6 +78,12 @@ def is_iterative(cfg: ModelConfig) -> bool:
     return is_sequence(cfg) and bool(cfg.sequence_batching.iterative_sequence)
 
 
+def is_decoupled(cfg: ModelConfig) -> bool:
+    """Whether the model answers each request with a stream of responses
+    (``model_transaction_policy { decoupled: true }``)."""
+    return bool(cfg.model_transaction_policy.decoupled)
+
+
 def sends_sequences(cfg: ModelConfig) -> bool:
     """Whether a client sends this model's requests as sequences (one correlation ID, a start
     flag on the first request and an end flag on the last): a sequence batcher that is not
