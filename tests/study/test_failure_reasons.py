@@ -74,15 +74,16 @@ def test_log_errors_name_onnxruntime_s_error_and_the_server_s_crash() -> None:
 
 
 def _impossible_reshape(path: Path) -> Path:
-    """An ONNX model that reshapes [batch, 4] to [-1, 3]: every request fails."""
+    """An ONNX model that reshapes [batch, 4] to [-1, 4099]: every request fails, alone or
+    batched (4 x batch is a multiple of the prime 4099 only for batches of 4099 requests)."""
     import onnx
     from onnx import TensorProto, helper
 
-    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 3])
+    shape = helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 4099])
     graph = helper.make_graph(
         [helper.make_node("Reshape", ["INPUT0", "shape"], ["OUTPUT0"])], "reshape",
         [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, [None, 4])],
-        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, [None, 3])], [shape])
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, [None, 4099])], [shape])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     onnx.save(model, path)
