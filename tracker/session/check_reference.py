@@ -64,11 +64,10 @@ class ReferenceCheck:
             self.verdict = check_answers(client, model, config, reference, self.tol,
                                          alone=self.reference is not None, times=self.times)
         if not self.verdict.passed:
-            raise OutputsDiffer(
-                "outputs differ from the default configuration's: " if self.reference else
-                "the default configuration answers differently one at a time and sent "
-                f"together (its answers vary with how requests are batched): "
-                f"{self.verdict.detail}")
+            what = ("outputs differ from the default configuration's" if self.reference else
+                    "the default configuration answers differently one at a time and sent "
+                    "together (its answers vary with how requests are batched)")
+            raise OutputsDiffer(f"{what}: {self.verdict.detail}")
         return warm_up(self.spec, model, reference, self.times)[0]
 
     def metrics(self) -> dict[str, float]:
