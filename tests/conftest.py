@@ -35,6 +35,17 @@ def _tritonservers() -> list[psutil.Process]:
     return found
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist's ``--dist loadgroup`` (scripts/test.sh): a test file is one group,
+    so its module-scoped server serves all its tests in one worker; every file with a Docker
+    test is in one group, because the session's ``docker_image`` fixture starts, cleans and
+    stops the machine's one Docker daemon."""
+    docker = {item.path for item in items if item.get_closest_marker("docker")}
+    for item in items:
+        group = "docker" if item.path in docker else str(item.path.relative_to(REPO))
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(autouse=True)
 def _no_leftover_servers(request: pytest.FixtureRequest) -> Iterator[None]:
     """Fail a test that leaves a tritonserver running; kill it so the next test starts clean."""
