@@ -90,6 +90,25 @@ def test_a_plain_dataframe_feeds_a_single_input_row_by_row() -> None:
     assert to_arrays(one_input(0), pd.DataFrame([[1, 2, 3, 4]]))["a"].shape == (2, 2)
 
 
+def test_a_stateful_models_rows_are_the_steps_of_its_sequence() -> None:
+    """`mlflow deployments predict --input-path steps.json` on a stateful model without
+    batching (docs/stateful.md): the JSON's rows are the sequence's steps, so the input keeps
+    a leading axis it would not have as a plain model's whole tensor."""
+    import io
+
+    stateful = model_config.parse(
+        'name: "counter" backend: "python" max_batch_size: 0\n'
+        'sequence_batching { max_sequence_idle_microseconds: 1000000 }\n'
+        'input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [1] }]\n'
+        'output [{ name: "OUTPUT0" data_type: TYPE_INT32 dims: [1] }]\n')
+    steps = to_arrays(stateful, pd.read_json(io.StringIO('{"INPUT0": [[1], [2], [3]]}')))
+    assert steps["INPUT0"].shape == (3, 1) and steps["INPUT0"].dtype == np.int32
+    plain = model_config.parse('name: "p" backend: "python" max_batch_size: 0\n'
+                               'input [{ name: "INPUT0" data_type: TYPE_INT32 dims: [1] }]\n')
+    with pytest.raises(DeployError, match=r"needs shape \[1\]"):
+        to_arrays(plain, {"INPUT0": np.array([[1], [2], [3]])})
+
+
 def test_a_dict_of_arrays_must_name_exactly_the_inputs() -> None:
     arrays = {"a": np.zeros((3, 2, 2)), "b": np.zeros((3, 5), np.int32)}
     got = to_arrays(config(), arrays)

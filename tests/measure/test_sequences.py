@@ -297,21 +297,32 @@ def test_requests_without_a_sequence_fail_with_the_servers_message(
         run_sequence(url, "acc", steps[:1], 0)
 
 
-def test_deploys_check_inference_sends_a_one_step_sequence(server: LocalTritonServer) -> None:
-    """What a deployment's check sends to a stateful model: one request that is a whole
-    sequence (fresh ID, start and end), over gRPC and HTTP; the model's state for it is one
-    step."""
-    from tracker.deploy.inference import infer_version
+@pytest.mark.parametrize("name", ["acc", "acc_direct"])
+def test_predict_sends_the_inputs_first_axis_as_the_steps_of_one_sequence(
+        server: LocalTritonServer, name: str) -> None:
+    """What `mlflow deployments predict` sends a stateful model: the rows of its inputs as the
+    steps of one sequence (a fresh ID, start on the first, end on the last), over gRPC and
+    HTTP, batching or not; each output is every step's, in order. A sequence_py-like model
+    refuses a request that starts and ends a sequence at once, so one step per row is the one
+    way a single predict call can ask it."""
+    from tracker.deploy.inference import infer_version, to_arrays
+    from tracker.errors import DeployError
     from tracker.triton.client import TritonClient
     from tracker.triton.http_client import HttpTritonClient
 
-    cfg = model_config.parse(CONFIGS["acc"])
-    x = {"INPUT": np.array([[6]], dtype=np.int32)}
+    cfg = model_config.parse(CONFIGS[name])
+    steps = to_arrays(cfg, {"INPUT": np.array([[2], [3], [4]], dtype=np.int32)})
     http = (server.endpoints.http or "").split("://", 1)[-1]
     with TritonClient(server.endpoints) as grpc_client, HttpTritonClient(http) as http_client:
         for client in (grpc_client, http_client):
-            out = infer_version(client, "acc", cfg, arrays=x)  # type: ignore[arg-type]
-            assert int(out["SUM"].ravel()[0]) == 6 and int(out["COUNT"].ravel()[0]) == 1
+            out = infer_version(client, name, cfg, steps)  # type: ignore[arg-type]
+            assert out["SUM"].ravel().tolist() == [2, 5, 9]
+            assert out["COUNT"].ravel().tolist() == [1, 2, 3]
+            assert out["SUM"].shape == (3, 1)
+            one = infer_version(client, name, cfg, {"INPUT": steps["INPUT"][:1]})
+            assert out["SUM"].ravel()[0] == one["SUM"].ravel()[0] == 2  # a fresh ID each call
+        with pytest.raises(DeployError, match="the same number for every input"):
+            infer_version(grpc_client, name, cfg, {"INPUT": steps["INPUT"][:0]})
 
 
 def test_correlation_ids_are_unique_across_starts_and_processes() -> None:

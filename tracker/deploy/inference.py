@@ -10,6 +10,12 @@ DataFrame rules (``mlflow deployments predict`` reads its JSON input into one):
 - otherwise, for a model with exactly one input: each row is one item, the row's values
   (in column order) reshaped to the input's dims.
 A model without batching (``max_batch_size: 0``) gets the whole array as its tensor.
+
+A stateful model (a sequence batcher a client sends sequences to) gets the inputs as the steps
+of one sequence: their first axis (a DataFrame's rows) is the step, each step is one request
+(one batch item where the model batches) under one fresh correlation ID, the first with the
+start flag and the last with the end flag; each output is every step's output, in order, on
+a first axis.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from tritonclient.grpc import model_config_pb2
 
 from tracker.errors import DeployError
 from tracker.triton import sequence
-from tracker.triton.client import DTYPES, example_inputs
+from tracker.triton.client import DTYPES
+from tracker.triton.stream_probe import joined
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -86,39 +93,60 @@ def to_arrays(config: ModelConfig, data: pd.DataFrame | Mapping[str, Any]) -> di
         if type_name not in DTYPES:
             raise DeployError(f"input {inp.name!r} has data type {type_name}, which is not "
                               "supported")
-        out[inp.name] = _fit(inp.name, raw[inp.name], list(inp.dims), config.max_batch_size > 0,
+        out[inp.name] = _fit(inp.name, raw[inp.name], list(inp.dims),
+                             config.max_batch_size > 0 or sequence.sends_sequences(config),
                              DTYPES[type_name][1])
     return out
 
 
-def infer_version(client: ControlClient, name: str, config: ModelConfig, *,
-                  version: int | None = None,
-                  arrays: Mapping[str, Array] | None = None) -> dict[str, Array]:
+def infer_version(client: ControlClient, name: str, config: ModelConfig,
+                  arrays: Mapping[str, Array], *, version: int | None = None,
+                  ) -> dict[str, Array]:
     """One inference on ``name`` (``version``, or the newest ready one when None) with
-    ``arrays`` (random example inputs when None); every declared output comes back. A
-    stateful model gets it as a whole sequence of one request (a fresh ID, start and end). A
-    decoupled model gets it over a gRPC stream, and each output is its responses' values
-    stacked on a first axis, in order (a model that streams one token per response answers
-    its tokens).
+    ``arrays`` (from :func:`to_arrays`); every declared output comes back. A stateful model
+    gets them as the steps of one sequence (module doc). A decoupled model gets each request
+    over a gRPC stream, and each output is its responses' values stacked on a first axis, in
+    order (a model that streams one token per response answers its tokens).
 
-    Raises :class:`ServerError` with Triton's message when the request or an output fails.
+    Raises :class:`ServerError` with Triton's message when a request or an output fails.
     """
-    if arrays is None:
-        arrays = {k: v for k, (_, v) in example_inputs(config).items()}
     types = {i.name: DTYPES[model_config_pb2.DataType.Name(i.data_type)][0]
              for i in config.input}
     tensors = {inp_name: (types[inp_name], array) for inp_name, array in arrays.items()}
     outputs = [o.name for o in config.output]
-    one_step = sequence.one_step_id(config) if sequence.sends_sequences(config) else 0
-    if config.model_transaction_policy.decoupled:
-        from tracker.triton.stream_probe import joined
+    decoupled = sequence.is_decoupled(config)
+    if not sequence.sends_sequences(config):
+        if decoupled:
+            return joined(client.stream_tensors(name, tensors, version=version,
+                                                outputs=outputs), outputs)
+        return client.infer_tensors(name, tensors, version=version, outputs=outputs)
+    steps, corrid = _steps(config, tensors), sequence.one_step_id(config)
+    answers = []
+    for j, step in enumerate(steps):
+        start, end = j == 0, j == len(steps) - 1
+        answers.append(joined(client.stream_tensors(
+            name, step, version=version, outputs=outputs, sequence_id=corrid,
+            sequence_start=start, sequence_end=end), outputs) if decoupled else
+            client.infer_tensors(name, step, version=version, outputs=outputs,
+                                 sequence_id=corrid, sequence_start=start, sequence_end=end))
+    together = np.concatenate if decoupled or config.max_batch_size > 0 else np.stack
+    return {out: together([a[out] for a in answers]) for out in outputs}
 
-        return joined(client.stream_tensors(name, tensors, version=version, outputs=outputs,
-                                            sequence_id=one_step,
-                                            sequence_start=bool(one_step),
-                                            sequence_end=bool(one_step)), outputs)
-    return client.infer_tensors(name, tensors, version=version, outputs=outputs,
-                                sequence_id=one_step)
+
+Tensors = dict[str, tuple[str, Array]]
+
+
+def _steps(config: ModelConfig, tensors: Tensors) -> list[Tensors]:
+    """The steps of one sequence: the first axis of every input (a batching model's step keeps
+    that axis, as its batch of one item)."""
+    counts = {name: len(array) for name, (_, array) in tensors.items()}
+    if len(set(counts.values())) != 1 or 0 in counts.values():
+        raise DeployError(f"a stateful model's inputs are the steps of one sequence on their "
+                          f"first axis, the same number for every input, but they have "
+                          f"{counts} steps")
+    batching = config.max_batch_size > 0
+    return [{k: (t, a[j:j + 1] if batching else a[j]) for k, (t, a) in tensors.items()}
+            for j in range(next(iter(counts.values())))]
 
 
 def to_lists(outputs: Mapping[str, Array]) -> dict[str, Any]:

@@ -268,7 +268,7 @@ def predict(settings: TargetSettings, name: str, inputs: Any) -> dict[str, Any]:
             raise DeployError(f"deployment {name!r} cannot be asked: {exc.reason}") from exc
         arrays = to_arrays(config, inputs)
         try:
-            outputs = infer_version(client, name, config, arrays=arrays)
+            outputs = infer_version(client, name, config, arrays)
         except ServerError as exc:
             raise DeployError(exc.reason) from exc
     return to_lists(outputs)
