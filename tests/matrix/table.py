@@ -235,8 +235,8 @@ NVIDIA_SEQUENCES = tuple(
     t("study/test_tune_nvidia_examples.py",
       f"test_nvidia_sequence_model_is_tuned_promoted_and_answers_a_whole_sequence[{name}]")
     for name in ("simple_dyna_sequence", "simple_sequence"))
-ONE_STEP_SEQUENCE = t("measure/test_sequences.py",
-                      "test_deploys_check_inference_sends_a_one_step_sequence")
+SEQUENCE_PREDICT = t("measure/test_sequences.py",
+                     "test_predict_sends_the_inputs_first_axis_as_the_steps_of_one_sequence")
 
 PIPELINE_CHECK = t("study/test_tune_pipeline.py",
                    "test_check_names_the_pipeline_and_refuses_bad_knobs")
@@ -288,6 +288,10 @@ def walk(kind: str) -> str:
 
 # ---- the cells --------------------------------------------------------------------------------
 
+#: what a walk shows for its `mlflow run` and, for a kind confirmed in pairs, for rounds
+RUN_AGAIN = "run again with `mlflow run` after the kill"
+IN_ROUNDS_TOO = "`tracker confirm --new` in rounds after the pairs"
+
 #: no test runs the operation on the kind
 UNTESTED = Hole("untested")
 #: ``tracker check`` refuses pyfunc for a model that is not one ONNX file, saying why
@@ -306,8 +310,6 @@ PAIRED_IN_ROUNDS = Refused("confirmation: in rounds, not paired: several entry m
 BLS_IN_ROUNDS = Refused("confirmation: in rounds, not paired: BLS model",
                         "a BLS model's code names the models it calls, so its copy would call "
                         "the default's", AFTER)
-ONE_STEP_PREDICT = Hole("one request is a one-step sequence (START and END together), which "
-                        "a model like Triton's sequence_py refuses")
 PIPELINE_PAIRED = ("tests/study/test_confirm_pipeline.py::"
                    "test_an_ensemble_is_confirmed_in_pairs_with_its_steps_renamed")
 NO_PYTORCH = Refused(
@@ -356,6 +358,8 @@ ROWS: dict[str, dict[str, Cell]] = {
         "pyfunc": NO_PYFUNC,
         "predict": Works((walk("python"),), "a dict of arrays"),
         "resume": Works((walk("python"),), "killed in its second trial, run again"),
+        "rounds": Works((walk("python"),), IN_ROUNDS_TOO),
+        "mlflow_run": Works((walk("python"),), RUN_AGAIN),
     }),
     "autocomplete": _row({
         "check": Works((AUTO, AUTO_ONE_START), "inputs and outputs read from Triton"),
@@ -373,6 +377,8 @@ ROWS: dict[str, dict[str, Cell]] = {
         "pyfunc": NO_PYFUNC_WALKED["autocomplete"],
         "predict": Works((walk("autocomplete"),), "both outputs"),
         "resume": Works((walk("autocomplete"),), "killed in its second trial, run again"),
+        "rounds": Works((walk("autocomplete"),), IN_ROUNDS_TOO),
+        "mlflow_run": Works((walk("autocomplete"),), RUN_AGAIN),
     }),
     "decoupled": _row({
         "check": Works((STREAM_CHECK,), "says it is streamed and which metrics apply"),
@@ -387,6 +393,8 @@ ROWS: dict[str, dict[str, Cell]] = {
         "pyfunc": NO_PYFUNC,
         "predict": Works((DEPLOY_STREAM,), "each output is its responses, stacked"),
         "resume": Works((walk("decoupled"),), "killed in its second trial, run again"),
+        "rounds": Works((walk("decoupled"),), IN_ROUNDS_TOO),
+        "mlflow_run": Works((walk("decoupled"),), RUN_AGAIN),
     }),
     "stateful": _row({
         "check": Works((SEQUENCE_CHECK, SEQUENCE_KINDS["bcounter"]),
@@ -404,8 +412,11 @@ ROWS: dict[str, dict[str, Cell]] = {
         "watch": Works((walk("stateful"),), "an alias move deploys the version"),
         "rollback": Works((walk("stateful"),), "answers unlike its study's: refused, v1 serves"),
         "pyfunc": NO_PYFUNC,
-        "predict": ONE_STEP_PREDICT,
+        "predict": Works((walk("stateful"), SEQUENCE_PREDICT),
+                         "the rows are the steps of one sequence"),
         "resume": Works((walk("stateful"),), "killed in its second trial, run again"),
+        "rounds": Works((walk("stateful"),), IN_ROUNDS_TOO),
+        "mlflow_run": Works((walk("stateful"),), RUN_AGAIN),
     }),
     "stateful_decoupled": _row({
         "check": Works((SEQUENCE_KINDS["dcounter"], SEQUENCE_KINDS["iterative"]),
@@ -424,10 +435,11 @@ ROWS: dict[str, dict[str, Cell]] = {
         "rollback": Works((walk("stateful_decoupled"),),
                           "answers unlike its study's: refused, v1 serves"),
         "pyfunc": NO_PYFUNC_WALKED["stateful_decoupled"],
-        "predict": ONE_STEP_PREDICT,
+        "predict": Works((walk("stateful_decoupled"),),
+                         "the rows are the steps of one sequence, each streamed"),
         "resume": Works((walk("stateful_decoupled"),), "killed in its second trial, run again"),
-        "mlflow_run": Works((walk("stateful_decoupled"),),
-                            "run again with `mlflow run` after the kill"),
+        "mlflow_run": Works((walk("stateful_decoupled"),), RUN_AGAIN),
+        "rounds": Works((walk("stateful_decoupled"),), IN_ROUNDS_TOO),
     }),
     "ensemble": _row({
         "check": Works((PIPELINE_CHECK, DENSENET_PIPELINE), "names the steps and their knobs"),
@@ -442,6 +454,10 @@ ROWS: dict[str, dict[str, Cell]] = {
                           "every model back on the serving version"),
         "pyfunc": NO_PYFUNC_PIPELINE,
         "predict": Works((PIPELINE_TARGET,), "string outputs as JSON"),
+        "check_outputs": Works((walk("ensemble"),), "the default asked twice answers the same"),
+        "resume": Works((walk("ensemble"),), "killed in its second trial, run again"),
+        "rounds": Works((walk("ensemble"),), IN_ROUNDS_TOO),
+        "mlflow_run": Works((walk("ensemble"),), RUN_AGAIN),
     }),
     "bls": _row({
         "check": Works((BLS, AFTER), "names the entry and its callee"),
@@ -457,8 +473,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "pyfunc": NO_PYFUNC_PIPELINE,
         "predict": Works((walk("bls"),), "through the BLS model to its callee"),
         "resume": Works((walk("bls"),), "killed in its second trial, run again"),
-        "mlflow_run": Works((walk("bls"),),
-                            "run again with `mlflow run` after the kill"),
+        "mlflow_run": Works((walk("bls"),), RUN_AGAIN),
     }),
     "entries": _row({
         "check": Works((JOINT, JOINT_KNOB, TWO_MODELS), "a shared load knob is refused"),
@@ -474,6 +489,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "pyfunc": NO_PYFUNC_PIPELINE,
         "predict": Works((ENTRIES_DEPLOY,), "each entry by its name"),
         "resume": Works((walk("entries"),), "killed in its second trial, run again"),
+        "mlflow_run": Works((walk("entries"),), RUN_AGAIN),
     }),
     "entries_decoupled": _row({
         "check": Works((AFTER, walk("entries_decoupled")), "rounds and why; no pyfunc"),
@@ -492,8 +508,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "pyfunc": NO_PYFUNC_PIPELINE,
         "predict": Works((walk("entries_decoupled"),), "the unary entry by its name"),
         "resume": Works((walk("entries_decoupled"),), "killed in its second trial, run again"),
-        "mlflow_run": Works((walk("entries_decoupled"),),
-                            "run again with `mlflow run` after the kill"),
+        "mlflow_run": Works((walk("entries_decoupled"),), RUN_AGAIN),
     }),
     "file_knobs": _row({
         "check": Works((FILE_KNOBS_CHECK, FILE_KNOBS_REFUSED), "the file and key checked"),
@@ -510,6 +525,8 @@ ROWS: dict[str, dict[str, Cell]] = {
         "pyfunc": NO_PYFUNC_WALKED["file_knobs"],
         "predict": Works((walk("file_knobs"),), "a dict of arrays"),
         "resume": Works((walk("file_knobs"),), "killed in its second trial, run again"),
+        "rounds": Works((walk("file_knobs"),), IN_ROUNDS_TOO),
+        "mlflow_run": Works((walk("file_knobs"),), RUN_AGAIN),
     }),
     "config_driven": _row({
         "check": Works((TORCHSCRIPT,), "docker: accepted, its knobs listed; local: refused"),

@@ -4,18 +4,19 @@ Triton for the module, a study's own embedded Triton, MLflow and Optuna on sqlit
 A walk is ``tracker check`` and ``tracker check --outputs`` (the default served and asked twice),
 one study (the default and one other configuration, the output check on, the confirmation on
 with a small budget) whose ``tracker tune`` is killed with SIGKILL during its second trial and
-run again (the killed trial is failed and measured again, against the reference the default
-stored; for three kinds the second run is ``mlflow run`` of the project's main entry point,
-whose own run joins the study's parent run as a worker run, as a second worker's does), then:
+run again with ``mlflow run`` of the project's main entry point (the killed trial is failed
+and measured again, against the reference the default stored; ``mlflow run``'s own run joins
+the study's parent run as a worker run, as a second worker's does), then:
 
-1. the confirmation's design: paired for one entry model, rounds (and why) for a BLS model
-   and for several entry models, as ``tracker check`` says, which also refuses
+1. the confirmation's design: paired for one entry model (then ``tracker confirm --new`` with
+   ``confirm.design: rounds`` confirms the same study in rounds), rounds (and why) for a BLS
+   model and for several entry models, as ``tracker check`` says, which also refuses
    ``mlflow.pyfunc`` for each of these kinds (none is one ONNX file);
 2. the parent run's report: ``report.html``, ``trials.csv`` and the plots;
 3. ``tracker promote --force``: version 1 registered, deployed with its output check (the
    version carries the study's reference), and serving;
-4. ``mlflow deployments predict`` against the serving Triton (not for a stateful model: one
-   request is a one-step sequence, which Triton's sequence_py refuses);
+4. ``mlflow deployments predict`` against the serving Triton (a stateful model's rows are
+   the steps of one sequence);
 5. rollback: version 2 is version 1's files registered with the study's answers altered, so
    its deploy check fails; version 1 keeps serving and the alias stays on it;
 6. ``tracker watch --once``: version 3 (version 1's files and answers) gets the production
@@ -64,7 +65,7 @@ from tests.study.test_tune_file_knobs import MODEL as SLEEPER
 from tests.support.deploy import module_server as module_server  # the fixtures, re-exported
 from tests.support.deploy import shared_serving as shared_serving
 from tests.support.formats import prompts_file, python_model, python_scale_model
-from tests.support.pipeline import bls_repository
+from tests.support.pipeline import bls_repository, ensemble_repository
 from tracker import tags
 from tracker.cli import cli
 from tracker.deploy import service, verify
@@ -86,16 +87,15 @@ Outputs = dict[str, Any]
 class Walk:
     """One kind's study: ``build`` writes the user's model(s) under a folder and returns the
     spec's ``model`` and ``load`` sections; ``predict`` is (model, inputs, what the outputs
-    must be), or None where one request cannot ask the model."""
+    must be)."""
 
     kind: str      # the matrix's kind key (tests/matrix/table.py)
     entry: str     # the deployment's name: the (first) entry model
     build: Callable[[Path], tuple[dict[str, Any], dict[str, Any]]]
     space: dict[str, list[Any]]
     design: str    # the confirmation's design
-    predict: tuple[str, dict[str, np.ndarray], Callable[[Outputs], bool]] | None
+    predict: tuple[str, dict[str, np.ndarray], Callable[[Outputs], bool]]
     check_outputs: bool = True  # False: tests/deploy/test_deploy_kinds.py asks it already
-    mlflow_run: bool = False    # the study run again with `mlflow run` (the project's main)
 
 
 def _python_kind(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -105,6 +105,24 @@ def _python_kind(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 def _auto(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     shutil.copytree(AUTO, user / "batch_auto_complete")
     return {"name": "batch_auto_complete", "path": str(user / "batch_auto_complete")}, {}
+
+
+def _ensemble(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ensemble pipe = prep -> enet -> post: its ONNX step renamed from ``net``, which the
+    BLS walk's callee is called on the same serving Triton (a model is one deployment's)."""
+    repo = ensemble_repository(user / "repo")
+    (repo / "net").rename(repo / "enet")
+    for config, old, new in ((repo / "enet" / "config.pbtxt", 'name: "net"', 'name: "enet"'),
+                             (repo / "pipe" / "config.pbtxt", 'model_name: "net"',
+                              'model_name: "enet"')):
+        config.write_text(config.read_text().replace(old, new))
+    return {"name": "pipe", "path": str(repo)}, {}
+
+
+def _labels(out: Outputs) -> bool:
+    """The ensemble's post step: one class label per image."""
+    labels = np.asarray(out["LABEL"]).ravel().tolist()
+    return len(labels) == 2 and all(str(k).startswith("class_") for k in labels)
 
 
 def _bls(user: Path) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -143,6 +161,12 @@ def _tokens(out: Outputs) -> bool:
     return bool(out["TOKEN"] == [[10], [11], [12]])
 
 
+def _counted(out: Outputs) -> bool:
+    """The counter's running sums of the steps 1, 2, 3 of one sequence."""
+    return bool(np.asarray(out["OUTPUT0"]).ravel().tolist() == [1, 3, 6])
+
+
+STEPS = {"INPUT0": np.array([[1], [2], [3]], dtype=np.int32)}  # one sequence, a step a row
 STREAM_INPUTS = {"PROMPT": PROMPT, "MAX_TOKENS": np.array([3], dtype=np.int32)}
 ECHO_X = np.array([1, 2, 3, 4], dtype=np.float32)
 
@@ -157,20 +181,22 @@ WALKS: dict[str, Walk] = {w.kind: w for w in (
          {"instance_group.count": [2]}, "paired", ("wstream1", STREAM_INPUTS, _tokens)),
     Walk("stateful", "wcounter", _one("wcounter", COUNTER, COUNTER_CONFIG.replace(
         '"counter"', '"wcounter"'), {"sequence": {"length": 3}}),
-         {"instance_group.count": [2]}, "paired", None, check_outputs=False),
+         {"instance_group.count": [2]}, "paired", ("wcounter", STEPS, _counted),
+         check_outputs=False),
     Walk("stateful_decoupled", "wdcounter", _one("wdcounter", DCOUNTER, DCOUNTER_CONFIG.replace(
         '"dcounter"', '"wdcounter"'), {"sequence": {"length": 3}}),
-         {"instance_group.count": [2]}, "paired", None, check_outputs=False,
-         mlflow_run=True),
+         {"instance_group.count": [2]}, "paired", ("wdcounter", STEPS, _counted),
+         check_outputs=False),
+    Walk("ensemble", "pipe", _ensemble, {"prep/instance_group.count": [2]}, "paired",
+         ("pipe", {"IMAGE": np.arange(32, dtype=np.uint8).reshape(2, 16)}, _labels)),
     Walk("bls", "bls", _bls, {"bls/instance_group.count": [2]}, "rounds",
          ("bls", {"INPUT0": np.ones((2, 8), dtype=np.float32)},
-          lambda out: np.asarray(out["OUTPUT0"]).shape == (2, 4)), mlflow_run=True),
+          lambda out: np.asarray(out["OUTPUT0"]).shape == (2, 4))),
     Walk("entries", "wecho", _entries, {"wecho/instance_group.count": [2]}, "rounds",
          ("wscale", {"INPUT0": X}, lambda out: np.allclose(out["OUTPUT0"], X * 2))),
     Walk("entries_decoupled", "wstreamer", _entries_decoupled,
          {"wecho2/instance_group.count": [2]}, "rounds",
-         ("wecho2", {"X": ECHO_X}, lambda out: np.allclose(out["Y"], ECHO_X)),
-         mlflow_run=True),
+         ("wecho2", {"X": ECHO_X}, lambda out: np.allclose(out["Y"], ECHO_X))),
     Walk("file_knobs", "sleeper", _file_knobs, {"model.json:delay_ms": [1]}, "paired",
          ("sleeper", {"INPUT0": ECHO_X}, lambda out: np.allclose(out["OUTPUT0"], ECHO_X))),
 )}
@@ -193,10 +219,18 @@ def _spec(tmp: Path, uri: str, walk: Walk) -> Path:
     return spec
 
 
+def _changed(values: np.ndarray) -> np.ndarray:
+    """Every number one more, every string (a BYTES output) with a prefix."""
+    if values.dtype == np.object_:
+        return np.array([b"not " + bytes(v) for v in values.ravel()],
+                        dtype=np.object_).reshape(values.shape)
+    return values + 1
+
+
 def _altered(reference: probes.ProbeSet) -> probes.ProbeSet:
-    """The study's answers, every number one more: no version answers them."""
+    """The study's answers, every value changed: no version answers them."""
     return dataclasses.replace(reference, answers=[
-        a if isinstance(a, str) else {k: v + 1 for k, v in a.items()}
+        a if isinstance(a, str) else {k: _changed(v) for k, v in a.items()}
         for a in reference.answers])
 
 
@@ -262,12 +296,8 @@ def _kill_in_second_trial(spec: Path, storage: str) -> int:
             proc.wait()
 
 
-def _resume(spec: Path, walk: Walk, uri: str, runner: CliRunner) -> None:
-    """The killed study run again: ``tracker tune``, or ``mlflow run`` of the project."""
-    if not walk.mlflow_run:
-        tuned = runner.invoke(cli, ["tune", str(spec), "--no-bar", *BEATS])
-        assert tuned.exit_code == 0, tuned.output
-        return
+def _resume(spec: Path, walk: Walk, uri: str) -> None:
+    """The killed study run again with ``mlflow run`` of the project's main entry point."""
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_RUN_ID",
                                                              "MLFLOW_EXPERIMENT_ID")}
     env["MLFLOW_TRACKING_URI"] = uri
@@ -278,6 +308,18 @@ def _resume(spec: Path, walk: Walk, uri: str, runner: CliRunner) -> None:
          "-P", "grace_period=2"], cwd=spec.parent, env=env, capture_output=True, text=True,
         timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def _confirm_in_rounds(spec: Path, runner: CliRunner) -> str:
+    """``tracker confirm --new`` of the finished study with ``confirm.design: rounds``: a
+    confirmation in interleaved rounds of a kind whose study confirmed in pairs; its output."""
+    rounds = spec.with_name("study-rounds.yaml")
+    doc = yaml.safe_load(spec.read_text())
+    doc["confirm"]["design"] = "rounds"
+    rounds.write_text(yaml.safe_dump(doc, sort_keys=False))
+    confirmed = runner.invoke(cli, ["confirm", str(rounds), "--new"])
+    assert confirmed.exit_code == 0, confirmed.output
+    return confirmed.output
 
 
 def _ready(server: LocalTritonServer, name: str) -> list[str]:
@@ -303,7 +345,7 @@ def test_each_kind_walks_from_its_study_to_the_watcher(
         assert " the same twice: its outputs [" in twice.output, twice.output
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     killed = _kill_in_second_trial(spec, storage)
-    _resume(spec, walk, mlflow_uri, runner)
+    _resume(spec, walk, mlflow_uri)
     study = optuna.load_study(study_name=optuna.get_all_study_names(storage)[0],
                               storage=storage)
     dead = study.trials[killed]
@@ -317,17 +359,21 @@ def test_each_kind_walks_from_its_study_to_the_watcher(
                   if r.data.tags.get(tags.ROLE) == "study"
                   and tags.SUPERSEDED_BY not in r.data.tags)
     assert parent.info.status == "FINISHED", parent.info
-    if walk.mlflow_run:  # `mlflow run`'s own run joined the study's, left RUNNING by the kill
-        launched = [r for r in client.search_runs([experiment.experiment_id])
-                    if r.data.tags.get("mlflow.project.entryPoint") == "main"]
-        assert [(r.data.tags.get(tags.ROLE), r.data.tags.get(tags.STUDY_RUN_ID),
-                 r.info.status) for r in launched] == [
-            ("worker", parent.info.run_id, "FINISHED")], [r.data.tags for r in launched]
+    # `mlflow run`'s own run joined the study's (left RUNNING by the kill) as a worker run
+    launched = [r for r in client.search_runs([experiment.experiment_id])
+                if r.data.tags.get("mlflow.project.entryPoint") == "main"]
+    assert [(r.data.tags.get(tags.ROLE), r.data.tags.get(tags.STUDY_RUN_ID),
+             r.info.status) for r in launched] == [
+        ("worker", parent.info.run_id, "FINISHED")], [r.data.tags for r in launched]
     # 1. the design check said; 2. the report
     assert parent.data.tags[tags.CONFIRM_DESIGN] == walk.design, parent.data.tags
     if walk.design == "paired":  # the pairs were measured: their ratios are on the run
         ratios = parent.data.tags[tags.CONFIRM_PAIR_RATIOS].split(", ")
         assert all(float(r) > 0 for r in ratios), parent.data.tags
+        # and a confirmation in rounds of the same study, as `confirm.design: rounds` asks
+        said = _confirm_in_rounds(spec, runner)
+        parent = client.get_run(parent.info.run_id)
+        assert parent.data.tags[tags.CONFIRM_DESIGN] == "rounds", (said, parent.data.tags)
     top = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"report.html", "trials.csv", "plots"} <= top, top
     report = runs.read_file(client, parent.info.run_id, "report.html").decode()
@@ -342,10 +388,9 @@ def test_each_kind_walks_from_its_study_to_the_watcher(
     assert _ready(server, walk.entry) == ["1"]
 
     # 4. mlflow deployments predict, through the serving Triton
-    if walk.predict is not None:
-        name, inputs, holds = walk.predict
-        answered = get_deploy_client("triton").predict(name, inputs)["outputs"]
-        assert holds(answered), answered
+    name, inputs, holds = walk.predict
+    answered = get_deploy_client("triton").predict(name, inputs)["outputs"]
+    assert holds(answered), answered
 
     # 5. rollback: a version whose answers differ from its study's is refused
     reference = probes.loads(runs.read_file(client, first.tags[tags.CHECK_REFERENCE],
@@ -370,6 +415,4 @@ def test_each_kind_walks_from_its_study_to_the_watcher(
     assert watched.exit_code == 0, watched.output
     assert f"{registered} v{third} (alias): ok" in watched.output, watched.output
     assert _ready(server, walk.entry) == [third]
-    if walk.predict is not None:
-        name, inputs, holds = walk.predict
-        assert holds(get_deploy_client("triton").predict(name, inputs)["outputs"])
+    assert holds(get_deploy_client("triton").predict(name, inputs)["outputs"])
