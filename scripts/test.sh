@@ -16,7 +16,7 @@ echo "== set-up done at ${SECONDS} s" >&2
 # two workers (pytest-xdist), a test file to one worker (tests/conftest.py): most of a test's
 # time is a server starting or a measurement window, not the CPU; the slowest tests listed,
 # to keep the suite inside CI's budget
-python -m pytest -n 2 --dist loadgroup --durations=15
+python -m pytest -n 2 --durations=15
 echo "== pytest done at ${SECONDS} s; plain install leg (scripts/plain-install.sh)" >&2
 bash "$ROOT/scripts/plain-install.sh"
 echo "== plain install leg done at ${SECONDS} s" >&2

@@ -35,15 +35,26 @@ def _tritonservers() -> list[psutil.Process]:
     return found
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist's ``--dist loadgroup`` (scripts/test.sh): a test file is one group,
-    so its module-scoped server serves all its tests in one worker; every file with a Docker
-    test is in one group, because the session's ``docker_image`` fixture starts, cleans and
-    stops the machine's one Docker daemon."""
-    docker = {item.path for item in items if item.get_closest_marker("docker")}
-    for item in items:
-        group = "docker" if item.path in docker else str(item.path.relative_to(REPO))
-        item.add_marker(pytest.mark.xdist_group(group))
+#: the files with Docker tests, one unit of work for pytest-xdist: the session's
+#: ``docker_image`` fixture starts, cleans and stops the machine's one Docker daemon, so one
+#: worker runs them all (tests/triton/test_server_docker.py checks the list)
+DOCKER_FILES = frozenset({"tests/triton/test_server_contract.py",
+                          "tests/triton/test_server_docker.py"})
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook; without xdist it is never called
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (scripts/test.sh, ``-n 2``): a test file is one unit of work, so a
+    module's shared server serves all of its tests in one worker; the Docker files are one
+    unit together."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByFile(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "docker" if path in DOCKER_FILES else path
+
+    return ByFile(config, log)
 
 
 @pytest.fixture(autouse=True)
@@ -161,3 +172,4 @@ def docker_image() -> Iterator[str]:
         daemon.stop()
     if left:
         pytest.fail(f"tests left containers: {[c.name for c in left]}", pytrace=False)
+

@@ -364,9 +364,9 @@ def test_a_decoupled_stateful_and_an_iterative_model_take_the_check_request(
             with HttpTritonClient(http) as over_http, pytest.raises(
                     ServerError, match="stream over gRPC only"):  # the refusal, in words
                 check_request.send(over_http, "dcounter", 1, dcounter)
-        finally:
+        finally:  # a loaded machine can take over 30 s to stop a decoupled Python model
             for name in ("dcounter", "iterative"):
-                client.unload_model(name)
+                client.unload_model(name, wait_s=120)
     assert check_request.what_is_sent(dcounter) == "checking one whole sequence"
     assert check_request.what_is_sent(iterative) == "checking one streamed inference"
 

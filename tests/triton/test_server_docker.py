@@ -21,6 +21,19 @@ from tracker.triton.server.docker import (
 PORTS = (18000, 18001, 18002)
 
 
+def test_every_docker_test_is_in_the_one_docker_unit() -> None:
+    """scripts/test.sh's two workers give the files in tests/conftest.py's DOCKER_FILES to one
+    worker; a Docker test (``pytest.mark.docker``) in any other file would start or stop the
+    daemon under the other worker's feet."""
+    from tests.conftest import DOCKER_FILES
+
+    root = Path(__file__).resolve().parents[2]
+    marked = {str(path.relative_to(root)) for path in (root / "tests").rglob("test_*.py")
+              if "mark.docker" in path.read_text(encoding="utf-8")}
+    assert "tests/triton/test_server_docker.py" in marked  # this file's own are seen
+    assert marked == DOCKER_FILES, marked ^ DOCKER_FILES
+
+
 def test_gpu_requests_in_the_spec() -> None:
     assert device_requests(None) == []
     (every,) = device_requests("all")
