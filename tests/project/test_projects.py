@@ -208,6 +208,35 @@ def test_iterative_sequence_checks_as_one_streamed_request_per_sequence() -> Non
     assert "confirmation: paired" in checked.output
 
 
+@pytest.mark.triton
+def test_stateful_rnn_answers_its_frames_file_as_one_sequence(tmp_path: Path) -> None:
+    """The README's `mlflow deployments predict -t triton --name rnn --input-path frames.json`
+    on a Triton serving projects/stateful_rnn/rnn: the file's three rows are the steps of one
+    sequence, so the model's step count runs 1, 2, 3 (a step whose sequence never started is
+    an error in that model)."""
+    import json
+    import os
+    import shutil
+
+    from tracker.triton.server.local import LocalTritonServer
+
+    repo, out = tmp_path / "repo", tmp_path / "out.json"
+    shutil.copytree(PROJECTS / "stateful_rnn" / "rnn", repo / "rnn")
+    with LocalTritonServer(startup_timeout_s=60) as server:
+        server.start(repo)
+        proc = subprocess.run(
+            [str(Path(sys.executable).parent / "mlflow"), "deployments", "predict", "-t",
+             "triton", "--name", "rnn", "--input-path",
+             str(PROJECTS / "stateful_rnn" / "frames.json"), "--output-path", str(out)],
+            env={**os.environ, "TRACKER_TRITON_URL": str(server.endpoints.grpc),
+                 "TRACKER_TRITON_REPOSITORY": str(repo)},
+            capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    answered = json.loads(out.read_text())["outputs"]
+    assert answered["STEPS"] == [[1], [2], [3]]
+    assert np.asarray(answered["HIDDEN"]).shape == (3, 32)
+
+
 def test_densenet_pipeline_builds_checks_and_its_grid_applies(tmp_path: Path) -> None:
     """The repository is built by its script (into a scratch copy of the project), `tracker
     check` shows the ensemble's steps, and every grid point applies to its model."""
