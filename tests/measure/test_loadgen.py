@@ -224,7 +224,10 @@ def test_several_processes_share_the_load(server: LocalTritonServer) -> None:
     load = LoadSection(concurrency=[4], processes=2, **FAST)
     (m,) = sweep(server.endpoints, {"mm": EntryLoad(cfg(server, "mm"), load)}).measurements
     assert m.valid and m.errors == 0
-    assert abs(m.requests - (m.server_requests or 0)) <= max(8, 0.01 * m.requests)
+    # Both processes' records are counted: one lost would miss about half the server's count.
+    # The edges are looser than in one process (requests that end while the statistics call
+    # is in flight, a few ms at ~2000 requests/s on a busy machine), so the bound is 10%.
+    assert abs(m.requests - (m.server_requests or 0)) <= max(8, 0.1 * m.requests)
 
 
 def test_user_data_is_sent(server: LocalTritonServer, tmp_path: Path) -> None:
