@@ -259,7 +259,8 @@ def test_a_decoupled_model_is_deployed_over_a_stream_and_a_different_stream_refu
     # version 2: the registered files altered after the study (every token one more), the
     # study's check tags kept: its streams differ from the study's probes, so it is refused
     altered = tmp_path / "altered" / "streamer"
-    shutil.copytree(flavor.load_model("models:/streamer-reg/1", tmp_path / "dl").path, altered)
+    registered = flavor.load_model("models:/streamer-reg/1", tmp_path / "dl").entry
+    shutil.copytree(registered.path, altered)
     (altered / "1" / "model.py").write_text(STREAMER.replace("@SHIFT@", "+ 1"))
     client = mlflow.MlflowClient()
     run = client.create_run(client.get_experiment_by_name("streamer").experiment_id)

@@ -5,25 +5,24 @@ digests (real MLflow on sqlite, no server)."""
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 from mlflow import MlflowClient
+from mlflow.entities import LoggedModelStatus
+from mlflow.models import Model
 
 from tests.support import models
-from tests.support.deploy import V1, trial_model_dir
+from tests.support.deploy import NAME, V1, trial_model_dir
 from tests.support.pipeline_deploy import Names, configs, stored_folder
 from tracker import tags
 from tracker.deploy import integrity
 from tracker.errors import DeployError
 from tracker.tracking import flavor, model_files, registry
+from tracker.tracking.flavor import TritonRepositoryDir, inspect_repository_dir, log_repository
 from tracker.tracking.foreign import load_deployable
-from tracker.tracking.mlflow_model import log_winner_model
-from tracker.tracking.pipeline_flavor import (
-    TritonRepositoryDir,
-    inspect_repository_dir,
-    log_pipeline_model,
-)
+from tracker.tracking.winner import log_winner
 
 REG = "integrity"
 
@@ -82,7 +81,47 @@ def test_a_logged_and_registered_model_downloads_as_it_was_recorded(
     integrity.check_download(client, REG, version, source)  # passes
 
 
-@pytest.mark.parametrize("relative", ["1/model.onnx", "config.pbtxt"])
+def _log_in_the_layout_before(tmp: Path, client: MlflowClient, model_dir: Path, run: str
+                              ) -> flavor.LoggedTritonModel:
+    """One model as versions logged it before the one layout: the model directory itself at
+    the root of the MLflow model (config.pbtxt and 1/ beside MLmodel, no ``layout`` key)."""
+    old = tmp / "layout-before"
+    shutil.copytree(model_dir, old)
+    meta = Model()
+    meta.add_flavor("triton", model_name=NAME, config_file="config.pbtxt", versions=[1],
+                    backend="onnxruntime", platform="")
+    meta.save(str(old / "MLmodel"))
+    made = client.create_logged_model(
+        experiment_id=client.get_run(run).info.experiment_id, name="model", source_run_id=run,
+        model_type="triton", tags={tags.ARTIFACT_SHA256: flavor.artifact_digest(
+            [flavor.inspect_model_dir(old)])})
+    client.log_model_artifacts(made.model_id, str(old))
+    client.finalize_logged_model(made.model_id, LoggedModelStatus.READY)
+    return flavor.LoggedTritonModel(model_id=made.model_id, run_id=run, name="model")
+
+
+def test_a_version_registered_in_the_layout_before_reads_and_is_checked(
+        tmp_path: Path, client: MlflowClient) -> None:
+    onnx = models.dynamic_batch(tmp_path / "tiny.onnx")
+    model_dir = trial_model_dir(tmp_path / "trial", onnx, V1)
+    run = _run(client)
+    before = _register(client, _log_in_the_layout_before(tmp_path, client, model_dir, run))
+    now = _register(client, flavor.log_triton_model(model_dir, run))
+    old, new = _download(tmp_path, before), _download(tmp_path, now)
+    assert old.names == new.names == (NAME,) and old.entries == (NAME,)
+    assert old.path != new.path / NAME  # the directory at the root, not nested
+    # one model's digest does not depend on the layout: the same files are the same version
+    assert integrity.digest(old) == integrity.digest(new)
+    integrity.check_download(client, REG, before, old)
+    relogged = client.get_model_version(REG, str(before)).source
+    old_file = _stored_file(client, flavor.LoggedTritonModel(
+        relogged.removeprefix("models:/"), "", "model"), "1/model.onnx")
+    _flip_a_byte(old_file)
+    with pytest.raises(DeployError, match="the artifact changed after registration"):
+        integrity.check_download(client, REG, before, _download(tmp_path, before))
+
+
+@pytest.mark.parametrize("relative", [f"{NAME}/1/model.onnx", f"{NAME}/config.pbtxt"])
 def test_an_artifact_changed_after_registration_is_refused_naming_both_digests(
         tmp_path: Path, client: MlflowClient, relative: str) -> None:
     logged = _onnx_model(tmp_path, client)
@@ -110,7 +149,7 @@ def test_a_version_without_the_tag_is_deployed_unchecked(
     # an older release's version: the tag is not there either, and the artifact changed
     older = _register(client, logged)
     client.delete_model_version_tag(REG, str(older), tags.ARTIFACT_SHA256)
-    _flip_a_byte(_stored_file(client, logged, "1/model.onnx"))
+    _flip_a_byte(_stored_file(client, logged, f"{NAME}/1/model.onnx"))
     for version in (int(by_hand.version), older):
         integrity.check_download(client, REG, version, _download(tmp_path, version))
 
@@ -152,11 +191,11 @@ def test_the_registered_winner_round_trips(tmp_path: Path, client: MlflowClient)
     run = client.create_run(exp).info.run_id
     config = (trial_model_dir(tmp_path / "t", onnx, V1) / "config.pbtxt").read_text()
     client.log_text(run, config, "config.pbtxt")
-    logged = log_winner_model(client, run, stored)
+    logged = log_winner(client, run, stored, None)
     version = _register(client, logged)
     source = _download(tmp_path, version)
     integrity.check_download(client, REG, version, source)
-    _flip_a_byte(_stored_file(client, logged, "1/model.onnx"))
+    _flip_a_byte(_stored_file(client, logged, f"{NAME}/1/model.onnx"))
     with pytest.raises(DeployError, match="the artifact changed after registration"):
         integrity.check_download(client, REG, version, _download(tmp_path, version))
 
@@ -171,7 +210,7 @@ def _pipeline(tmp: Path, client: MlflowClient) -> tuple[flavor.LoggedTritonModel
             (root / model / "1" / item.name).write_bytes(item.read_bytes())
         (root / model / "config.pbtxt").write_text(text)
     repo = inspect_repository_dir(root, names.order)
-    return log_pipeline_model(repo, _run(client), tracking_uri=None), names
+    return log_repository(repo, _run(client), tracking_uri=None), names
 
 
 def test_a_pipeline_round_trips_and_a_changed_step_is_refused(

@@ -293,7 +293,7 @@ def test_a_step_the_new_version_drops_is_removed_after_the_switch(
         tmp_path: Path, mlflow_uri: str,
         shared_serving: tuple[LocalTritonServer, Path]) -> None:
     from tests.support.pipeline_deploy import configs, stored_folder
-    from tracker.tracking.pipeline_flavor import inspect_repository_dir, log_pipeline_model
+    from tracker.tracking.flavor import inspect_repository_dir, log_repository
 
     server, repo = shared_serving
     names = Names("d")
@@ -319,8 +319,8 @@ def test_a_step_the_new_version_drops_is_removed_after_the_switch(
                     for f in item.iterdir():
                         (root / model / item.name / f.name).write_bytes(f.read_bytes())
             (root / model / "config.pbtxt").write_text(cfgs[model])
-        logged = log_pipeline_model(inspect_repository_dir(root, order), run,
-                                    tracking_uri=mlflow_uri)
+        logged = log_repository(inspect_repository_dir(root, order), run,
+                                tracking_uri=mlflow_uri)
         registry.register_version(client, "dp", registry.VersionRequest(
             source=logged.model_uri, run_id=run, model_id=logged.model_id))
     target = get_deploy_client("triton")

@@ -107,7 +107,7 @@ def test_promote_switches_without_failed_requests_and_rolls_back_a_refused_confi
     assert versions["2"].description.startswith("In 6 measurements across 2 configurations, "
                                                 "trial-1 gives 200")
     # the registry's production model is the best trial's directory, loadable as is
-    got = flavor.load_model("models:/tiny-reg@production", dst_path=tmp_path / "dl")
+    got = flavor.load_model("models:/tiny-reg@production", dst_path=tmp_path / "dl").entry
     assert got.config_text == (tmp_path / f"trial{best}" / NAME / "config.pbtxt").read_text()
 
     # `mlflow deployments list -t triton` shows what serves

@@ -79,9 +79,8 @@ def assert_registry_tells_what_serves(client: mlflow.MlflowClient, server: Local
     in_production = [str(v.version) for v in client.search_model_versions(f"name = '{reg}'")
                      if v.current_stage == "Production"]
     assert in_production == [version]
-    dl = mlflow.artifacts.download_artifacts(f"models:/{reg}@production",
-                                             dst_path=str(tmp / f"dl-{name}-{version}"))
-    logged = model_config.parse((Path(dl) / "config.pbtxt").read_text())
+    dl = flavor.load_model(f"models:/{reg}@production", tmp / f"dl-{name}-{version}")
+    logged = model_config.parse(dl.entry.config_text)
     assert logged.max_batch_size == max_batch_size
     seen = json.loads(client.get_registered_model(reg).tags[SEEN_TAG])
     assert seen == {"stage": version, "alias": version}

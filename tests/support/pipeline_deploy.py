@@ -1,4 +1,4 @@
-"""A pipeline study as the study side logs it (tracker.tracking.pipeline_winner's contract),
+"""A pipeline study as the study side logs it (tracker.tracking.winner's contract),
 made with MLflow's own client: an ensemble of two Python-backend models, the entry's output a
 string.
 

@@ -184,7 +184,7 @@ def test_promote_registers_a_model_mlflow_loads_from_the_stored_file(
         None, {"INPUT0": batch})[0]
     np.testing.assert_allclose(model.predict(batch)["OUTPUT0"], want, rtol=1e-5)
     assert {"triton", "onnx", "python_function"} <= set(model.metadata.flavors)
-    got = flavor.load_model("models:/quick@production", dst_path=finished.tmp / "dl-model")
+    got = flavor.load_model("models:/quick@production", dst_path=finished.tmp / "dl-model").entry
     served = client.download_artifacts(mv.run_id, "production_config.pbtxt",
                                        str(finished.tmp / "dl-prod"))
     assert got.config_text == Path(served).read_text()  # the winner's production config

@@ -1,4 +1,4 @@
-"""A pipeline trial's registered model (tracking/pipeline_winner.py, pipeline_flavor.py), built
+"""A pipeline trial's registered model (tracking/winner.py, flavor.py), built
 from artifacts shaped as the study side logs them, on a real sqlite MLflow store: the MLflow
 model holds every model with its production config, MLmodel names the entry and the load
 order, and what is missing or inconsistent is refused with a message that names it."""
@@ -18,8 +18,8 @@ from tracker import tags
 from tracker.deploy.promote import model_source
 from tracker.errors import DeployError
 from tracker.tracking import foreign, model_files
-from tracker.tracking.pipeline_flavor import ModelOrder, TritonRepositoryDir, models_from_tags
-from tracker.tracking.pipeline_winner import log_pipeline_winner
+from tracker.tracking.flavor import ModelOrder, TritonRepositoryDir, models_from_tags
+from tracker.tracking.winner import log_winner
 
 V1 = {"scale": 1, "tag": "v1"}
 
@@ -79,7 +79,7 @@ def test_an_onnx_step_is_placed_under_its_config_file_name_and_an_ensemble_gets_
     for model, text in texts.items():
         client.log_text(run, text, f"configs/{model}/config.pbtxt")
     found = model_files.upload(client, parent, stored)
-    made = log_pipeline_winner(client, run, found, ModelOrder(("net", "post", "ens"), ("ens",)))
+    made = log_winner(client, run, found, ModelOrder(("net", "post", "ens"), ("ens",)))
     local = Path(mlflow.artifacts.download_artifacts(made.model_uri,
                                                      dst_path=str(tmp_path / "dl")))
     assert (local / "net" / "1" / "net.onnx").read_bytes() == (
@@ -98,7 +98,7 @@ def test_what_is_missing_is_named(tmp_path: Path, mlflow_uri: str) -> None:
     stored = model_files.stored_for_run(study.client, run_id)
     assert stored is not None
     with pytest.raises(DeployError, match=r"no production config for \['extra'\]"):
-        log_pipeline_winner(study.client, run_id, stored,
+        log_winner(study.client, run_id, stored,
                             ModelOrder(("extra", *names.order), (names.entry,)))
     # a Python step the stored folder does not hold
     other = study.client.create_run(study.exp).info.run_id
@@ -107,7 +107,7 @@ def test_what_is_missing_is_named(tmp_path: Path, mlflow_uri: str) -> None:
     for model in names.order:
         study.client.log_text(other, configs(names, V1)[model], f"configs/{model}/config.pbtxt")
     with pytest.raises(DeployError, match="have no folder for model 'ghost'"):
-        log_pipeline_winner(study.client, other, stored,
+        log_winner(study.client, other, stored,
                             ModelOrder(("ghost", *names.order), (names.entry,)))
 
 

@@ -53,16 +53,19 @@ def test_logged_model_downloads_as_a_triton_model_directory(
     registry.set_alias(client, "tiny", "production", mv.version)
 
     for uri in (f"models:/tiny/{mv.version}", "models:/tiny@production", logged.run_uri):
-        got = flavor.load_model(uri, dst_path=tmp_path / uri.replace(":", "_").replace("/", "_"))
-        assert got.name == "tiny"
+        (got,) = flavor.load_model(uri, dst_path=tmp_path / uri.replace(":", "_").replace("/", "_")
+                                   ).models
+        assert got.name == "tiny" and got.path.name == "tiny"  # its folder beside MLmodel
         assert got.versions == (1,)
         assert got.config_text == CONFIG  # exactly the trial's file
         assert (got.path / "1" / "model.onnx").read_bytes() == (src / "1" / "model.onnx"
                                                                  ).read_bytes()
         assert not (got.path / "server.log").exists()
-        meta = mlflow.models.Model.load(str(got.path))
+        meta = mlflow.models.Model.load(str(got.path.parent))
         assert meta.flavors["triton"]["backend"] == "onnxruntime"
         assert meta.flavors["triton"]["versions"] == [1]
+        assert meta.flavors["triton"]["layout"] == "repository"  # one layout for 1 and N
+        assert meta.flavors["triton"]["models"] == meta.flavors["triton"]["entries"] == ["tiny"]
     # an MLflow 3 logged model, recorded as an output of the trial's run
     run = client.get_run(run_id)
     assert [o.model_id for o in run.outputs.model_outputs] == [logged.model_id]
@@ -93,7 +96,7 @@ def test_logging_from_threads_keeps_each_model_with_its_run(
         t.join()
     assert not errors
     for i, rid in enumerate(runs):
-        got = flavor.load_model(f"runs:/{rid}/model", dst_path=tmp_path / f"dl{i}")
+        got = flavor.load_model(f"runs:/{rid}/model", dst_path=tmp_path / f"dl{i}").entry
         assert f"count: {i + 1}" in got.config_text
         assert client.get_logged_model(results[rid]).experiment_id == exp
 

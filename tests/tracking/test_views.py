@@ -14,7 +14,7 @@ from mlflow import MlflowClient
 
 from tracker.cli import cli
 from tracker.tracking import view
-from tracker.tracking.mlflow_model import signature_for
+from tracker.tracking.winner import signature_for
 from tracker.trial_attrs import Attr, metric_attrs, read_metrics, shown_params
 from tracker.triton import model_config
 

@@ -9,10 +9,12 @@ from pathlib import Path
 import mlflow
 import pytest
 from mlflow import MlflowClient
+from mlflow.models import Model
 
 from tracker.errors import DeployError
 from tracker.tracking import model_files
-from tracker.tracking.mlflow_model import log_winner_model
+from tracker.tracking.flavor import read_logged
+from tracker.tracking.winner import log_winner
 
 CONFIG = 'name: "echo"\nbackend: "python"\nmax_batch_size: 8\n'
 
@@ -36,11 +38,15 @@ def test_the_winner_is_built_from_the_trials_config_and_knob_files(
     client.log_text(run, CONFIG.replace("8", "16"), "config.pbtxt")
     client.log_param(run, "model.json:depth", 3)
     client.log_text(run, json.dumps({"depth": 3}), "model.json")
-    made = log_winner_model(client, run, stored)
+    made = log_winner(client, run, stored, None)
     local = Path(mlflow.artifacts.download_artifacts(made.model_uri,
                                                      dst_path=str(tmp_path / "dl")))
-    assert "max_batch_size: 16" in (local / "config.pbtxt").read_text()
-    assert json.loads((local / "1" / "model.json").read_text()) == {"depth": 3}
+    # the one layout: the model's directory under its name beside MLmodel
+    assert not (local / "config.pbtxt").exists()
+    assert "max_batch_size: 16" in (local / "echo" / "config.pbtxt").read_text()
+    assert json.loads((local / "echo" / "1" / "model.json").read_text()) == {"depth": 3}
+    (read,) = read_logged(local, Model.load(str(local)).flavors["triton"]).models
+    assert read.name == "echo" and read.backend == "python"
     # the user's own folder is untouched
     assert json.loads((tmp_path / "echo" / "1" / "model.json").read_text()) == {"depth": 1}
 
@@ -51,14 +57,14 @@ def test_each_missing_piece_is_named(tmp_path: Path, mlflow_uri: str) -> None:
     stored = _stored(client, exp, tmp_path)
     bare = client.create_run(exp).info.run_id
     with pytest.raises(DeployError, match=f"the trial's run {bare} has no config.pbtxt") as err:
-        log_winner_model(client, bare, stored)
+        log_winner(client, bare, stored, None)
     assert "model files" not in str(err.value)  # not blamed on the stored files
     knob = client.create_run(exp).info.run_id
     client.log_text(knob, CONFIG, "config.pbtxt")
     client.log_param(knob, "model.json:depth", 3)  # its file was never logged
     with pytest.raises(DeployError, match=f"cannot read the trial's model.json: .*{knob}"):
-        log_winner_model(client, knob, stored)
+        log_winner(client, knob, stored, None)
     gone = model_files.StoredModel(run_id=stored.run_id, file="nothing", sha256="",
                                    bytes=0, path=stored.path)
     with pytest.raises(DeployError, match="cannot read the trial's model files"):
-        log_winner_model(client, knob, gone)
+        log_winner(client, knob, gone, None)

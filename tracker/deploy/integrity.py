@@ -1,7 +1,6 @@
 """The downloaded model is the one that was registered: its sha256 against the version's tag.
 
-When a model is logged (:func:`tracker.tracking.flavor.log_triton_model`,
-:func:`tracker.tracking.pipeline_flavor.log_pipeline_model`) the digest of its files as a
+When a model is logged (:func:`tracker.tracking.flavor.log_repository`) the digest of its files as a
 deployment reads them becomes the logged model's tag ``tracker.artifact_sha256``, and
 registering it (:func:`tracker.tracking.registry.register_version`) copies the tag onto the
 version. Before a registry version is deployed, :func:`check_download` computes the same digest
@@ -18,8 +17,7 @@ from tracker import tags
 from tracker.deploy.steps import source_digest
 from tracker.errors import DeployError
 from tracker.tracking import registry
-from tracker.tracking.flavor import artifact_digest
-from tracker.tracking.pipeline_flavor import TritonRepositoryDir
+from tracker.tracking.flavor import TritonRepositoryDir, artifact_digest
 
 
 def digest(source: TritonRepositoryDir) -> str:

@@ -7,8 +7,8 @@
    estimate is promoted), and the message says which; the version's tags then carry the
    verdict and the confirmed figures with their 95% intervals;
 2. its model (logged on the trial's MLflow run as ``model``, see
-   :func:`tracker.tracking.flavor.log_triton_model`; for several models, every model of the
-   configuration as one MLflow model) is registered as a new version of the spec's
+   :mod:`tracker.tracking.flavor`: every model of the configuration as one MLflow model,
+   one model the one-model case) is registered as a new version of the spec's
    registered model, with tags (study, trial, run id, perf_throughput, perf_latency_p99, each
    entry model's as ``<model>/perf_throughput``, the constraint it met) and the summary
    sentence as description;
@@ -38,11 +38,10 @@ from tracker.deploy.settings import TargetSettings
 from tracker.errors import DeployError, TrackingError
 from tracker.metrics import fmt
 from tracker.tracking import flavor, model_files, registry
-from tracker.tracking.mlflow_model import log_winner_model
-from tracker.tracking.pipeline_flavor import models_from_tags
-from tracker.tracking.pipeline_winner import log_pipeline_winner
+from tracker.tracking.flavor import models_from_tags
 from tracker.tracking.report import best_row, entry_figures, summary
 from tracker.tracking.rows import TrialRow, recorded_entry_names, trial_rows
+from tracker.tracking.winner import log_winner
 from tracker.trial_attrs import Attr
 from tracker.verdict import record as confirmed
 from tracker.verdict import stats as confirm_stats
@@ -71,11 +70,9 @@ def constraint_text(metrics: Mapping[str, float], constraints: Mapping[str, Boun
 def model_source(client: mlflow.MlflowClient, run_id: str) -> tuple[str, str | None]:
     """(source URI, logged model id) of the trial's MLflow model ``model``: the one its run
     already has (an earlier promotion, or a study of a version that logged a model per trial),
-    else one built now from the study's stored model file and the trial's production config
-    (:func:`tracker.tracking.mlflow_model.log_winner_model`), or, for a trial of several
-    models (tag ``tracker.models``: a pipeline, several entry models), from the stored folder
-    of every model and each model's production config
-    (:func:`tracker.tracking.pipeline_winner.log_pipeline_winner`)."""
+    else one built now from the study's stored model files and the trial's production configs
+    (:func:`tracker.tracking.winner.log_winner`; tag ``tracker.models`` names the models of a
+    trial of several)."""
     try:
         run = client.get_run(run_id)
         for output in (run.outputs.model_outputs if run.outputs else []):
@@ -83,12 +80,8 @@ def model_source(client: mlflow.MlflowClient, run_id: str) -> tuple[str, str | N
             if logged.name == flavor.MODEL_ARTIFACT_PATH:
                 return f"models:/{logged.model_id}", logged.model_id
         stored = model_files.stored_for_run(client, run_id)
-        order = models_from_tags(run.data.tags)
-        if stored is not None and order is not None:
-            made = log_pipeline_winner(client, run_id, stored, order)
-            return made.model_uri, made.model_id
         if stored is not None:
-            made = log_winner_model(client, run_id, stored)
+            made = log_winner(client, run_id, stored, models_from_tags(run.data.tags))
             return made.model_uri, made.model_id
         names = {f.path for f in client.list_artifacts(run_id, flavor.MODEL_ARTIFACT_PATH)}
     except MlflowException as exc:

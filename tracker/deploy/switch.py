@@ -55,7 +55,7 @@ from tracker.errors import DeployError, ServerError
 from tracker.tracking.flavor import CONFIG_FILE, validate_model_name
 
 if TYPE_CHECKING:
-    from tracker.tracking.pipeline_flavor import TritonRepositoryDir
+    from tracker.tracking.flavor import TritonRepositoryDir
 
 PART_OF = "part_of"   #: deployment.json of a model served for another: the deployment
 MODELS = "models"     #: deployment.json of the first entry: every model, load order

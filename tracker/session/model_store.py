@@ -32,7 +32,7 @@ def assemble(conf: Configuration, dst: Path) -> Path:
     """One directory ``dst`` holding ``<model>/...`` for every model of ``conf``: each
     model's stored item (``format_of(info).stored(info)``) without its config.pbtxt (a
     model directory's contents, or the model file as ``<model>/1/<file name>``, where a model
-    directory keeps it: promotion reads it there, tracking/pipeline_winner.py). Made anew."""
+    directory keeps it: promotion reads it there, tracking/winner.py). Made anew."""
     if dst.exists():
         shutil.rmtree(dst)
     dst.mkdir(parents=True)

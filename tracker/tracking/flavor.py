@@ -1,13 +1,27 @@
-"""A Triton model directory as an MLflow model: the ``triton`` flavor.
+"""Triton models as MLflow models: the ``triton`` flavor, one layout for one model and many.
 
-The MLflow model IS the Triton model directory, with the MLmodel file beside it::
+The MLflow model IS a subset of a Triton model repository, with the MLmodel file beside the
+model directories; one model is the one-model, one-entry case of it::
 
-    MLmodel          flavors: {triton: {model_name, config_file, versions, backend, ...}}
-    config.pbtxt     the production configuration (e.g. backend "onnxruntime")
-    1/model.onnx     one folder per Triton version
+    MLmodel               flavors: {triton: {model_name: <entry>, entry_model: <entry>,
+                                             entries: [<entry>, ...],
+                                             models: [<composing>..., <entries>...],
+                                             layout: repository, config_file:
+                                             <entry>/config.pbtxt, versions, backend,
+                                             platform}}
+    <model>/config.pbtxt  each model's production configuration
+    <model>/<version>/    each model's files (an ensemble's version folder may be empty)
 
-So downloading ``models:/NAME/VERSION`` (or ``models:/NAME@alias``) into a folder named after
-the config's ``name`` gives a directory Triton loads as is (Triton ignores the MLmodel file).
+``models`` is the load order: every composing model before the models that call it, the
+entries last, in their order (``entries``; a model logged before several entry models were
+published has ``entry_model`` alone, the last model). ``entry_model`` is the first entry: a
+deployment serves it under the deployment's name, so one model's folder name is not part of
+what it is (:func:`artifact_digest`).
+
+Read as well (:func:`read_logged`): the layout versions logged one model in before, the model
+directory itself at the root of the MLflow model (``config.pbtxt`` and ``1/`` beside MLmodel,
+no ``layout`` key). An empty version folder (an ensemble's ``1/``) does not survive every
+artifact store, so reading gives an ensemble without one its ``1/`` again.
 
 Logging uses :class:`mlflow.MlflowClient` with an explicit run id, never the fluent run stack,
 so it is safe from Optuna worker threads: the model becomes an MLflow 3 logged model (``name``
@@ -17,12 +31,14 @@ so it is safe from Optuna worker threads: the model becomes an MLflow 3 logged m
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import mlflow
 from google.protobuf import text_format
@@ -33,9 +49,12 @@ from tritonclient.grpc import model_config_pb2
 
 from tracker import tags as tag_names
 from tracker.errors import DeployError, ModelError
+from tracker.triton import model_config
 
 FLAVOR_NAME = "triton"
 CONFIG_FILE = "config.pbtxt"
+LAYOUT = "repository"  #: flavors.triton.layout of the one layout
+ENSEMBLE = "ensemble"
 #: The name under which a trial's model is logged: ``runs:/<trial run id>/model``.
 MODEL_ARTIFACT_PATH = "model"
 
@@ -154,36 +173,160 @@ def artifact_digest(models: Sequence[TritonModelDir],
     return h.hexdigest()
 
 
-def _one_model(local: Path) -> Sequence[TritonModelDir]:
-    return (inspect_model_dir(local),)
+@dataclass(frozen=True)
+class TritonRepositoryDir:
+    """Models on disk, ``models`` in load order; ``entries`` (the last models, in that
+    order) are the ones clients call. One model is one model and one entry."""
+
+    path: Path
+    models: tuple[TritonModelDir, ...]
+    entries: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.entries:  # the last model: a version logged before ``entries`` existed
+            object.__setattr__(self, "entries", (self.models[-1].name,))
+
+    @property
+    def entry(self) -> TritonModelDir:
+        """The first entry: the model a deployment's name serves."""
+        return next(m for m in self.models if m.name == self.entries[0])
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(m.name for m in self.models)
 
 
-def save_model(model_dir: str | Path, path: str | Path, mlflow_model: Model | None = None) -> Model:
-    """Write the Triton model directory ``model_dir`` as an MLflow model at ``path``.
+def of_model_dir(model: TritonModelDir) -> TritonRepositoryDir:
+    """One model directory as the configuration of one model, its only entry."""
+    return TritonRepositoryDir(path=model.path.parent, models=(model,), entries=(model.name,))
 
-    ``path`` must not exist. The config.pbtxt and the numeric version folders are copied
-    unchanged; other files beside them (logs, caches) are left out.
-    """
-    src = inspect_model_dir(model_dir)
+
+@dataclass(frozen=True)
+class ModelOrder:
+    """Every model of a configuration in load order, and its entries (the last ones)."""
+
+    models: tuple[str, ...]
+    entries: tuple[str, ...]
+
+
+def check_order(models: Sequence[str], entries: Sequence[str], *, where: str) -> ModelOrder:
+    """``models`` (load order) and ``entries``, checked: valid, distinct names, at least one,
+    the entries last and in that order. ``where`` names what they came from in the error."""
+    names = tuple(str(m) for m in models)
+    ends = tuple(str(e) for e in entries)
+    problems = []
+    if not names:
+        problems.append("a configuration has at least one model, but got none")
+    if len(set(names)) != len(names):
+        problems.append(f"each model is listed once, but got {list(names)}")
+    if not ends or names[len(names) - len(ends):] != ends:
+        problems.append(f"the entry models {list(ends)} come last, in that order, but the list "
+                        f"is {list(names)}")
+    if problems:
+        raise DeployError(f"{where}: " + "; ".join(problems))
+    for name in names:
+        validate_model_name(name)
+    return ModelOrder(names, ends)
+
+
+def models_from_tags(run_tags: Mapping[str, str]) -> ModelOrder | None:
+    """The load order and the entries a trial run's tags ``tracker.models`` /
+    ``tracker.entry_model`` give (the entries: the first entry and every model after it, as
+    the study orders them), or None for a run without ``tracker.models`` (one model, stored
+    as a model file or directory rather than a folder of models)."""
+    raw = run_tags.get(tag_names.MODELS)
+    if not raw:
+        return None
+    try:
+        models = json.loads(raw)
+    except ValueError as exc:
+        raise DeployError(f"tag {tag_names.MODELS} must be a JSON list of model names, but got "
+                          f"{raw[:200]!r}") from exc
+    if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
+        raise DeployError(f"tag {tag_names.MODELS} must be a JSON list of model names, but got "
+                          f"{raw[:200]!r}")
+    entry = run_tags.get(tag_names.ENTRY_MODEL) or (models[-1] if models else "")
+    where = f"the run's tags {tag_names.MODELS}/{tag_names.ENTRY_MODEL}"
+    if entry not in models:
+        raise DeployError(f"{where}: the entry model {entry!r} is not in {models}")
+    return check_order(models, models[models.index(entry):], where=where)
+
+
+def _model_dir(root: Path, name: str) -> TritonModelDir:
+    path = root / name
+    if not (path / CONFIG_FILE).is_file():
+        raise ModelError(f"the MLflow model has no {name}/{CONFIG_FILE} (under {root})")
+    cfg = model_config.load(path / CONFIG_FILE)
+    if cfg.name and cfg.name != name:
+        raise ModelError(f"{path / CONFIG_FILE} names the model {cfg.name!r}, but its folder is "
+                         f"{name!r}: Triton needs them to be the same")
+    has_version = any(p.is_dir() and p.name.isdigit() and int(p.name) > 0
+                      for p in path.iterdir())
+    if cfg.platform == ENSEMBLE and not has_version:
+        (path / "1").mkdir()  # an empty version folder an artifact store did not keep
+    return inspect_model_dir(path)
+
+
+def inspect_repository_dir(root: str | Path, models: Sequence[str],
+                           entries: Sequence[str] = ()) -> TritonRepositoryDir:
+    """Check that ``root`` holds a model directory for each of ``models`` (load order, the
+    ``entries`` last; default: the last model) and describe it; :class:`ModelError` names the
+    model that is missing or broken."""
+    path = Path(root)
+    order = check_order(models, entries or [str(m) for m in models][-1:], where=str(path))
+    return TritonRepositoryDir(path=path, models=tuple(_model_dir(path, n)
+                                                       for n in order.models),
+                               entries=order.entries)
+
+
+def is_repository(conf: Mapping[str, Any] | None) -> bool:
+    """Whether an MLmodel's ``triton`` flavor configuration has the repository layout."""
+    return bool(conf) and conf is not None and conf.get("layout") == LAYOUT
+
+
+def read_repository(local: Path, conf: Mapping[str, Any]) -> TritonRepositoryDir:
+    """The configuration a downloaded MLflow model of this layout holds."""
+    models = conf.get("models")
+    if not isinstance(models, list) or not models:
+        raise ModelError(f"the MLmodel of {local} names no models (flavors.triton.models)")
+    entries = conf.get("entries") or [conf.get("entry_model") or models[-1]]
+    if not isinstance(entries, list):
+        raise ModelError(f"the MLmodel of {local}: flavors.triton.entries must be a list of "
+                         f"model names, but got {entries!r}")
+    return inspect_repository_dir(local, [str(m) for m in models], [str(e) for e in entries])
+
+
+def save_repository(repo: TritonRepositoryDir, path: str | Path,
+                    mlflow_model: Model | None = None) -> Model:
+    """Write the configuration ``repo`` as an MLflow model at ``path`` (which must not exist):
+    each model's config.pbtxt and numeric version folders, and MLmodel (module docstring)."""
     dst = Path(path)
     if dst.exists():
         raise ModelError(f"cannot save an MLflow model to {dst}: it already exists")
     dst.mkdir(parents=True)
-    shutil.copy2(src.config_path, dst / CONFIG_FILE)
-    for version in src.versions:
-        shutil.copytree(src.path / str(version), dst / str(version),
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    model = mlflow_model if mlflow_model is not None else Model()
-    model.add_flavor(
-        FLAVOR_NAME,
-        model_name=src.name,
-        config_file=CONFIG_FILE,
-        versions=list(src.versions),
-        backend=src.backend,
-        platform=src.platform,
-    )
-    model.save(str(dst / "MLmodel"))
-    return model
+    for model in repo.models:
+        target = dst / model.name
+        target.mkdir()
+        shutil.copy2(model.config_path, target / CONFIG_FILE)
+        for version in model.versions:
+            shutil.copytree(model.path / str(version), target / str(version),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+    entry = repo.entry
+    out = mlflow_model if mlflow_model is not None else Model()
+    out.add_flavor(FLAVOR_NAME, model_name=entry.name, entry_model=entry.name,
+                   entries=list(repo.entries), models=list(repo.names), layout=LAYOUT,
+                   config_file=f"{entry.name}/{CONFIG_FILE}", versions=list(entry.versions),
+                   backend=entry.backend, platform=entry.platform)
+    out.save(str(dst / "MLmodel"))
+    return out
+
+
+def read_logged(local: Path, conf: Mapping[str, Any] | None) -> TritonRepositoryDir:
+    """The models a downloaded MLflow model of this flavor holds (``conf``: its
+    ``flavors.triton``): the repository layout, or one model directory at the root."""
+    if is_repository(conf):
+        return read_repository(local, conf or {})
+    return of_model_dir(inspect_model_dir(local))
 
 
 @dataclass(frozen=True)
@@ -203,42 +346,21 @@ class LoggedTritonModel:
         return f"runs:/{self.run_id}/{self.name}"
 
 
-def log_triton_model(
-    model_dir: str | Path,
-    run_id: str,
-    *,
-    name: str = MODEL_ARTIFACT_PATH,
-    tracking_uri: str | None = None,
-    params: dict[str, str] | None = None,
-    tags: dict[str, str] | None = None,
-    extend: Callable[[Model, Path], None] | None = None,
-) -> LoggedTritonModel:
-    """Log a Triton model directory as an MLflow model produced by run ``run_id``.
+def log_repository(repo: TritonRepositoryDir, run_id: str, *,
+                   name: str = MODEL_ARTIFACT_PATH, tracking_uri: str | None = None,
+                   params: dict[str, str] | None = None, tags: dict[str, str] | None = None,
+                   signature: Any = None,
+                   extend: Callable[[Model, Path], None] | None = None) -> LoggedTritonModel:
+    """Log the models of ``repo`` as the MLflow model ``name`` produced by run ``run_id``.
 
     Thread-safe: it only uses an explicit :class:`mlflow.MlflowClient`. ``params`` (the trial's
     knobs) and ``tags`` are stored on the logged model, with ``tracker.artifact_sha256`` (the
-    :func:`artifact_digest` of what is uploaded, which a deployment checks its download
-    against once the model is registered). Raises :class:`ModelError` for a bad
-    directory and :class:`DeployError` when MLflow refuses. ``extend(model, folder)`` may add
-    flavors and files to the saved model before it is uploaded (tracking/mlflow_model.py).
+    :func:`artifact_digest` of the models as a download of them is read, which a deployment
+    checks its download against once the model is registered); ``signature``: the first
+    entry's. ``extend(model, folder)`` may add flavors and files to the saved model before it
+    is uploaded (tracking/winner.py). Raises :class:`DeployError` when MLflow refuses.
     """
-    inspect_model_dir(model_dir)
-    return log_saved(lambda local, model: save_model(model_dir, local, model), str(model_dir),
-                     run_id, name=name, tracking_uri=tracking_uri, params=params, tags=tags,
-                     extend=extend)
-
-
-def log_saved(save: Callable[[Path, Model], object], what: str, run_id: str, *,
-              name: str = MODEL_ARTIFACT_PATH, tracking_uri: str | None = None,
-              params: dict[str, str] | None = None, tags: dict[str, str] | None = None,
-              extend: Callable[[Model, Path], None] | None = None,
-              read: Callable[[Path], Sequence[TritonModelDir]] = _one_model
-              ) -> LoggedTritonModel:
-    """Log what ``save(folder, model)`` writes (an MLflow model of the ``triton`` flavor) as
-    the logged model ``name`` of run ``run_id`` (see :func:`log_triton_model`); ``what``
-    names it in errors. ``read(folder)`` gives the saved models as a download of them is read
-    at deploy time: their :func:`artifact_digest` becomes the logged model's tag
-    ``tracker.artifact_sha256``."""
+    what = repo.entry.name if len(repo.models) == 1 else f"configuration {list(repo.names)}"
     client = mlflow.MlflowClient(tracking_uri)
     try:
         run = client.get_run(run_id)
@@ -252,16 +374,16 @@ def log_saved(save: Callable[[Path, Model], object], what: str, run_id: str, *,
         )
         with tempfile.TemporaryDirectory(prefix="triton-model-") as tmp:
             local = Path(tmp) / "model"
-            save(local, Model(
-                artifact_path=logged.artifact_location,
-                run_id=run_id,
-                model_uuid=logged.model_id,
-                model_id=logged.model_id,
-            ))
+            model = Model(artifact_path=logged.artifact_location, run_id=run_id,
+                          model_uuid=logged.model_id, model_id=logged.model_id)
+            if signature is not None:
+                model.signature = signature
+            save_repository(repo, local, model)
             if extend is not None:
                 extend(Model.load(str(local / "MLmodel")), local)
+            saved = read_repository(local, Model.load(str(local / "MLmodel")).flavors[FLAVOR_NAME])
             client.set_logged_model_tags(
-                logged.model_id, {tag_names.ARTIFACT_SHA256: artifact_digest(read(local))})
+                logged.model_id, {tag_names.ARTIFACT_SHA256: artifact_digest(saved.models)})
             client.log_model_artifacts(logged.model_id, str(local))
         client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
         client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
@@ -271,9 +393,19 @@ def log_saved(save: Callable[[Path, Model], object], what: str, run_id: str, *,
     return LoggedTritonModel(model_id=logged.model_id, run_id=run_id, name=name)
 
 
-def load_model(model_uri: str, dst_path: str | Path | None = None) -> TritonModelDir:
+def log_triton_model(model_dir: str | Path, run_id: str, *, name: str = MODEL_ARTIFACT_PATH,
+                     tracking_uri: str | None = None, params: dict[str, str] | None = None,
+                     tags: dict[str, str] | None = None) -> LoggedTritonModel:
+    """Log one Triton model directory as the one-model configuration (:func:`log_repository`);
+    :class:`ModelError` for a directory that is not one. Its config.pbtxt and numeric version
+    folders are logged unchanged, other files beside them (logs, caches) are left out."""
+    return log_repository(of_model_dir(inspect_model_dir(model_dir)), run_id, name=name,
+                          tracking_uri=tracking_uri, params=params, tags=tags)
+
+
+def load_model(model_uri: str, dst_path: str | Path | None = None) -> TritonRepositoryDir:
     """Download the Triton model at ``model_uri`` (``models:/NAME/VERSION``, ``models:/NAME@alias``,
-    ``runs:/RUN/model``, ``models:/<model_id>``, a local path) and describe it.
+    ``runs:/RUN/model``, ``models:/<model_id>``, a local path) and read it (:func:`read_logged`).
 
     Raises :class:`DeployError` when the URI cannot be downloaded or is not a ``triton`` model.
     """
@@ -292,6 +424,6 @@ def load_model(model_uri: str, dst_path: str | Path | None = None) -> TritonMode
         raise DeployError(f"{model_uri!r} has no {FLAVOR_NAME!r} flavor; it has "
                           f"{sorted(meta.flavors)}")
     try:
-        return inspect_model_dir(local)
+        return read_logged(Path(local), meta.flavors[FLAVOR_NAME])
     except ModelError as exc:
         raise DeployError(f"{model_uri!r}: {exc}") from exc

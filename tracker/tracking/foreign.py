@@ -1,9 +1,9 @@
 """Any MLflow model that deploys to Triton, read into the configuration it serves
-(:class:`~tracker.tracking.pipeline_flavor.TritonRepositoryDir`: every model in load order,
+(:class:`~tracker.tracking.flavor.TritonRepositoryDir`: every model in load order,
 its entries last; one model directory is the one-model, one-entry case):
 
-- our ``triton`` flavor (:mod:`tracker.tracking.flavor`): the MLflow model IS the directory;
-  for a pipeline (:mod:`tracker.tracking.pipeline_flavor`) it is the repository subset;
+- our ``triton`` flavor (:mod:`tracker.tracking.flavor`): the MLflow model IS the repository
+  subset (or, for one model logged by an older version, the model directory itself);
 - NVIDIA's ``triton`` flavor (mlflow-triton plugin, ``publish_model_to_mlflow.py``): MLmodel
   ``flavors: {triton: {data: <dir>}}`` with the Triton model directory nested at ``<dir>/``;
 - the ``onnx`` flavor (``mlflow.onnx.log_model``): MLmodel ``flavors: {onnx: {data:
@@ -28,12 +28,15 @@ from mlflow.exceptions import MlflowException
 from mlflow.models import Model
 
 from tracker.errors import ConfigError, DeployError, ModelError
-from tracker.tracking.flavor import CONFIG_FILE, FLAVOR_NAME, TritonModelDir, inspect_model_dir
-from tracker.tracking.pipeline_flavor import (
+from tracker.tracking.flavor import (
+    CONFIG_FILE,
+    FLAVOR_NAME,
+    TritonModelDir,
     TritonRepositoryDir,
-    is_pipeline,
+    inspect_model_dir,
+    is_repository,
     of_model_dir,
-    read_pipeline,
+    read_logged,
 )
 
 ONNX = "onnx"
@@ -78,15 +81,14 @@ def load_deployable(model_uri: str, dst_path: Path, *, name: str,
         if chosen == ONNX:
             return Deployable(of_model_dir(_from_onnx(model_uri, local, flavors[ONNX], name,
                                                       dst_path / name)), ONNX, ONNX)
-        if is_pipeline(flavors[FLAVOR_NAME]):  # a folder of models (tracking/pipeline_flavor.py)
-            return Deployable(read_pipeline(local, flavors[FLAVOR_NAME]), FLAVOR_NAME,
-                              "repository")
-        data = (flavors[FLAVOR_NAME] or {}).get("data")
-        if data:  # NVIDIA's layout: the model directory nested in the MLflow model
-            return Deployable(of_model_dir(inspect_model_dir(_inside(local, str(data),
+        conf = flavors[FLAVOR_NAME] or {}
+        if not is_repository(conf) and conf.get("data"):
+            # NVIDIA's layout: the model directory nested in the MLflow model
+            return Deployable(of_model_dir(inspect_model_dir(_inside(local, str(conf["data"]),
                                                                      model_uri))),
                               FLAVOR_NAME, "nvidia")
-        return Deployable(of_model_dir(inspect_model_dir(local)), FLAVOR_NAME, "tracker")
+        return Deployable(read_logged(local, conf), FLAVOR_NAME,
+                          "repository" if is_repository(conf) else "tracker")
     except (ModelError, ConfigError) as exc:
         raise DeployError(f"{model_uri!r} cannot be read as a Triton model: {exc}") from exc
 
@@ -117,7 +119,7 @@ def _from_onnx(model_uri: str, local: Path, conf: dict[str, Any] | None, name: s
     from tracker.triton.formats.onnx import production_config
 
     model_file = _inside_file(local, str((conf or {}).get("data") or "model.onnx"), model_uri)
-    config = _logged_config(model_uri, local, model_dir.parent / "logged-config")
+    config = _logged_config(model_uri, local, model_file, model_dir.parent / "logged-config")
     info = load_model_info(model_file, name, base_config=config)
     cfg = production_config(info.config)
     cfg.default_model_filename = model_file.name
@@ -156,10 +158,13 @@ def _external_data(model_file: Path) -> list[Path]:
     return sorted(set(found))
 
 
-def _logged_config(model_uri: str, local: Path, dst: Path) -> Path | None:
-    """A config.pbtxt logged beside the ONNX model, or None."""
-    for candidate in (local / CONFIG_FILE, local / "extra_files" / CONFIG_FILE):
-        if candidate.is_file():
+def _logged_config(model_uri: str, local: Path, model_file: Path, dst: Path) -> Path | None:
+    """A config.pbtxt logged beside the ONNX model (or, for a model file in a version
+    folder, as this project's layout keeps it, in that folder's model directory), or None."""
+    in_version = model_file.parent.name.isdigit() and model_file.parent.parent != local.resolve()
+    for candidate in ((model_file.parent.parent / CONFIG_FILE) if in_version else None,
+                      local / CONFIG_FILE, local / "extra_files" / CONFIG_FILE):
+        if candidate is not None and candidate.is_file():
             return candidate
     where = _run_and_path(model_uri)
     if where is None:
