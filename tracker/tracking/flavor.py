@@ -360,7 +360,6 @@ def log_repository(repo: TritonRepositoryDir, run_id: str, *,
     entry's. ``extend(model, folder)`` may add flavors and files to the saved model before it
     is uploaded (tracking/winner.py). Raises :class:`DeployError` when MLflow refuses.
     """
-    what = repo.entry.name if len(repo.models) == 1 else f"configuration {list(repo.names)}"
     client = mlflow.MlflowClient(tracking_uri)
     try:
         run = client.get_run(run_id)
@@ -388,7 +387,7 @@ def log_repository(repo: TritonRepositoryDir, run_id: str, *,
         client.log_outputs(run_id, [LoggedModelOutput(logged.model_id, step=0)])
         client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
     except MlflowException as exc:
-        raise DeployError(f"could not log the Triton model {what} to run {run_id}: "
+        raise DeployError(f"could not log the Triton models {list(repo.names)} to run {run_id}: "
                           f"{exc.message}") from exc
     return LoggedTritonModel(model_id=logged.model_id, run_id=run_id, name=name)
 

@@ -292,7 +292,7 @@ def log_winner(client: MlflowClient, run_id: str, stored: StoredModel,
                             _several(client, run_id, local, root, order, stored.uri))
         cfg = model_config.parse(production)
         onnx_file = (f"{repo.entry.name}/1/{cfg.default_model_filename or ONNX_FILE}"
-                     if len(repo.models) == 1 and pyfunc_problem(cfg) is None else None)
+                     if pyfunc_problem(cfg, len(repo.models)) is None else None)
 
         def extend(model: Model, path: Path) -> None:
             if onnx_file is not None:
