@@ -379,8 +379,8 @@ def log_repository(repo: TritonRepositoryDir, run_id: str, *,
                 model.signature = signature
             save_repository(repo, local, model)
             if extend is not None:
-                extend(Model.load(str(local / "MLmodel")), local)
-            saved = read_repository(local, Model.load(str(local / "MLmodel")).flavors[FLAVOR_NAME])
+                extend(model, local)
+            saved = read_repository(local, model.flavors[FLAVOR_NAME])
             client.set_logged_model_tags(
                 logged.model_id, {tag_names.ARTIFACT_SHA256: artifact_digest(saved.models)})
             client.log_model_artifacts(logged.model_id, str(local))

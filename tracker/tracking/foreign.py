@@ -36,7 +36,7 @@ from tracker.tracking.flavor import (
     inspect_model_dir,
     is_repository,
     of_model_dir,
-    read_logged,
+    read_repository,
 )
 
 ONNX = "onnx"
@@ -82,13 +82,14 @@ def load_deployable(model_uri: str, dst_path: Path, *, name: str,
             return Deployable(of_model_dir(_from_onnx(model_uri, local, flavors[ONNX], name,
                                                       dst_path / name)), ONNX, ONNX)
         conf = flavors[FLAVOR_NAME] or {}
-        if not is_repository(conf) and conf.get("data"):
-            # NVIDIA's layout: the model directory nested in the MLflow model
+        if is_repository(conf):  # this project's layout (tracking/flavor.py)
+            return Deployable(read_repository(local, conf), FLAVOR_NAME, "repository")
+        if conf.get("data"):  # NVIDIA's layout: the model directory nested in the MLflow model
             return Deployable(of_model_dir(inspect_model_dir(_inside(local, str(conf["data"]),
                                                                      model_uri))),
                               FLAVOR_NAME, "nvidia")
-        return Deployable(read_logged(local, conf), FLAVOR_NAME,
-                          "repository" if is_repository(conf) else "tracker")
+        # one model as this project logged it before: the model directory at the root
+        return Deployable(of_model_dir(inspect_model_dir(local)), FLAVOR_NAME, "tracker")
     except (ModelError, ConfigError) as exc:
         raise DeployError(f"{model_uri!r} cannot be read as a Triton model: {exc}") from exc
 
@@ -161,7 +162,7 @@ def _external_data(model_file: Path) -> list[Path]:
 def _logged_config(model_uri: str, local: Path, model_file: Path, dst: Path) -> Path | None:
     """A config.pbtxt logged beside the ONNX model (or, for a model file in a version
     folder, as this project's layout keeps it, in that folder's model directory), or None."""
-    in_version = model_file.parent.name.isdigit() and model_file.parent.parent != local.resolve()
+    in_version = model_file.parent.name.isdigit()
     for candidate in ((model_file.parent.parent / CONFIG_FILE) if in_version else None,
                       local / CONFIG_FILE, local / "extra_files" / CONFIG_FILE):
         if candidate is not None and candidate.is_file():

@@ -128,14 +128,9 @@ def model_dir(model_path: Path, production: str, dst: Path) -> Path:
     root = dst / (cfg.name or "model")
     if model_path.is_dir():
         copy_model_dir(model_path, root)
-        (root / flavor.CONFIG_FILE).write_text(production)
-        return root
-    (root / "1").mkdir(parents=True)
-    target = root / "1" / (cfg.default_model_filename or "model.onnx")
-    try:
-        target.hardlink_to(model_path)
-    except OSError:
-        shutil.copyfile(model_path, target)
+    else:
+        (root / "1").mkdir(parents=True)
+        link_or_copy(model_path, root / "1" / (cfg.default_model_filename or ONNX_FILE))
     (root / flavor.CONFIG_FILE).write_text(production)
     return root
 
