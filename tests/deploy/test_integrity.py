@@ -14,7 +14,7 @@ from mlflow.entities import LoggedModelStatus
 from mlflow.models import Model
 
 from tests.support import models
-from tests.support.deploy import NAME, V1, trial_model_dir
+from tests.support.deploy import NAME, V1, V2, trial_model_dir
 from tests.support.pipeline_deploy import Names, configs, stored_folder
 from tracker import tags
 from tracker.deploy import integrity
@@ -23,6 +23,7 @@ from tracker.tracking import flavor, model_files, registry
 from tracker.tracking.flavor import TritonRepositoryDir, inspect_repository_dir, log_repository
 from tracker.tracking.foreign import load_deployable
 from tracker.tracking.winner import log_winner
+from tracker.triton import model_config
 
 REG = "integrity"
 
@@ -105,7 +106,8 @@ def test_a_version_registered_in_the_layout_before_reads_and_is_checked(
     onnx = models.dynamic_batch(tmp_path / "tiny.onnx")
     model_dir = trial_model_dir(tmp_path / "trial", onnx, V1)
     run = _run(client)
-    before = _register(client, _log_in_the_layout_before(tmp_path, client, model_dir, run))
+    logged_before = _log_in_the_layout_before(tmp_path, client, model_dir, run)
+    before = _register(client, logged_before)
     now = _register(client, flavor.log_triton_model(model_dir, run))
     old, new = _download(tmp_path, before), _download(tmp_path, now)
     assert old.names == new.names == (NAME,) and old.entries == (NAME,)
@@ -113,10 +115,7 @@ def test_a_version_registered_in_the_layout_before_reads_and_is_checked(
     # one model's digest does not depend on the layout: the same files are the same version
     assert integrity.digest(old) == integrity.digest(new)
     integrity.check_download(client, REG, before, old)
-    relogged = client.get_model_version(REG, str(before)).source
-    old_file = _stored_file(client, flavor.LoggedTritonModel(
-        relogged.removeprefix("models:/"), "", "model"), "1/model.onnx")
-    _flip_a_byte(old_file)
+    _flip_a_byte(_stored_file(client, logged_before, "1/model.onnx"))
     with pytest.raises(DeployError, match="the artifact changed after registration"):
         integrity.check_download(client, REG, before, _download(tmp_path, before))
 
@@ -198,6 +197,24 @@ def test_the_registered_winner_round_trips(tmp_path: Path, client: MlflowClient)
     _flip_a_byte(_stored_file(client, logged, f"{NAME}/1/model.onnx"))
     with pytest.raises(DeployError, match="the artifact changed after registration"):
         integrity.check_download(client, REG, version, _download(tmp_path, version))
+
+
+def test_the_winner_read_as_the_onnx_flavor_keeps_its_production_config(
+        tmp_path: Path, client: MlflowClient) -> None:
+    """``--flavor onnx`` on a registered winner: the config is the one in the model's folder
+    (``<model>/config.pbtxt`` beside ``<model>/1/model.onnx``), not one derived anew."""
+    onnx = models.dynamic_batch(tmp_path / "tiny.onnx")
+    exp = client.create_experiment("winner-onnx")
+    stored = model_files.upload(client, client.create_run(exp).info.run_id, onnx)
+    run = client.create_run(exp).info.run_id
+    client.log_text(run, (trial_model_dir(tmp_path / "t", onnx, V2) / "config.pbtxt"
+                          ).read_text(), "config.pbtxt")
+    version = _register(client, log_winner(client, run, stored, None))
+    got = load_deployable(f"models:/{REG}/{version}", tmp_path / "as-onnx", name="served",
+                          flavor="onnx")
+    cfg = model_config.parse(got.source.entry.config_text)
+    assert (got.flavor, cfg.max_batch_size, cfg.instance_group[0].count) == ("onnx", 16, 2)
+    assert cfg.dynamic_batching.max_queue_delay_microseconds == 100
 
 
 def _pipeline(tmp: Path, client: MlflowClient) -> tuple[flavor.LoggedTritonModel, Names]:
