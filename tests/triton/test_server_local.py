@@ -107,6 +107,25 @@ def test_stop_kills_the_whole_group_and_shared_memory(tmp_path: Path) -> None:
     assert "Started GRPCInferenceService" in server.log_text()  # the log outlives the server
 
 
+def test_a_stop_removes_only_the_backend_folders_its_own_server_made(tmp_path: Path) -> None:
+    """Two servers on one machine: the first one's stop leaves the folder the second made
+    (in explicit mode, at its first Python model's load); the second's stop removes it."""
+    first, second = LocalTritonServer(), LocalTritonServer()
+    with first, second:
+        first.start(add_repo(tmp_path / "a"))
+        (tmp_path / "b").mkdir()
+        second.start(tmp_path / "b", explicit=True)
+        add_repo(tmp_path / "b")
+        before = processes.python_envs()
+        second.load("add")
+        made = processes.python_envs() - before
+        assert len(made) == 1, "the backend makes its folder at the first Python model"
+        first.stop()
+        assert all(p.exists() for p in made), "another server's stop took this one's folder"
+        second.stop()
+        assert not [p for p in made if p.exists()], "its own stop leaves the folder behind"
+
+
 def test_a_tritonserver_found_on_path_runs_as_it_is(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """server.binary may name a command on PATH (the spec resolves a bare name against its

@@ -39,6 +39,8 @@ from tracker.triton.server.launcher import ForeignServerError, Launcher
 from tracker.triton.server.ports import listening_sockets, resolve_ports, sockets_of
 
 if TYPE_CHECKING:
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
     from tracker.spec import ServerSection
 
 HOST = "127.0.0.1"
@@ -135,7 +137,7 @@ class LocalTritonServer(Launcher):
         self._record: Path | None = None
         self._shm_prefix = ""
         self._server_id = ""
-        self._envs_before: set[Path] | None = None  # the Python backend's /tmp folders
+        self._envs = processes.PythonEnvs()  # the Python backend's /tmp folders
         self._starts = 0
 
     @classmethod
@@ -211,13 +213,26 @@ class LocalTritonServer(Launcher):
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._log_path = self.log_dir / f"server-{self._starts}.log"
         self._log_file = self._log_path.open("wb")
-        self._envs_before = processes.python_envs()
+        self._envs.open()
         try:
             self._proc = processes.spawn(argv, env, self._log_file, cwd=str(self.log_dir))
         except OSError as exc:
             raise ServerStartError(f"cannot run {binary}: {exc}") from exc
         self._record = records.write_record(server_id, self._proc)
         return Endpoints(HOST, http, grpc, metrics)
+
+    def _wait_ready(self) -> None:
+        try:
+            super()._wait_ready()
+        finally:
+            self._envs.close()
+
+    def load(self, name: str, config: ModelConfig | None = None) -> None:
+        self._envs.open()  # explicit mode: the first Python model loaded makes the folder
+        try:
+            super().load(name, config)
+        finally:
+            self._envs.close()
 
     def _own_id(self) -> bool:
         """Whether the flags set the server's ``--id`` themselves."""
@@ -300,9 +315,7 @@ class LocalTritonServer(Launcher):
             processes.kill_group(proc.pid)
             proc.wait()
         processes.remove_shm(self._shm_prefix)
-        if self._envs_before is not None:
-            processes.remove_python_envs(self._envs_before)
-            self._envs_before = None
+        self._envs.remove()
         if self._record is not None:
             with contextlib.suppress(OSError):
                 self._record.unlink()

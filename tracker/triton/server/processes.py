@@ -168,13 +168,36 @@ def python_envs() -> set[Path]:
     return {Path(p) for p in glob.glob(PYTHON_ENV_GLOB)}
 
 
-def remove_python_envs(before: set[Path]) -> None:
-    """Remove the empty ones made since ``before`` (:func:`python_envs`). Only an empty
-    folder goes (``rmdir``): the backend uses one only to unpack an ``EXECUTION_ENV_PATH``
-    archive, which our repositories never set."""
-    for path in python_envs() - before:
-        with contextlib.suppress(OSError):
-            path.rmdir()
+class PythonEnvs:
+    """The ``/tmp/python_env_*`` folders one server made. The backend makes its folder when
+    it first loads a Python model (at the start, or at a load in explicit mode), in a fixed
+    path that names no server; so a folder is claimed as this server's when it appears
+    while this server starts or loads a model (:meth:`open` .. :meth:`close`), never by
+    age, which would take the folder of another process's server that started later.
+    :meth:`remove` removes the claimed ones that are empty (``rmdir``: the backend uses one
+    only to unpack an ``EXECUTION_ENV_PATH`` archive)."""
+
+    def __init__(self) -> None:
+        self._mine: set[Path] = set()
+        self._since: set[Path] | None = None
+
+    def open(self) -> None:
+        """A start or a load begins: what appears from now on is this server's."""
+        self._since = python_envs()
+
+    def close(self) -> None:
+        """The start or load has ended: claim what appeared since :meth:`open`."""
+        if self._since is not None:
+            self._mine |= python_envs() - self._since
+            self._since = None
+
+    def remove(self) -> None:
+        """The server is gone: remove the empty folders it made."""
+        self.close()
+        for path in self._mine:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        self._mine = set()
 
 
 def reap_leftovers() -> list[int]:
