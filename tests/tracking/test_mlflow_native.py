@@ -26,6 +26,7 @@ from mlflow.exceptions import MlflowException
 from tests.support.tune import TRACKER, build_quickstart, env_for, write_spec
 from tracker.cli import cli
 from tracker.search.optuna_study import best_trials
+from tracker.session.model_store import CONFIGURATION_DIR
 from tracker.tracking import flavor, model_files, runs, view
 
 KNOBS = ("instance_group.count", "parameters.intra_op_thread_count")
@@ -78,10 +79,13 @@ def _model_copies(root: Path) -> list[Path]:
 
 
 def test_the_model_file_is_stored_once_and_resume_reuses_it(finished: Finished) -> None:
+    """One model is stored as the one-entry configuration: ``<model>/1/<its file>`` in one
+    folder, uploaded by the first invocation; the resumed one points at that upload."""
     first, second = finished.parents
-    assert _model_copies(finished.tmp) == [
-        finished.tmp / "mlruns" / finished.experiment_id / first / "artifacts"
-        / model_files.ARTIFACT_DIR / "model.onnx"]
+    name = finished.trial_runs()[0].data.tags["tracker.entry_model"]
+    stored = (finished.tmp / "mlruns" / finished.experiment_id / first / "artifacts"
+              / model_files.ARTIFACT_DIR / CONFIGURATION_DIR)
+    assert _model_copies(finished.tmp) == [stored / name / "1" / "model.onnx"]
     assert len(finished.client.search_logged_models([finished.experiment_id])) == 0
     measured = [r for r in finished.trial_runs()
                 if r.data.tags.get(runs.STATE) == "COMPLETE"
@@ -89,10 +93,10 @@ def test_the_model_file_is_stored_once_and_resume_reuses_it(finished: Finished) 
     assert len(measured) == 4
     for run in measured:  # both invocations point at the first parent's upload
         assert run.data.tags[model_files.TAG_URI] == f"runs:/{first}/study_model"
-        assert run.data.tags[model_files.TAG_SHA] == model_files.sha256_of(
-            finished.tmp / "model.onnx")
+        assert run.data.tags[model_files.TAG_SHA] == model_files.sha256_of(stored)
+        assert json.loads(run.data.tags["tracker.models"]) == [name]
         names = {a.path for a in finished.client.list_artifacts(run.info.run_id)}
-        assert {"config.pbtxt", "perf.csv", "server.log"} <= names
+        assert {"config.pbtxt", "perf.csv", "server.log", "configs"} <= names
         assert not names & {"model", model_files.ARTIFACT_DIR}
     assert finished.study().user_attrs[model_files.STUDY_ATTR]["run_id"] == first
     assert second != first

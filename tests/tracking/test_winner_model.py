@@ -1,5 +1,6 @@
-"""What the registered model of a single-model trial is built from, and what each missing piece
-says (real MLflow on sqlite, no server)."""
+"""What the registered model of a single-model trial is built from, recorded as the one-entry
+configuration or as trials were recorded before, and what each missing piece says (real
+MLflow on sqlite, no server)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from mlflow.models import Model
 
 from tracker.errors import DeployError
 from tracker.tracking import model_files
-from tracker.tracking.flavor import read_logged
+from tracker.tracking.flavor import ModelOrder, models_from_tags, read_logged
 from tracker.tracking.winner import log_winner
 
 CONFIG = 'name: "echo"\nbackend: "python"\nmax_batch_size: 8\n'
@@ -29,16 +30,42 @@ def _stored(client: MlflowClient, exp: str, tmp: Path) -> model_files.StoredMode
     return model_files.upload(client, owner, folder)
 
 
-def test_the_winner_is_built_from_the_trials_config_and_knob_files(
-        tmp_path: Path, mlflow_uri: str) -> None:
-    client = MlflowClient(mlflow_uri)
-    exp = client.create_experiment("winner")
-    stored = _stored(client, exp, tmp_path)
+def _one_entry(client: MlflowClient, exp: str, tmp: Path
+               ) -> tuple[model_files.StoredModel, str, ModelOrder | None]:
+    """A trial recorded as the configuration of one entry: the stored folder holds
+    ``echo/...`` without its config, the run has ``configs/echo/config.pbtxt`` and the tags."""
+    folder = tmp / "configuration" / "echo"
+    (folder / "1").mkdir(parents=True)
+    (folder / "1" / "model.py").write_text("# the user's model\n")
+    (folder / "1" / "model.json").write_text(json.dumps({"depth": 1}))
+    owner = client.create_run(exp).info.run_id
+    stored = model_files.upload(client, owner, folder.parent)
+    run = client.create_run(exp).info.run_id
+    client.log_text(run, CONFIG.replace("8", "16"), "configs/echo/config.pbtxt")
+    client.log_text(run, CONFIG.replace("8", "16"), "config.pbtxt")
+    client.set_tag(run, "tracker.models", json.dumps(["echo"]))
+    client.set_tag(run, "tracker.entry_model", "echo")
+    return stored, run, models_from_tags(client.get_run(run).data.tags)
+
+
+def _recorded_before(client: MlflowClient, exp: str, tmp: Path
+                     ) -> tuple[model_files.StoredModel, str, ModelOrder | None]:
+    """A trial recorded without ``tracker.models``: the stored folder is the model's own."""
+    stored = _stored(client, exp, tmp)
     run = client.create_run(exp).info.run_id
     client.log_text(run, CONFIG.replace("8", "16"), "config.pbtxt")
+    return stored, run, None
+
+
+@pytest.mark.parametrize("record", [_one_entry, _recorded_before])
+def test_the_winner_is_built_from_the_trials_config_and_knob_files(
+        tmp_path: Path, mlflow_uri: str, record: object) -> None:
+    client = MlflowClient(mlflow_uri)
+    exp = client.create_experiment("winner")
+    stored, run, order = record(client, exp, tmp_path)  # type: ignore[operator]
     client.log_param(run, "model.json:depth", 3)
     client.log_text(run, json.dumps({"depth": 3}), "model.json")
-    made = log_winner(client, run, stored, None)
+    made = log_winner(client, run, stored, order)
     local = Path(mlflow.artifacts.download_artifacts(made.model_uri,
                                                      dst_path=str(tmp_path / "dl")))
     # the one layout: the model's directory under its name beside MLmodel
@@ -48,7 +75,9 @@ def test_the_winner_is_built_from_the_trials_config_and_knob_files(
     (read,) = read_logged(local, Model.load(str(local)).flavors["triton"]).models
     assert read.name == "echo" and read.backend == "python"
     # the user's own folder is untouched
-    assert json.loads((tmp_path / "echo" / "1" / "model.json").read_text()) == {"depth": 1}
+    for user in (tmp_path / "echo", tmp_path / "configuration" / "echo"):
+        if user.exists():
+            assert json.loads((user / "1" / "model.json").read_text()) == {"depth": 1}
 
 
 def test_each_missing_piece_is_named(tmp_path: Path, mlflow_uri: str) -> None:

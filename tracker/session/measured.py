@@ -72,7 +72,7 @@ class ConfigMeasurement:
     log: str                         # server log since the measurement began, unclipped
     tags: dict[str, str]             # what was measured: GPU memory scope, Triton version
     knob_texts: dict[str, str] = field(default_factory=dict)  # FILE:KEY files as loaded
-    # a configuration of several models: each model's production config, load order
+    # each model's production config, load order (one for a single model)
     model_texts: dict[str, str] = field(default_factory=dict)
     # how the study names an entry's metric (Configuration.metric_name)
     name: Callable[[str, str], str] = lambda entry, metric: metric
@@ -113,7 +113,7 @@ class ConfigMeasurement:
 
 def model_files(texts: Mapping[str, str]) -> dict[str, str | bytes | Path]:
     """``configs/<model>/config.pbtxt`` for each model of ``texts`` (its production config:
-    what it is deployed with; given for a configuration kept model by model only)."""
+    what it is deployed with), the record promotion builds each model's directory from."""
     return {f"configs/{name}/config.pbtxt": text for name, text in texts.items()}
 
 
@@ -321,8 +321,7 @@ def measure_configuration(spec: StudySpec, conf: Configuration,
             repo, text, model_config.dumps(repo.production_config), result, choice,
             server.log_text()[mark:],
             {**measured_tags(monitors), **server_tags(server.endpoints), **said}, knob_texts,
-            {n: model_config.dumps(c) for n, c in repo.productions.items()
-             if conf.folder_per_model}, conf.metric_name)
+            {n: model_config.dumps(c) for n, c in repo.productions.items()}, conf.metric_name)
     except ConfigFailed:
         shutil.rmtree(workdir, ignore_errors=True)
         raise

@@ -42,21 +42,18 @@ def server_values(params: dict[str, Any], baseline: bool) -> dict[str, object]:
 
 
 def production_texts(ctx: StudyContext, cfgs: dict[str, ModelConfig]) -> dict[str, str]:
-    """Each model's production config.pbtxt text (what it is deployed with), for a
-    configuration kept model by model (``Configuration.folder_per_model``); nothing for a
-    single model, whose production config is the trial's own."""
+    """Each model's production config.pbtxt text (what it is deployed with), a single
+    model's too (the one-entry configuration)."""
     from tracker.triton.repository import served_configs
 
     conf = ctx.configuration
     return {n: model_config.dumps(served_configs(conf.info(n), c, serving=ctx.serving,
                                                  options=serve_options(ctx.spec))[0])
-            for n, c in cfgs.items() if conf.folder_per_model}
+            for n, c in cfgs.items()}
 
 
 def configuration_tags(ctx: StudyContext) -> dict[str, object]:
-    """For a configuration of several models: ``tracker.models`` (every model, load order)
-    and ``tracker.entry_model``; nothing for one model."""
+    """``tracker.models`` (every model, load order; one for a single model) and
+    ``tracker.entry_model``: what promotion assembles the registered repository from."""
     conf = ctx.configuration
-    if not conf.folder_per_model:
-        return {}
     return {tags.MODELS: json.dumps(list(conf.names)), tags.ENTRY_MODEL: conf.entry}

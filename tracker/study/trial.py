@@ -54,7 +54,6 @@ from tracker.tracking import runs
 from tracker.tracking.machine import record_machine
 from tracker.trial_attrs import TrialRecord, shown_params
 from tracker.triton import model_config
-from tracker.triton.formats import format_of
 
 if TYPE_CHECKING:
     from mlflow.entities import Metric
@@ -259,14 +258,10 @@ def _model_tags(ctx: StudyContext) -> dict[str, object]:
 
     try:
         if ctx.stored_model is None:
-            conf = ctx.configuration
-            if conf.folder_per_model:  # one directory holding <model>/... for every model
-                ctx.stored_model = ensure_stored(
-                    ctx.study, ctx.parent,
-                    assemble(conf, ctx.workdir / "stored" / CONFIGURATION_DIR))
-            else:
-                ctx.stored_model = ensure_stored(ctx.study, ctx.parent,
-                                                 format_of(ctx.info).stored(ctx.info))
+            # one directory holding <model>/... for every model (one for a single model)
+            ctx.stored_model = ensure_stored(
+                ctx.study, ctx.parent,
+                assemble(ctx.configuration, ctx.workdir / "stored" / CONFIGURATION_DIR))
         return dict(ctx.stored_model.tags())
     except TrackerError as err:
         return {tags.MODEL_ERROR: str(err)}

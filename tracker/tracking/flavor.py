@@ -232,8 +232,9 @@ def check_order(models: Sequence[str], entries: Sequence[str], *, where: str) ->
 def models_from_tags(run_tags: Mapping[str, str]) -> ModelOrder | None:
     """The load order and the entries a trial run's tags ``tracker.models`` /
     ``tracker.entry_model`` give (the entries: the first entry and every model after it, as
-    the study orders them), or None for a run without ``tracker.models`` (one model, stored
-    as a model file or directory rather than a folder of models)."""
+    the study orders them), or None for a run without ``tracker.models`` (a trial of one model
+    recorded before it was the one-entry configuration: its stored files are the model file
+    or directory rather than a folder of models)."""
     raw = run_tags.get(tag_names.MODELS)
     if not raw:
         return None

@@ -249,7 +249,10 @@ def _signature(entry: str) -> ModelSignature | None:
 
 def _one_model(client: MlflowClient, run_id: str, local: Path, root: Path
                ) -> tuple[TritonRepositoryDir, str]:
-    """A trial of one model: its directory under ``root`` and its production config."""
+    """A trial of one model recorded without ``tracker.models`` (as trials were before a
+    single model was recorded as the one-entry configuration), whose stored files are the
+    model file or directory itself: its directory under ``root`` and its production
+    config."""
     production = _production_text(client, run_id)
     model = model_dir(local, production, root)
     put_knob_files(client, run_id, model)
@@ -258,15 +261,17 @@ def _one_model(client: MlflowClient, run_id: str, local: Path, root: Path
 
 def _several(client: MlflowClient, run_id: str, local: Path, root: Path, order: ModelOrder,
              uri: str) -> tuple[TritonRepositoryDir, str]:
-    """A trial of several models: each one's directory under ``root``; the first entry's
-    production config."""
+    """A trial's models (one or several): each one's directory under ``root``, the entry's
+    ``FILE:KEY`` files as the trial loaded them (file knobs exist for a single model only);
+    the first entry's production config."""
     configs = _configs(client, run_id, order.models)
     if not local.is_dir():
         raise DeployError(f"the study's stored model files ({uri}) are one file, but "
-                          f"a configuration of several models stores a folder per model "
-                          f"{list(order.models)}")
+                          f"a trial that names its models (tag tracker.models) stores a "
+                          f"folder holding one for each of {list(order.models)}")
     for name in order.models:
         _place(name, configs[name], local, root / name, uri)
+    put_knob_files(client, run_id, root / order.entries[0])
     try:
         repo = flavor.inspect_repository_dir(root, order.models, order.entries)
     except ModelError as exc:
@@ -277,9 +282,9 @@ def _several(client: MlflowClient, run_id: str, local: Path, root: Path, order: 
 def log_winner(client: MlflowClient, run_id: str, stored: StoredModel,
                order: ModelOrder | None) -> flavor.LoggedTritonModel:
     """Build the registered model of trial run ``run_id`` from the study's stored model files
-    and the trial's production configs (``order``: the models of a trial of several, from
-    :func:`~tracker.tracking.flavor.models_from_tags`; None for a trial of one), and log it
-    as the MLflow model ``model`` of that run."""
+    and the trial's production configs (``order``: the trial's models, from
+    :func:`~tracker.tracking.flavor.models_from_tags`; None for a trial of one model recorded
+    without them), and log it as the MLflow model ``model`` of that run."""
     with tempfile.TemporaryDirectory(prefix="tracker-winner-") as tmp:
         local = stored_files(client, stored, Path(tmp) / "files")
         root = Path(tmp) / "repository"

@@ -62,8 +62,8 @@ class TrialRepository:
     serving: Serving | None = None
     header: str = ""
     knob_files: dict[str, Path] = field(default_factory=dict)
-    #: a configuration of several models: every model's (name, served config), load order
-    #: (composing models first, the entry last); empty for one model
+    #: every model's (name, served config), load order (composing models first, the entry
+    #: last); empty for a model written alone (:func:`write_model`)
     models: tuple[tuple[str, ModelConfig], ...] = ()
     #: and each one's production config (the entry's is ``production_config``)
     productions: Mapping[str, ModelConfig] = field(default_factory=dict)
@@ -150,8 +150,6 @@ def write_configuration(root: Path, infos: Mapping[str, ModelInfo],
                                  files=files if name == entry else None,
                                  logged=logged if name == entry else ())
                for name in configs}
-    if len(written) == 1:
-        return written[entry]
     return replace(written[entry],
                    models=tuple((n, r.served_config) for n, r in written.items()),
                    productions={n: r.production_config for n, r in written.items()},
