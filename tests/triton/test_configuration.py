@@ -121,7 +121,6 @@ def test_what_a_single_model_does_without_is_asked_of_the_configuration(
     pipe = load_configuration(repo, "pipe")
     two = load_configuration(repo, ["pipe", "other"])
     assert one.knob_prefix("prep") == "" and pipe.knob_prefix("net") == "net/"
-    assert not one.folder_per_model and pipe.folder_per_model and two.folder_per_model
     assert one.file_knob_models == (one.entry_info,) and pipe.file_knob_models == ()
     assert one.file_knob_defaults(["model.json:delay_ms", "max_batch_size"]) == {
         "model.json:delay_ms": 3}

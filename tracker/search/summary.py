@@ -124,14 +124,20 @@ def streaming_lines(spec: StudySpec, info: ModelInfo) -> list[str]:
             f"  metrics that apply: {STREAM_METRICS}"]
 
 
-def _knob_lines(info: ModelInfo) -> list[str]:
-    backend, catalog = model_knobs(info)
-    catalog = knobs_of(info.config, catalog)
-    return [f"knobs the {backend} backend reads ({len(catalog)}):",
-            *(f"  {k.path:<48} {k.what}" + (f" ({k.values})" if k.values else "")
-              for k in catalog),
-            "server knobs (server.options, searched as server/<option>; a change restarts "
-            "the server):", *(f"  {k.path:<48} {k.what} ({k.values})" for k in SERVER_KNOBS)]
+def _knob_lines(conf: Configuration) -> list[str]:
+    """Each model's catalog of the knobs its backend reads, named as the search space names
+    them, and the server's."""
+    lines: list[str] = []
+    for info in conf.models:
+        name = str(info.config.name)
+        backend, catalog = model_knobs(info)
+        catalog = knobs_of(info.config, catalog)
+        lines += [f"knobs the {backend} backend reads for {name} ({len(catalog)}):",
+                  *(f"  {conf.key(name, k.path):<48} {k.what}"
+                    + (f" ({k.values})" if k.values else "") for k in catalog)]
+    return [*lines, "server knobs (server.options, searched as server/<option>; a change "
+            "restarts the server):", *(f"  {k.path:<48} {k.what} ({k.values})"
+                                       for k in SERVER_KNOBS)]
 
 
 def _file_knob_lines(conf: Configuration, keys: list[str]) -> list[str]:
@@ -143,11 +149,12 @@ def _file_knob_lines(conf: Configuration, keys: list[str]) -> list[str]:
             *(f"  {key:<48} default {value!r}" for key, value in defaults.items())]
 
 
-def _pipeline_lines(conf: Configuration) -> list[str]:
-    """The models of a configuration of several: the entries, each ensemble's steps, and
-    each model's format, backend and knobs."""
-    lines = [f"configuration: {len(conf.models)} models from {conf.repository}, loaded in "
-             f"this order: {', '.join(conf.names)}"]
+def _configuration_lines(conf: Configuration) -> list[str]:
+    """The models the server loads, in order: the entries, each ensemble's steps, each BLS
+    model's callees, and each model's format and backend."""
+    where = f" from {conf.repository}" if conf.repository is not None else ""
+    lines = [f"configuration: {len(conf.models)} model{'s' * (len(conf.models) != 1)}{where}, "
+             f"loaded in this order: {', '.join(conf.names)}"]
     for entry in conf.entries:
         lines.append(f"  entry {entry}: the load drives it; composing models: "
                      f"{', '.join(conf.composing(entry)) or 'none'}")
@@ -155,12 +162,9 @@ def _pipeline_lines(conf: Configuration) -> list[str]:
         lines.append(f"  ensemble {ensemble} steps: {' -> '.join(steps)}")
     for caller, callees in conf.calls.items():
         lines.append(f"  {caller} calls (BLS, model.composing): {', '.join(callees)}")
-    for name in conf.names:
-        model = conf.info(name)
-        backend, catalog = model_knobs(model)
-        lines.append(f"  model {name}: {model.format} format, backend {backend}, "
-                     f"max_batch_size {model.config.max_batch_size}; knobs: "
-                     + ", ".join(f"{name}/{k.path}" for k in catalog))
+    for model in conf.models:
+        lines.append(f"  model {model.config.name}: {model.format} format, backend "
+                     f"{model_knobs(model)[0]}, max_batch_size {model.config.max_batch_size}")
     return lines
 
 
@@ -267,7 +271,7 @@ def check(spec: StudySpec, conf: Configuration) -> str:
         f"  batching: {batching}",
         *streaming,
         f"  {inputs}",
-        *(_pipeline_lines(conf) if conf.folder_per_model else []),
+        *_configuration_lines(conf),
         f"server: {server.mode} ({where}), strategy {server.strategy}",
         *_option_lines(spec),
         f"load: {sweep}; windows of {window}, stable within {load.stability_pct:g}%, "
@@ -278,7 +282,7 @@ def check(spec: StudySpec, conf: Configuration) -> str:
                            or "none"),
         f"{label}: {len(space)} knob{'s' * (len(space) != 1)}, {count}",
         *(f"  {key:<48} {_knob(knob)}" for key, knob in space.items()),
-        *([] if conf.folder_per_model else _knob_lines(info)),
+        *_knob_lines(conf),
         *_file_knob_lines(conf, list(space)),
         f"sampler: {search.sampler}, n_trials {search.n_trials}"
         + (f", seed {search.seed}" if search.seed is not None else "")

@@ -110,15 +110,6 @@ class Configuration:
 
     # ---- what a single model does without (callers ask these, never how many) -----------
     @property
-    def folder_per_model(self) -> bool:
-        """Whether the configuration is kept model by model: stored as one folder holding
-        ``<model>/...`` for every model, each model's production config logged and written
-        as ``<model>/config.pbtxt`` beside the entry's, registered as a repository of models,
-        described model by model. False for a single model: its own model file or directory
-        is stored and registered, its config is the one ``config.pbtxt``."""
-        return not self.single
-
-    @property
     def file_knob_models(self) -> tuple[ModelInfo, ...]:
         """The models whose JSON files ``FILE:KEY`` knobs may set: the model of a single-model
         configuration; none among several (a file knob names no model)."""
