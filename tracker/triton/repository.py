@@ -63,7 +63,7 @@ class TrialRepository:
     header: str = ""
     knob_files: dict[str, Path] = field(default_factory=dict)
     #: every model's (name, served config), load order (composing models first, the entry
-    #: last); empty for a model written alone (:func:`write_model`)
+    #: last); one for a single model
     models: tuple[tuple[str, ModelConfig], ...] = ()
     #: and each one's production config (the entry's is ``production_config``)
     productions: Mapping[str, ModelConfig] = field(default_factory=dict)
@@ -71,7 +71,7 @@ class TrialRepository:
     @property
     def model_names(self) -> tuple[str, ...]:
         """Every model the server must load, in load order."""
-        return tuple(n for n, _ in self.models) or (self.model_name,)
+        return tuple(n for n, _ in self.models)
 
     @property
     def model_dir(self) -> Path:
@@ -119,7 +119,8 @@ def write_model(root: Path, info: ModelInfo, config: ModelConfig, *,
     (model_dir / "config.pbtxt").write_text(header + model_config.dumps(served))
     return TrialRepository(path=root, model_name=config.name, production_config=prod,
                            served_config=served, serving=serving, header=header,
-                           knob_files=knob_files)
+                           knob_files=knob_files, models=((config.name, served),),
+                           productions={config.name: prod})
 
 
 def write_repository(root: Path, info: ModelInfo, config: ModelConfig, *,

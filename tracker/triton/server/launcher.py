@@ -253,7 +253,7 @@ class Launcher(TritonServer):
             wanted = repo.model_names
             for name in [n for n in self._loaded if n not in wanted]:
                 self.unload(name)
-            served = dict(repo.models) or {repo.model_name: repo.served_config}
+            served = dict(repo.models)
             for name in wanted:  # the composing models first, the entry last
                 if _cache_switched(self._loaded.get(name), served[name]):
                     self.unload(name)
