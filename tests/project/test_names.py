@@ -1,6 +1,8 @@
 """Names that explain themselves: no module file name is shared by more than two files of the
-package, and no module imports another module's private (``_underscore``) name. Each checker
-is shown to fail on a planted case."""
+package, no module imports another module's private (``_underscore``) name, and only the spec
+and ``triton/configuration.py`` ask whether a configuration is one model (``.single``): every
+other module treats one model as the one-entry configuration. Each checker is shown to fail
+on a planted case."""
 
 from __future__ import annotations
 
@@ -31,6 +33,23 @@ def private_imports(root: Path = PKG) -> list[str]:
     return out
 
 
+def count_askers(root: Path = PKG) -> list[str]:
+    """``module:line`` for every read of an attribute ``single`` outside ``spec/`` and
+    ``triton/configuration.py``."""
+    out: list[str] = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith("spec/") or rel == "triton/configuration.py":
+            continue
+        out += [f"{rel}:{node.lineno}" for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.Attribute) and node.attr == "single"]
+    return out
+
+
+def test_only_the_spec_and_the_configuration_ask_whether_it_is_one_model() -> None:
+    assert count_askers() == []
+
+
 def test_no_module_name_is_used_by_more_than_two_files() -> None:
     assert shared_names() == {}
 
@@ -47,3 +66,7 @@ def test_the_checkers_see_a_planted_case(tmp_path: Path) -> None:
     (pkg / "a" / "user.py").write_text("from tracker.b.stats import _secret, public\n")
     assert shared_names(pkg) == {"stats.py": 3}
     assert private_imports(pkg) == ["a/user.py: tracker.b.stats._secret"]
+    (pkg / "spec").mkdir()
+    (pkg / "spec" / "ok.py").write_text("x = conf.single\n")
+    (pkg / "a" / "asks.py").write_text("if conf.single:\n    pass\n")
+    assert count_askers(pkg) == ["a/asks.py:1"]
