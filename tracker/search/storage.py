@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
+import inspect
 import os
+import signal
 import socket
 import threading
 import time
@@ -121,6 +124,58 @@ def with_driver(url: str) -> str:
     return str(parsed.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False))
 
 
+_holding = [False]  # whether the main thread is inside a held call (the outermost holds)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """On the main thread: SIGINT and SIGTERM that arrive inside the block are held until it
+    ends, then delivered to the handlers that were in place (Ctrl-C's KeyboardInterrupt, the
+    sweep's handler, or nothing where they are ignored), even when the block raises. A
+    KeyboardInterrupt inside SQLAlchemy's commit can leave the thread's session unusable, so
+    every later write of the study (the interrupted trial, the parent run's end) fails with
+    Optuna's "An exception is raised during the commit"."""
+    if threading.current_thread() is not threading.main_thread() or _holding[0]:
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, _frame: object) -> None:
+        held.append(signum)
+
+    old = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
+    _holding[0] = True
+    try:
+        yield
+    finally:
+        _holding[0] = False
+        for sig, handler in old.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if held:
+            signal.raise_signal(held[0])
+
+
+class WholeCallStorage(RDBStorage):
+    """Optuna's RDB storage whose every call on the main thread runs to its end before a
+    signal is delivered (:func:`signals_held`): a Ctrl-C lands between two storage writes,
+    never inside one."""
+
+
+def _held(method: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def call(self: RDBStorage, *args: Any, **kwargs: Any) -> Any:
+        with signals_held():
+            return method(self, *args, **kwargs)
+
+    return call
+
+
+for _name in dir(RDBStorage):  # every method, private ones too: Optuna's cache calls them
+    if not _name.startswith("__") and inspect.isfunction(inspect.getattr_static(RDBStorage,
+                                                                              _name)):
+        setattr(WholeCallStorage, _name, _held(getattr(RDBStorage, _name)))
+
+
 def make_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT_INTERVAL,
                  grace_period: int | None = None, max_retry: int | None = DEFAULT_MAX_RETRY,
                  on_stale: StaleTrialHook | None = None) -> RDBStorage:
@@ -157,10 +212,10 @@ def make_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT
             with _engine_lock(engine, "tracker-optuna-schema", 120), warnings.catch_warnings():
                 # heartbeat_interval is flagged experimental by Optuna; it is the feature we need
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return RDBStorage(with_driver(url), engine_kwargs=engine_kwargs,
-                                  heartbeat_interval=heartbeat_interval,
-                                  grace_period=grace_period,
-                                  heartbeat_stale_trial_callback=callback)
+                return WholeCallStorage(with_driver(url), engine_kwargs=engine_kwargs,
+                                        heartbeat_interval=heartbeat_interval,
+                                        grace_period=grace_period,
+                                        heartbeat_stale_trial_callback=callback)
         finally:
             engine.dispose()
     except StudyError:
