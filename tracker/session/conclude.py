@@ -29,13 +29,10 @@ from tracker.errors import TrackingError
 from tracker.metrics import RELATIVE
 from tracker.session import check_outputs
 from tracker.session.context import StudyContext
-from tracker.session.measured import serve_options
 from tracker.session.values import configs, production_texts
 from tracker.tracking import confirm_plot, runs, steps_plot, stream_plots, study_record, view
 from tracker.tracking.report import best_row, improvement_pct, summary, write_report
 from tracker.tracking.rows import ENTRY_NAMES_ATTR, TrialRow, entry_names, trial_rows
-from tracker.triton import model_config
-from tracker.triton.repository import served_configs
 from tracker.verdict import record as confirmed
 from tracker.verdict import stats as confirm_stats
 from tracker.verdict import words
@@ -142,13 +139,11 @@ def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, 
                          extra=_extra(ctx, rows, best, verdict, caption, Path(tmp))))
         if best is not None:
             cfgs, served = configs(ctx, best.params, best.baseline)
-            prod, _served, _header = served_configs(ctx.info, cfgs[ctx.configuration.entry],
-                                                    serving=ctx.serving,
-                                                    options=serve_options(spec))
-            production = model_config.dumps(prod)
+            productions = production_texts(ctx, cfgs)  # every model's, the entry's too
+            production = productions[ctx.configuration.entry]
             files["best/config.pbtxt"] = production
-            files.update({f"best/{name}/config.pbtxt": text for name, text in  # several
-                          production_texts(ctx, cfgs).items()})
+            files.update({f"best/{name}/config.pbtxt": text
+                          for name, text in productions.items()})
             if served.strip() != production.strip():
                 files["best/served_config.pbtxt"] = served
         runs.log_files(client, parent.run_id, files)
