@@ -73,6 +73,38 @@ def test_log_errors_name_onnxruntime_s_error_and_the_server_s_crash() -> None:
                          "instance of 'boost::interprocess::lock_exception'"]
 
 
+def test_the_line_a_model_printed_before_a_crash_comes_with_the_crash() -> None:
+    log = ("I1207 13:37:35.9 31129 model_lifecycle.cc:839] \"successfully loaded 'killer'\"\n"
+           "| killer | 1       | READY  |\n"
+           "Error: Failed to initialize NVML\n"
+           "killer: two instances cannot share the device\n"
+           "Signal (11) received.\n"
+           " 0# 0x000056265EFA652D in /venv/bin/tritonserver\n"
+           "killer: two instances cannot share the device\n"
+           "Signal (11) received.\n")
+    assert log_errors(log) == ["killer: two instances cannot share the device",
+                               "Signal (11) received."]
+    # Triton's own lines, tables, backtrace frames and GPU-probe noise are not the model's
+    assert log_errors("W1207 server.cc] a warning\nSignal (11) received.\n") == \
+        ["Signal (11) received."]
+    assert log_errors("Error: Failed to initialize NVML\nSignal (11) received.\n") == \
+        ["Signal (11) received."]
+    assert log_errors("killer: said before, then Triton went on\nI1207 x.cc] fine\n"
+                      "Signal (11) received.\n") == ["Signal (11) received."]
+    # a server killed outright leaves no crash line: its model's last printed line is told
+    killed = "I1207 x.cc] fine\nkiller: out of memory\n"
+    assert log_errors(killed) == [] and log_errors(killed, died=True) == \
+        ["killer: out of memory"]
+
+
+def test_how_a_server_process_ended_is_said_in_words() -> None:
+    from tracker.triton.server.processes import exit_words
+
+    assert exit_words("tritonserver", 1) == "tritonserver exited with status 1"
+    assert exit_words("tritonserver", -11) == "tritonserver was killed by signal 11 (SIGSEGV)"
+    assert exit_words("tritonserver", -200) == "tritonserver was killed by signal 200"
+
+
 def _impossible_reshape(path: Path) -> Path:
     """An ONNX model that reshapes [batch, 4] to [-1, 4099]: every request fails, alone or
     batched (4 x batch is a multiple of the prime 4099 only for batches of 4099 requests)."""
@@ -209,6 +241,37 @@ def test_a_configuration_that_crashes_on_the_probes_is_said_to_have_crashed(
     assert "instance_group.count=2" in reason and "outputs differ" not in reason
 
 
+# the same model, whose second instance hangs instead
+SECOND_INSTANCE_HANGS = SECOND_INSTANCE_CRASHES.replace("import ctypes", "import time").replace(
+    "ctypes.string_at(0)", "time.sleep(60)")
+
+
+@pytest.mark.triton
+def test_a_configuration_that_hangs_on_the_probes_is_said_to_have_timed_out(
+        tmp_path: Path, mlflow_uri: str) -> None:
+    """Two instances: the second never answers. The probes' deadline
+    (check.outputs.timeout_s) ends the check with the words, not 'outputs differ'."""
+    model = tmp_path / "crash"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(SECOND_INSTANCE_CONFIG)
+    (model / "1" / "model.py").write_text(SECOND_INSTANCE_HANGS)
+    spec = write_spec(tmp_path, model, {"instance_group.count": [2]}, n_trials=2,
+                      name="crash", check={"outputs": {"timeout_s": 2}})
+    if not numpy_glue_works():  # the plain-pip leg refuses a Python-backend model, as above
+        with pytest.raises(ModelError, match="would get wrong tensors"):
+            tune(spec, TuneOptions(bar=False))
+        return
+    tune(spec, TuneOptions(bar=False))
+    got = trials(f"sqlite:///{tmp_path / 'optuna.db'}", "crash")
+    two = [t for t in got if t.params.get("instance_group.count") == 2]
+    assert two and two[0].state == TrialState.FAIL
+    reason = two[0].user_attrs["fail_reason"]
+    assert reason.startswith("the configuration timed out after 2 s on the output check's "
+                             "probes, which the default configuration answered (knobs unlike "
+                             "the default's: instance_group.count=2): "), reason
+    assert "outputs differ" not in reason
+
+
 def test_how_a_probe_failed_is_told_from_the_client_s_error() -> None:
     from tracker.session.check_outputs import failure_words
 
@@ -216,3 +279,64 @@ def test_how_a_probe_failed_is_told_from_the_client_s_error() -> None:
     assert failure_words("Stub process 'm_0_1' is not healthy.", 30) == "crashed"
     assert failure_words("[StatusCode.UNAVAILABLE] Socket closed", 30) == "crashed"
     assert failure_words("unexpected shape for input 'X'", 30) == "answered with an error"
+
+
+# a Python-backend model whose second instance kills the whole server (SIGKILL to its parent,
+# the tritonserver process, as the kernel's OOM killer would) on its first request when the
+# configuration has two instances, after printing why. (A SIGSEGV sent from outside is not
+# a fault: Triton's handler prints "Signal (11) received." and the server sometimes lives on.)
+KILLS_THE_SERVER = '''
+import json
+import os
+import signal
+import sys
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        count = json.loads(args["model_config"])["instance_group"][0]["count"]
+        self.kill = count == 2 and args["model_instance_name"].endswith("_0_1")
+
+    def execute(self, requests):
+        if self.kill:
+            print("killer: two instances cannot share the device", file=sys.stderr, flush=True)
+            os.kill(os.getppid(), signal.SIGKILL)
+        out = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", 2 * x)]))
+        return out
+'''
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("strategy", ["reload", "restart"])
+def test_a_trial_that_kills_the_server_is_named_and_the_next_gets_a_fresh_one(
+        tmp_path: Path, mlflow_uri: str, strategy: str) -> None:
+    """Two instances kill the server mid-measurement; three do not. The trial of two fails
+    saying the server died, how, and the model's last words; the trial after it is measured
+    on a fresh server, with either strategy (a reload strategy's server is otherwise started
+    once)."""
+    model = tmp_path / "killer"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(SECOND_INSTANCE_CONFIG.replace('"crash"', '"killer"'))
+    (model / "1" / "model.py").write_text(KILLS_THE_SERVER)
+    spec = write_spec(tmp_path, model, {"instance_group.count": [2, 3]}, n_trials=3,
+                      name="killer", server={"strategy": strategy}, check={"outputs": False})
+    if not numpy_glue_works():  # the plain-pip leg refuses a Python-backend model, as above
+        with pytest.raises(ModelError, match="would get wrong tensors"):
+            tune(spec, TuneOptions(bar=False))
+        return
+    tune(spec, TuneOptions(bar=False))
+    got = {t.params["instance_group.count"]: t
+           for t in trials(f"sqlite:///{tmp_path / 'optuna.db'}", "killer")}
+    assert got[2].number < got[3].number, "the grid's order puts the killing trial first"
+    assert got[2].state == TrialState.FAIL
+    reason = got[2].user_attrs["fail_reason"]
+    assert reason.startswith("measurement failed: the server died during this measurement "
+                             "(tritonserver was killed by signal 9 (SIGKILL)); "), reason
+    assert reason.endswith("; server log: killer: two instances cannot share the device"), \
+        reason
+    assert got[3].state == TrialState.COMPLETE and got[1].state == TrialState.COMPLETE

@@ -20,6 +20,7 @@ from tracker.session.check_outputs import (
     answers_of,
     make_probes,
     output_names,
+    probe_client,
     sequence_kind,
     tolerance,
 )
@@ -74,12 +75,12 @@ def probe_default(spec_path: str | Path) -> str:
         spec = session.spec
         server = session.start_server()
         repo = serve_default(session, server)
-        with server.client() as client:
+        with probe_client(spec, server) as client:
             config = client.model_config(repo.model_name)
             first = answers_of(spec, client, repo.model_name, config)
         if first.sequence:  # a fresh load: a model may keep each sequence's state for ever
             repo = serve_default(session, server, session.workdir / "default-again")
-        with server.client() as client:
+        with probe_client(spec, server) as client:
             second = first.ask(client, repo.model_name)
         return _verdict(spec, first, second)
 

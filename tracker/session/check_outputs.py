@@ -52,6 +52,7 @@ from tracker.session.check_stored import (
 )
 from tracker.session.probes import ProbeSet, Tensors, Tolerance, Verdict
 from tracker.trial_attrs import TrialRecord, shown_params
+from tracker.triton.client import TritonClient
 from tracker.triton.sequence import controls, is_decoupled, sends_sequences
 from tracker.triton.server.logs import log_errors
 
@@ -91,6 +92,22 @@ def failure_words(error: str, timeout_s: float) -> str:
     if any(word in low for word in _CRASHED):
         return "crashed"
     return "answered with an error"
+
+
+def probes_failed(error: str, timeout_s: float, log: str, knobs: str = "") -> str:
+    """A configuration that crashed or timed out on a probe the default answered: the words
+    say which (:func:`failure_words`), with the client's ``error``, what ``knobs`` differ and
+    the server log's last error lines."""
+    lines = log_errors(log)
+    logged = f"; server log: {' | '.join(lines)}" if lines else ""
+    return (f"the configuration {failure_words(error, timeout_s)} on the output check's "
+            f"probes, which the default configuration answered{knobs}: {error}{logged}")
+
+
+def probe_client(spec: StudySpec, server: TritonServer) -> TritonClient:
+    """A client for sending the probes to ``server``: each one's deadline is
+    ``check.outputs.timeout_s``."""
+    return TritonClient(server.endpoints, timeout_s=spec.check.outputs.timeout_s)
 
 
 def tolerance(spec: StudySpec) -> Tolerance | None:
@@ -211,7 +228,7 @@ class OutputCheck:
         if tol is None:
             self.skipped = "check.outputs is false"
             return
-        with server.client() as client:
+        with probe_client(self.spec, server) as client:
             reference = self._reference(client, model, config, tol)
             if reference is None:
                 self.skipped = "the study has no reference answers (its default " \
@@ -220,7 +237,7 @@ class OutputCheck:
             self.probe_set = reference
             self.verdict = check_answers(client, model, config, reference, tol,
                                          alone=not self.fresh, times=self.times)
-            timeout_s = float(getattr(client, "timeout_s", 0.0))
+            timeout_s = client.timeout_s
         if self.verdict.error:
             raise ProbesFailed(self.failure(timeout_s, server.log_text()))
         if not self.verdict.passed:
@@ -247,15 +264,9 @@ class OutputCheck:
         return ", ".join(f"{k}={v}" for k, v in self.changed.items()) or "none"
 
     def failure(self, timeout_s: float, log: str) -> str:
-        """A configuration that crashed or timed out on a probe the default answered: the
-        words say which, with the client's error and the server log's last error lines."""
         assert self.verdict is not None
-        what = failure_words(self.verdict.error, timeout_s)
-        lines = log_errors(log)
-        logged = f"; server log: {' | '.join(lines)}" if lines else ""
-        return (f"the configuration {what} on the output check's probes, which the default "
-                f"configuration answered (knobs unlike the default's: {self._knobs()}): "
-                f"{self.verdict.error}{logged}")
+        return probes_failed(self.verdict.error, timeout_s, log,
+                             f" (knobs unlike the default's: {self._knobs()})")
 
     def metrics(self) -> dict[str, float]:
         """``check/passed``, ``check/max_abs_diff``, ``check/seconds`` and

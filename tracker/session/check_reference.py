@@ -26,8 +26,11 @@ from tracker.session.check_outputs import (
     MAX_DIFF,
     PASSED,
     OutputsDiffer,
+    ProbesFailed,
     answers_of,
     check_answers,
+    probe_client,
+    probes_failed,
     tolerance,
     warm_up,
 )
@@ -58,11 +61,14 @@ class ReferenceCheck:
 
     def __call__(self, server: TritonServer, model: str, config: ModelConfig) -> int:
         self.times.clear()
-        with server.client() as client:
+        with probe_client(self.spec, server) as client:
             reference = self.reference or answers_of(self.spec, client, model, config,
                                                      self.times)
             self.verdict = check_answers(client, model, config, reference, self.tol,
                                          alone=self.reference is not None, times=self.times)
+        if self.verdict.error and self.reference is not None:
+            raise ProbesFailed(probes_failed(self.verdict.error, client.timeout_s,
+                                             server.log_text()))
         if not self.verdict.passed:
             what = ("outputs differ from the default configuration's" if self.reference else
                     "the default configuration answers differently one at a time and sent "
@@ -110,7 +116,7 @@ def profile_check(session: Session, server: TritonServer,
         folder = Path(tempfile.mkdtemp(prefix="check-default-", dir=session.workdir.parent))
         try:
             repo = serve_default(session, server, folder)
-            with server.client() as client:
+            with probe_client(spec, server) as client:
                 config = client.model_config(repo.model_name)
                 reference = answers_of(spec, client, repo.model_name, config)
         finally:

@@ -126,13 +126,17 @@ def clip_log(text: str) -> str:
     return redact_text(text)
 
 
-def with_log_errors(err: TrackerError, log: str) -> TrackerError:
+def with_log_errors(err: TrackerError, log: str, gone: str | None = None) -> TrackerError:
     """``err`` with the server log's last error lines appended (the stub's or server's own
-    words on why requests failed), or ``err`` itself when the log has none."""
-    lines = log_errors(log)
-    if not lines:
+    words on why requests failed) and, first, ``gone``: why the server died under it (the
+    server's :meth:`~tracker.triton.server.base.TritonServer.gone`); ``err`` itself when
+    there is neither."""
+    lines = log_errors(log, died=gone is not None)
+    if not lines and gone is None:
         return err
-    return MeasurementError(f"{err}; server log: {' | '.join(lines)}")
+    died = f"the server died during this measurement ({gone}); " if gone else ""
+    logged = f"; server log: {' | '.join(lines)}" if lines else ""
+    return MeasurementError(f"{died}{err}{logged}")
 
 
 def resolve_serving(spec: StudySpec, server: TritonServer,
@@ -267,7 +271,9 @@ def _serve(server: TritonServer, repo: TrialRepository, mark: int,
         warmed = check(server, repo.model_name, loaded) if check is not None else 0
         return loaded, said, warmed
     except TrackerError as err:
-        raise ConfigFailed(str(getattr(err, "reason", err)), err,
+        gone = server.gone()
+        died = f"the server died during this trial ({gone}); " if gone else ""
+        raise ConfigFailed(died + str(getattr(err, "reason", err)), err,
                            server.log_text()[mark:]) from err
 
 
@@ -313,7 +319,7 @@ def measure_configuration(spec: StudySpec, conf: Configuration,
                                      spec.objectives, joint.scoring(spec, conf, reference))
         except TrackerError as err:
             log = server.log_text()[mark:]
-            cause = with_log_errors(err, log)
+            cause = with_log_errors(err, log, server.gone())
             raise ConfigFailed(f"measurement failed: {cause}", cause, log) from err
         finally:
             close_monitors(monitors)

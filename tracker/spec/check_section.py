@@ -1,11 +1,12 @@
 """``check``: how a configuration's answers are compared with the default configuration's
 (docs/output-check.md).
 
-``check.outputs`` is ``{rtol, atol, ignore, probes}`` or ``false`` (no check at all). Integer,
-bool and string outputs must be equal; a floating output ``got`` passes against the default's
-``expected`` when ``|got - expected| <= atol + rtol * |expected|`` element by element (numpy's
-``allclose``). ``ignore`` names outputs that are not compared (a timestamp, a sampled token);
-whether each names an output of the model is checked against the model (``tracker check``).
+``check.outputs`` is ``{rtol, atol, ignore, probes, timeout_s}`` or ``false`` (no check at
+all). Integer, bool and string outputs must be equal; a floating output ``got`` passes
+against the default's ``expected`` when ``|got - expected| <= atol + rtol * |expected|``
+element by element (numpy's ``allclose``). ``ignore`` names outputs that are not compared (a
+timestamp, a sampled token); whether each names an output of the model is checked against the
+model (``tracker check``). A probe not answered within ``timeout_s`` fails the check.
 """
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field
 
 from tracker.spec.streaming import SpecModel
+from tracker.spec.values import PosFloat
 
 #: measured on ONNX Runtime CPU (docs/tuning.md): instance counts, thread counts and batch
 #: sizes moved float32 outputs by at most ~1e-6 relative; these leave a wide margin
 DEFAULT_RTOL = 1e-4
 DEFAULT_ATOL = 1e-5
 DEFAULT_PROBES = 4  # each costs one inference per trial: a DenseNet on 2 cores, ~0.3 s
+#: a probe is a configuration's first inference: longer than a load request's deadline, for
+#: what a backend does on its first call (an execution provider building its engine)
+DEFAULT_PROBE_TIMEOUT_S = 30.0
 
 
 class OutputsCheck(SpecModel):
@@ -36,6 +41,8 @@ class OutputsCheck(SpecModel):
     """Outputs not compared (not deterministic: `tracker check --outputs` names them)."""
     probes: Annotated[int, Field(ge=1, le=64)] = DEFAULT_PROBES
     """How many probes at most: rows of load.input_data, else inputs drawn from the seed."""
+    timeout_s: PosFloat = DEFAULT_PROBE_TIMEOUT_S
+    """A probe not answered in this many seconds fails the check as `timed out after N s`."""
 
 
 def _outputs(value: object) -> object:

@@ -95,7 +95,15 @@ class TritonServer(ABC):
         trial's server options (None: those of the last start); when they differ from the
         running server's, it is restarted with them whatever the strategy (a reload cannot
         change a server option), and the call returns True. A server that cannot take
-        them (remote) raises ServerError. Raises as :meth:`start` / :meth:`load` do."""
+        them (remote) raises ServerError. A server whose process has died since it was
+        started (:meth:`gone`) is started afresh, whatever the strategy. Raises as
+        :meth:`start` / :meth:`load` do."""
+
+    def gone(self) -> str | None:
+        """Why a started server is no longer running although nobody stopped it (its process
+        exited: "tritonserver was killed by signal 11 (SIGSEGV)"); None while it runs, before
+        it starts, after :meth:`stop`, and for a server this process cannot watch (remote)."""
+        return None
 
     @abstractmethod
     def log_text(self) -> str:

@@ -155,6 +155,10 @@ class Launcher(TritonServer):
     def client(self) -> TritonClient:
         return TritonClient(self.endpoints)
 
+    def gone(self) -> str | None:
+        with self._lock:
+            return self._exit_reason() if self._running else None
+
     def start(self, repository: Path, *, explicit: bool = False) -> None:
         with self._lock:
             if self._running:
@@ -229,6 +233,8 @@ class Launcher(TritonServer):
     def apply_trial(self, repo: TrialRepository,
                     options: tuple[str, ...] | None = None) -> bool:
         with self._lock:
+            if self.gone() is not None:  # it died under the last trial: this one starts anew
+                self.stop(timeout_s=0.0)
             changed = options is not None and tuple(options) != self.option_args
             if changed:
                 self.check_options(tuple(options or ()))

@@ -302,7 +302,7 @@ class LocalTritonServer(Launcher):
         code = self._proc.poll()
         if code is None:
             return None
-        return f"tritonserver exited with status {code}"
+        return processes.exit_words("tritonserver", code)
 
     def _terminate(self, timeout_s: float) -> None:
         proc = self._proc

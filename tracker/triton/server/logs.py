@@ -84,21 +84,45 @@ def fatal_line(log: str) -> str:
     return next((line.strip() for line in log.splitlines() if FATAL in line), "")
 
 
-def log_errors(log: str, limit: int = 3) -> list[str]:
-    """The last distinct error lines of a server log, oldest first: Triton's own (``E1201
+def log_errors(log: str, limit: int = 3, *, died: bool = False) -> list[str]:
+    """The last ``limit`` distinct error lines of a server log, oldest first, then the last
+    ``limit`` lines of a crash: Triton's own (``E1201
     ...] message``, the harmless GPU-probe noise left out), the Python exceptions a backend
     stub printed (``RuntimeError: ...``), onnxruntime's errors (``[E:onnxruntime:...]
     message``: a model that fails its requests in the shim) and the server's own crash
-    (``Signal (11) received.``, an uncaught C++ exception)."""
-    found: list[str] = []
+    (``Signal (11) received.``, an uncaught C++ exception), with the line the model printed
+    just before it, if any. ``died``: the server process is gone (a kill leaves no crash
+    line), so the last line a model printed ends the list too."""
+    errors: list[str] = []
+    crash: list[str] = []  # the crash's own lines, kept apart so they never push out the cause
+    printed: list[str] = []  # the plain lines since the last line Triton wrote
     for line in log.splitlines():
         text = _ANSI.sub("", line).strip()
         runtime = _RUNTIME_LINE.search(text)
-        if _EXCEPTION_LINE.match(text) or _CRASH_LINE.match(text):
-            found.append(text)
+        if _CRASH_LINE.match(text):
+            crash.extend([*printed[-1:], text])
+        elif _EXCEPTION_LINE.match(text):
+            errors.append(text)
         elif runtime is not None:
-            found.append(f"onnxruntime: {runtime.group(1)}")
+            errors.append(f"onnxruntime: {runtime.group(1)}")
         else:
-            found.extend(error_messages(text))
-    unique = list(dict.fromkeys(found))
-    return unique[-limit:]
+            errors.extend(error_messages(text))
+        printed = [*printed, text] if _printed(text) else []
+    if died:
+        crash.extend(printed[-1:])
+    kept_errors = list(dict.fromkeys(errors))[-limit:]
+    kept_crash = [line for line in dict.fromkeys(crash) if line not in kept_errors][-limit:]
+    return kept_errors + kept_crash
+
+
+_TRITON_LINE = re.compile(r"^[IWEF]\d{4} ")
+_BACKTRACE_LINE = re.compile(r"^\d+# ")
+
+
+def _printed(text: str) -> bool:
+    """Whether a log line is one a model or backend printed itself (its stdout or stderr):
+    not Triton's own (``I1201 ...``), not a table row, a backtrace frame or GPU-probe noise.
+    The one just before a crash is often the model's last word on why."""
+    return bool(text) and not (_TRITON_LINE.match(text) or _BACKTRACE_LINE.match(text)
+                               or text[0] in "+|" or _CRASH_LINE.match(text)
+                               or any(noise in text for noise in (*_NOISE, "NVML")))

@@ -124,6 +124,18 @@ def is_server_process(proc: psutil.Process, server_id: str) -> bool:
         return False
 
 
+def exit_words(program: str, code: int) -> str:
+    """How a process ended, from its ``Popen.returncode``: "tritonserver exited with status 1",
+    or "tritonserver was killed by signal 11 (SIGSEGV)" for a negative code."""
+    if code >= 0:
+        return f"{program} exited with status {code}"
+    try:
+        name = f" ({signal.Signals(-code).name})"
+    except ValueError:
+        name = ""
+    return f"{program} was killed by signal {-code}{name}"
+
+
 def kill_group(pgid: int, timeout_s: float = 5.0) -> None:
     """SIGKILL process group ``pgid`` and wait until its members are gone. Only for a group
     this process knows it started (its own child); a recorded one goes through
