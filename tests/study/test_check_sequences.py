@@ -243,3 +243,27 @@ def test_the_study_summary_says_what_the_check_left_out(tmp_path: Path) -> None:
         check_outputs.summary_note(ignored)
     off = parse_spec({**base, "check": {"outputs": False}}, base_dir=tmp_path)
     assert "not checked" in check_outputs.summary_note(off)
+
+
+def test_each_trial_s_probes_meet_a_fresh_load_with_the_reload_strategy(
+        tmp_path: Path, mlflow_uri: str) -> None:
+    """Triton's sequence_py keeps every sequence's state for the model's lifetime and refuses
+    a START for an ID it holds. The probes use the same IDs in every trial, so with one
+    server for the whole study (server.strategy: reload) each trial must load the model
+    afresh, even when only the load differs and its config is the one already loaded: the
+    second trial's check passes instead of 'Can't start a new sequence'."""
+    from tests.deploy.test_deploy_kinds import COUNTER, COUNTER_CONFIG
+    from tests.support.formats import python_model
+
+    model = python_model(tmp_path / "user", "counter", COUNTER, COUNTER_CONFIG)
+    spec = write_spec(tmp_path, model, {"concurrency": [1, 2]}, n_trials=2, name="counter",
+                      load={"concurrency": [2], "sequence": {"length": {"low": 3, "high": 3}}},
+                      server={"strategy": "reload"})
+    tune(spec, TuneOptions(bar=False))
+    got = trials(f"sqlite:///{tmp_path / 'optuna.db'}", "counter")
+    assert len(got) == 2 and all(t.state == TrialState.COMPLETE for t in got), \
+        [t.user_attrs.get("fail_reason") for t in got]
+    client = MlflowClient(mlflow_uri)
+    for t in got:
+        assert client.get_run(t.user_attrs["mlflow_run_id"]).data.metrics[
+            check_outputs.PASSED] == 1
