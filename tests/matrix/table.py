@@ -624,8 +624,14 @@ def write(path: Path = PAGE) -> bool:
     return True
 
 
+USAGE = "usage: python -m tests.matrix.table [PAGE]  (writes docs/matrix.md, or PAGE)"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    if len(args) > 1 or (args and args[0].startswith("-")):
+        print(USAGE, file=sys.stderr)
+        return 0 if args[0] in ("-h", "--help") else 2
     path = Path(args[0]) if args else PAGE
     changed = write(path)
     n = counts()

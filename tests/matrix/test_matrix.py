@@ -203,6 +203,14 @@ def test_the_generator_writes_the_page(tmp_path: Path, capsys: pytest.CaptureFix
     assert "unchanged" in capsys.readouterr().out
 
 
+def test_the_generator_takes_an_option_for_no_page(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert table.main(["--help"]) == 0 and table.main(["-o", "x.md"]) == 2
+    assert "usage:" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # no page named after the option
+
+
 # ---- the checker sees what is wrong -----------------------------------------------------------
 
 def test_the_checker_fails_on_a_planted_missing_test() -> None:
