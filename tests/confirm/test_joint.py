@@ -81,9 +81,10 @@ def test_the_scores_against_the_default_are_the_derived_objectives() -> None:
 def test_a_round_pairs_each_configuration_with_its_own_default(tmp_path: Path) -> None:
     """confirm.rounds._pair_round: the default 0, the others their weighted_gain
     against it (weights 3:1); a configuration missing a model's figure gets no pair."""
-    from tracker.confirm.rounds import JOINT, _pair_round
+    from tracker.confirm.rounds import _pair_round
     from tracker.spec import parse_spec
     from tracker.triton.configuration import Configuration
+    from tracker.verdict.record import JOINT
 
     spec = parse_spec({"model": {"name": ["a", "b"], "path": str(tmp_path),
                                  "weights": {"a": 3, "b": 1}}})
@@ -98,3 +99,17 @@ def test_a_round_pairs_each_configuration_with_its_own_default(tmp_path: Path) -
     expected = 0.75 * (20 - 10) / 15 + 0.25 * (50 - 100) / 75
     assert got["3"]["weighted_gain"] == pytest.approx(expected)
     assert got["5"].get("weighted_gain") is None and "b/perf_throughput" in got["5"]["error"]
+
+
+def test_a_pair_of_several_entries_says_each_one_s_throughput_and_the_score() -> None:
+    from tracker.confirm.paired import pair_line
+    from tracker.verdict.record import JOINT
+
+    rnd: dict[str, Any] = {"order": [3, 0], "results": {
+        "0": {"weighted_gain": 0.0, JOINT: {"a/perf_throughput": 10.0, "a/concurrency": 2.0,
+                                            "b/perf_throughput": 1200.0}},
+        "3": {"weighted_gain": 0.1166, JOINT: {"a/perf_throughput": 20.0,
+                                               "b/perf_throughput": 800.0}}}}
+    assert pair_line(rnd, 0, 2, "weighted_gain") == (
+        "confirm pair 2: trial-3 a 20.00 infer/s; b 800.0 infer/s, then trial-0 a 10.00 "
+        "infer/s; b 1,200.0 infer/s  weighted_gain +0.117")

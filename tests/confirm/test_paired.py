@@ -30,14 +30,14 @@ def _row(n: int, params: dict[str, object], *, baseline: bool = False,
     return TrialRow(n, "COMPLETE", params, [100.0], metrics, True, baseline, concurrency=4)
 
 
-def _ctx(single: bool = True, total_mb: float | None = None) -> Any:
+def _ctx(pairs: bool = True, total_mb: float | None = None) -> Any:
     def gpu_set() -> list[Any]:
         if total_mb is None:
             raise GpuError("no NVML here")
         return [SimpleNamespace(memory_total_mb=total_mb)]
 
-    why = None if single else ("several entry models are judged together; a paired block "
-                              "measures one entry")
+    why = None if pairs else ("BLS model 'bls' names the models it calls in its own code, "
+                              "so a copy of it would call the default's models")
     return SimpleNamespace(configuration=SimpleNamespace(pairing_problem=why),
                            server=SimpleNamespace(gpu_set=gpu_set))
 
@@ -58,9 +58,9 @@ def test_a_server_option_that_differs_falls_back_to_rounds_and_says_which() -> N
                                     {"instance_group.count": 2}) is None
 
 
-def test_several_entries_too_big_or_asked_rounds_fall_back() -> None:
+def test_a_bls_model_too_big_or_asked_rounds_fall_back() -> None:
     base, best = _row(0, {}, baseline=True, memory=600.0), _row(2, {}, memory=500.0)
-    assert "several entry models" in paired.choose(_ctx(single=False), [base, best], "auto").reason
+    assert "BLS model 'bls'" in paired.choose(_ctx(pairs=False), [base, best], "auto").reason
     assert paired.choose(_ctx(), [base, best], "rounds").reason == "confirm.design is rounds"
     big = paired.choose(_ctx(total_mb=1000.0), [base, best], "auto")
     assert not big.paired and "1100 MB" in big.reason and "1000 MB" in big.reason

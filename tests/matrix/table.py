@@ -304,9 +304,6 @@ NO_PYFUNC_WALKED = {kind: dataclasses.replace(NO_PYFUNC, test=walk(kind))
 NO_PYFUNC_PIPELINE = Refused(PYFUNC_LINE, "a version is a Triton repository of several "
                              "models, which "
                              "only Triton runs together", AFTER)
-PAIRED_IN_ROUNDS = Refused("confirmation: in rounds, not paired: several entry models",
-                           "several entry models are judged together, and a paired block "
-                           "measures one entry", AFTER)
 BLS_IN_ROUNDS = Refused("confirmation: in rounds, not paired: BLS model",
                         "a BLS model's code names the models it calls, so its copy would call "
                         "the default's", AFTER)
@@ -479,8 +476,8 @@ ROWS: dict[str, dict[str, Cell]] = {
         "check": Works((JOINT, JOINT_KNOB, TWO_MODELS), "a shared load knob is refused"),
         "check_outputs": Works((walk("entries"),), "the default asked twice answers the same"),
         "tune": Works((JOINT,), "Model Analyzer's weighted gain"),
-        "paired": PAIRED_IN_ROUNDS,
-        "rounds": Works((JOINT,), "each round's weighted gain against the default's"),
+        "paired": Works((JOINT, walk("entries")), "each block drives every entry of a copy"),
+        "rounds": Works((walk("entries"),), IN_ROUNDS_TOO),
         "report": Works((JOINT,), "a column and a trace per entry"),
         "promote": Works((JOINT, ENTRIES_DEPLOY), "one version holds every model"),
         "deploy": Works((walk("entries"),), "the first entry's probes asked before it serves"),
@@ -492,13 +489,13 @@ ROWS: dict[str, dict[str, Cell]] = {
         "mlflow_run": Works((walk("entries"),), RUN_AGAIN),
     }),
     "entries_decoupled": _row({
-        "check": Works((AFTER, walk("entries_decoupled")), "rounds and why; no pyfunc"),
+        "check": Works((AFTER, walk("entries_decoupled")), "paired; no pyfunc, and why"),
         "check_outputs": Works((walk("entries_decoupled"),),
                                "the default asked twice answers the same"),
         "tune": Works((JOINT_STREAMING, DEPLOY_STREAM_ENTRY),
                       "the decoupled entry streamed, the other unary"),
-        "paired": PAIRED_IN_ROUNDS,
-        "rounds": Works((walk("entries_decoupled"),), "check says rounds and why; the study does"),
+        "paired": Works((walk("entries_decoupled"),), "the streaming entry streamed in each block"),
+        "rounds": Works((walk("entries_decoupled"),), IN_ROUNDS_TOO),
         "report": Works((walk("entries_decoupled"),), "report.html, trials.csv and the plots"),
         "promote": Works((DEPLOY_STREAM_ENTRY,), "both entries serve the version"),
         "deploy": Works((DEPLOY_STREAM_ENTRY,), "checked; the decoupled entry streams"),

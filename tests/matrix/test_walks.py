@@ -8,10 +8,10 @@ run again with ``mlflow run`` of the project's main entry point (the killed tria
 and measured again, against the reference the default stored; ``mlflow run``'s own run joins
 the study's parent run as a worker run, as a second worker's does), then:
 
-1. the confirmation's design: paired for one entry model (then ``tracker confirm --new`` with
+1. the confirmation's design: paired (then ``tracker confirm --new`` with
    ``confirm.design: rounds`` confirms the same study in rounds), rounds (and why) for a BLS
-   model and for several entry models, as ``tracker check`` says, which also refuses
-   ``mlflow.pyfunc`` for each of these kinds (none is one ONNX file);
+   model, as ``tracker check`` says, which also refuses ``mlflow.pyfunc`` for each of these
+   kinds (none is one ONNX file);
 2. the parent run's report: ``report.html``, ``trials.csv`` and the plots;
 3. ``tracker promote --force``: version 1 registered, deployed with its output check (the
    version carries the study's reference), and serving;
@@ -192,10 +192,10 @@ WALKS: dict[str, Walk] = {w.kind: w for w in (
     Walk("bls", "bls", _bls, {"bls/instance_group.count": [2]}, "rounds",
          ("bls", {"INPUT0": np.ones((2, 8), dtype=np.float32)},
           lambda out: np.asarray(out["OUTPUT0"]).shape == (2, 4))),
-    Walk("entries", "wecho", _entries, {"wecho/instance_group.count": [2]}, "rounds",
+    Walk("entries", "wecho", _entries, {"wecho/instance_group.count": [2]}, "paired",
          ("wscale", {"INPUT0": X}, lambda out: np.allclose(out["OUTPUT0"], X * 2))),
     Walk("entries_decoupled", "wstreamer", _entries_decoupled,
-         {"wecho2/instance_group.count": [2]}, "rounds",
+         {"wecho2/instance_group.count": [2]}, "paired",
          ("wecho2", {"X": ECHO_X}, lambda out: np.allclose(out["Y"], ECHO_X))),
     Walk("file_knobs", "sleeper", _file_knobs, {"model.json:delay_ms": [1]}, "paired",
          ("sleeper", {"INPUT0": ECHO_X}, lambda out: np.allclose(out["OUTPUT0"], ECHO_X))),

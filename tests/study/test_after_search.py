@@ -84,8 +84,7 @@ def test_check_says_what_the_confirmation_and_pyfunc_do_for_each_kind(tmp_path: 
            "models" in said
 
     said = _check(tmp_path / "e", {"name": ["pipe", "other"], "path": str(repo)})
-    assert "confirmation: in rounds, not paired: several entry models are judged together" \
-        in said
+    assert "confirmation: paired" in said
     assert "mlflow.pyfunc: refused: a version of this study is a Triton repository of 5 " \
            "models" in said
 
@@ -94,8 +93,7 @@ def test_check_says_what_the_confirmation_and_pyfunc_do_for_each_kind(tmp_path: 
     python_model(both, "jecho", ECHO, ECHO_CONFIG)
     said = _check(both, {"name": ["jstreamer", "jecho"], "path": str(both)},
                   load={"models": {"jstreamer": {"input_data": str(prompts_file(both))}}})
-    assert "confirmation: in rounds, not paired: several entry models are judged together" \
-        in said
+    assert "confirmation: paired" in said
     assert "mlflow.pyfunc: refused: a version of this study is a Triton repository of 2 " \
            "models" in said
 

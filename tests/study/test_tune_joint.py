@@ -73,7 +73,9 @@ def test_two_models_are_measured_together_and_the_weighted_gain_is_optimised(
     assert checked.exit_code == 0, checked.output
     tuned = CliRunner().invoke(cli, ["tune", str(spec), "--no-bar"])
     assert tuned.exit_code == 0, tuned.output
-    assert "confirm round 3: trial-" in tuned.output and "pipe " in tuned.output
+    # the best and the default side by side: a block drives both entries of one copy
+    assert re.search(r"confirm pair 3: trial-\d+ pipe [\d,.]+ infer/s; other [\d,.]+ infer/s, "
+                     r"then trial-\d+ pipe ", tuned.output), tuned.output
 
     study = optuna.load_study(study_name="pipe+other",
                               storage=f"sqlite:///{tmp_path / 'optuna.db'}")
@@ -109,15 +111,16 @@ def test_two_models_are_measured_together_and_the_weighted_gain_is_optimised(
                 run.info.run_id, "configs/other/config.pbtxt", str(tmp_path / run.info.run_id)
             )).read_text())
             assert other.max_batch_size == int(run.data.params["other/max_batch_size"])
-    # the confirmation: the search's best and the default in 3 interleaved rounds, each
-    # round's weighted_gain against the default measured in that round
+    # the confirmation: the search's best and the default in pairs of blocks in one server,
+    # each pair's weighted_gain against the default's block of that pair
     record = study.user_attrs["confirm"]
-    assert len(record["rounds"]) == 3
+    assert record["design"] == "paired" and 3 <= len(record["rounds"]) <= 9
     chosen = [c["trial"] for c in record["candidates"]]
     others = [t for t in done if not t.user_attrs.get("baseline")]
     assert chosen == [base.number, max(others, key=lambda t: t.value or 0.0).number]
     for rnd in record["rounds"]:
         got = {int(n): r for n, r in rnd["results"].items()}
+        assert sorted(got) == sorted(chosen)  # both copies answered in every pair
         assert got[base.number]["weighted_gain"] == 0.0
         other = got[chosen[1]]
         assert other["weighted_gain"] == pytest.approx(
@@ -127,7 +130,7 @@ def test_two_models_are_measured_together_and_the_weighted_gain_is_optimised(
     verdict = parent.data.tags[tags.VERDICT]
     assert verdict in ("better", "tied", "equivalent", "inconclusive")
     note = parent.data.tags[tags.NOTE]
-    assert "interleaved rounds" in note and "weighted" in note
+    assert "side by side" in note and "weighted" in note
     assert "confirm/improvement_pct" in by_trial[chosen[1]].data.metrics
     assert "improvement_pct" in parent.data.metrics
     best_trial = int(parent.data.tags[tags.BEST_TRIAL])

@@ -126,8 +126,9 @@ def test_what_a_single_model_does_without_is_asked_of_the_configuration(
         "model.json:delay_ms": 3}
     assert pipe.file_knob_defaults(["model.json:delay_ms"]) == {}
     assert [k for k, _ in one.file_knob_problems(["model.json:nope"])] == ["model.json:nope"]
-    assert one.pairing_problem is None and pipe.pairing_problem is None  # steps renamed
-    assert "several entry models" in (two.pairing_problem or "")
+    # each copy's models renamed, its ensembles' steps calling its own copies
+    assert one.pairing_problem is None and pipe.pairing_problem is None
+    assert two.pairing_problem is None
     assert pipe.split_steps == ("prep", "net", "post") and two.split_steps == ()
     assert one.split_steps == ()
     assert one.named_entries == () == pipe.named_entries and two.named_entries == (

@@ -13,10 +13,11 @@ Pairing cannot hold (:func:`choose` says why, and the confirmation runs in round
 
 - the best differs from the default in a server option (a knob ``server/<option>``): one
   server cannot run with both values;
-- the configuration has several entry models (judged together by ``weighted_gain``, while a
-  block measures one entry), or a BLS model (its code names the models it calls, so its
-  copy would call the default's); a pipeline of ensembles pairs: each copy's models are
-  renamed (``<model>__best``) and its steps call its own copies;
+- the configuration has a BLS model (its code names the models it calls, so its copy would
+  call the default's); a pipeline of ensembles pairs: each copy's models are renamed
+  (``<model>__best``) and its steps call its own copies. Several entry models pair too: a
+  block loads every entry of one copy at once, each at its own level, and a pair's
+  ``weighted_gain`` is the best block's against the default block of the same pair;
 - the two copies do not fit in GPU memory together (each trial's ``gpu_used_memory`` against
   the server's GPUs' total, from NVML);
 - ``confirm.design: rounds`` asks for rounds.
@@ -40,13 +41,14 @@ from typing import TYPE_CHECKING, Any
 from tracker.errors import TrackerError
 from tracker.measure.entry import EntryLoad
 from tracker.measure.sweep import sweep
-from tracker.metrics import fmt
+from tracker.metrics import RELATIVE, fmt
 from tracker.search.objective import Scoring, pick_best_level
+from tracker.session import joint
 from tracker.session.measured import serve_options
 from tracker.session.values import configs, file_values
 from tracker.triton.formats.ensemble import renamed
 from tracker.triton.repository import TrialRepository, write_model
-from tracker.verdict.record import LATENCY, Reading, RoundEntry
+from tracker.verdict.record import JOINT, LATENCY, Reading, RoundEntry
 
 if TYPE_CHECKING:
     from tracker.measure.types import SweepLevel
@@ -174,7 +176,8 @@ class Pairs:
     ctx: StudyContext
     rows: dict[int, TrialRow]         # by trial number: the default and the best
     window: int                       # ms
-    served: dict[int, tuple[str, ModelConfig]] | None = None
+    #: by trial number: each entry's copy, by the copy's name: (the entry, its served config)
+    served: dict[int, dict[str, tuple[str, ModelConfig]]] | None = None
     workdir: Path | None = None
     loads: int = 0                    # how often the two copies were loaded
     warmed: bool = False              # since the last load (:meth:`warm`)
@@ -192,7 +195,9 @@ class Pairs:
         repo = replace(every[-1], models=tuple((r.model_name, r.served_config) for r in every),
                        productions={r.model_name: r.production_config for r in every})
         self.ctx.server.apply_trial(repo)
-        self.served = {n: (copy[-1].model_name, copy[-1].served_config)
+        conf = self.ctx.configuration
+        self.served = {n: {r.model_name: (m, r.served_config)
+                           for m, r in zip(conf.names, copy, strict=True) if m in conf.entries}
                        for n, copy in written.items()}
         self.warmed = False
 
@@ -209,25 +214,36 @@ class Pairs:
                             files=files if m == conf.entry else None)
                 for m in conf.names]
 
-    def _entry(self, n: int, window: int, ramp: bool = True) -> tuple[str, EntryLoad]:
-        """Trial ``n``'s copy under the spec's load at its level: a short warm-up (the
-        batcher's ramp; none without ``ramp``), then :data:`WINDOWS` windows of ``window`` ms,
-        no retries."""
+    def _entries(self, n: int, window: int, ramp: bool = True) -> dict[str, EntryLoad]:
+        """Trial ``n``'s copy of each entry model, by the copy's name, under its own load at
+        the level its trial was judged by: a short warm-up (the batcher's ramp; none without
+        ``ramp``), then :data:`WINDOWS` windows of ``window`` ms, no retries."""
         assert self.served is not None
-        name, served = self.served[n]
-        load = self.ctx.spec.load
-        level = float(self.rows[n].concurrency or 1)
-        warmup = min(load.warmup_requests, max(4, 2 * int(level))) if ramp else 0
-        short = load.model_copy(update={
-            "max_tries": WINDOWS, "window_ms": window, "window_requests": None,
-            "warmup_requests": warmup})
-        return name, EntryLoad(served, short, [level])
+        conf, row = self.ctx.configuration, self.rows[n]
+        out = {}
+        for name, (entry, served) in self.served[n].items():
+            load = self.ctx.spec.load.for_model(entry)
+            level = float(row.metrics.get(conf.metric_name(entry, "concurrency"))
+                          or row.concurrency or 1)
+            warmup = min(load.warmup_requests, max(4, 2 * int(level))) if ramp else 0
+            short = load.model_copy(update={
+                "max_tries": WINDOWS, "window_ms": window, "window_requests": None,
+                "warmup_requests": warmup})
+            out[name] = EntryLoad(served, short, [level])
+        return out
 
     def block(self, n: int) -> list[SweepLevel]:
-        """One block of trial ``n``'s copy at its level (the sweep's one level)."""
-        name, entry = self._entry(n, self.window)
-        return sweep(self.ctx.server.endpoints, {name: entry},
+        """One block of trial ``n``'s copy, every entry at once at its level (the sweep's one
+        level)."""
+        return sweep(self.ctx.server.endpoints, self._entries(n, self.window),
                      dict(self.ctx.spec.constraints)).levels
+
+    def _scoring(self, n: int) -> Scoring:
+        """Trial ``n``'s copy's metrics under the names its trial logged them
+        (``perf_throughput`` for one entry, ``a/perf_throughput`` for each of several)."""
+        assert self.served is not None
+        copies, conf = self.served[n], self.ctx.configuration
+        return Scoring(list(copies), lambda name, metric: conf.metric_name(copies[name][0], metric))
 
     def warm(self, say: Callable[[str], None], label: str) -> float:
         """Both copies under load together for about :data:`WARM_S` seconds, unmeasured
@@ -238,7 +254,8 @@ class Pairs:
         window = max(int(1000 * WARM_S / WINDOWS), 1)
         try:
             sweep(self.ctx.server.endpoints,
-                  dict(self._entry(n, window, ramp=False) for n in self.rows), {})
+                  {name: load for n in self.rows
+                   for name, load in self._entries(n, window, ramp=False).items()}, {})
         except TrackerError as err:
             say(f"confirm {label}: warming the two copies failed: "
                 f"{str(err).splitlines()[0][:200]}")
@@ -262,9 +279,9 @@ class Pairs:
             t0 = time.monotonic() - warming  # the first block's seconds count the warm-up's
             warming = 0.0
             try:
-                name = self.served[n][0] if self.served else str(n)
-                choice = pick_best_level(self.block(n), dict(self.ctx.spec.constraints),
-                                         objectives, Scoring([name], _bare))
+                choice = pick_best_level(
+                    self.block(n), joint.constraints_of(self.ctx.spec, self.ctx.configuration),
+                    objectives, self._scoring(n))
             except TrackerError as err:
                 out[str(n)] = {"error": str(err)[:500],
                                "seconds": round(time.monotonic() - t0, 2)}
@@ -272,9 +289,14 @@ class Pairs:
                     f"{str(err).splitlines()[0][:200]}")
                 continue
             got = choice.metrics
+            seconds = round(time.monotonic() - t0, 2)
+            if metric in RELATIVE:  # scored against the pair's default once both are in
+                out[str(n)] = {metric: None, "feasible": choice.feasible, "seconds": seconds,
+                               JOINT: {k: v for k, v in got.items() if k not in RELATIVE}}
+                continue
             out[str(n)] = {metric: got.get(metric), LATENCY: got.get(LATENCY),
                            "feasible": choice.feasible, "concurrency": choice.concurrency,
-                           "seconds": round(time.monotonic() - t0, 2)}
+                           "seconds": seconds}
         return out
 
     def reload(self, say: Callable[[str], None], label: str) -> None:
@@ -294,11 +316,6 @@ class Pairs:
         say(f"confirm {label}: the two copies loaded again ({time.monotonic() - t0:.1f} s)")
 
 
-def _bare(_entry: str, metric: str) -> str:
-    """One copy's metrics under their bare names, as one model's trials have them."""
-    return metric
-
-
 def order_of(seed: int, index: int, pair: list[int]) -> list[int]:
     """The order of round ``index`` (reproducible from the confirmation's seed). Two: the
     first round's order is drawn, then the rounds alternate (AB, BA, AB, ...), so that
@@ -315,13 +332,29 @@ def order_of(seed: int, index: int, pair: list[int]) -> list[int]:
 
 
 def pair_line(rnd: RoundEntry, base: int, index: int, metric: str) -> str:
-    """``confirm pair 3: trial-4 31.2 infer/s, then trial-0 20.1 infer/s  x1.55``."""
+    """``confirm pair 3: trial-4 31.2 infer/s, then trial-0 20.1 infer/s  x1.55``; for a score
+    against the pair's default (weighted_gain), each entry's throughput and the score:
+    ``trial-4 a 31.2 infer/s; b 210 infer/s, then trial-0 ...  weighted_gain +0.118``."""
     results = rnd["results"]
-    parts = [f"trial-{n} {fmt(metric, float(results[str(n)].get(metric) or 0.0))}"
+    parts = [f"trial-{n} {_block_text(results[str(n)], metric)}"
              for n in rnd["order"] if results.get(str(n), {}).get(metric) is not None]
     other = next((n for n in rnd["order"] if n != base), base)
-    ratio = ratio_text(results.get(str(other), {}), results.get(str(base), {}), metric)
+    if metric in RELATIVE:
+        score = results.get(str(other), {}).get(metric)
+        ratio = f"{metric} {score:+.3f}" if isinstance(score, int | float) else ""
+    else:
+        ratio = ratio_text(results.get(str(other), {}), results.get(str(base), {}), metric)
     return f"confirm pair {index}: {', then '.join(parts)}{'  ' + ratio if ratio else ''}"
+
+
+def _block_text(reading: Reading, metric: str) -> str:
+    """One block in a pair's line: the objective, or each entry's throughput."""
+    each = reading.get(JOINT)
+    if not isinstance(each, dict):
+        return fmt(metric, float(reading.get(metric) or 0.0))
+    tail = "/perf_throughput"
+    return "; ".join(f"{k[:-len(tail)]} {fmt('perf_throughput', float(v))}"
+                     for k, v in each.items() if k.endswith(tail))
 
 
 def ratio_text(reading: Mapping[str, Any], base: Mapping[str, Any], metric: str) -> str:

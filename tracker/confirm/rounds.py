@@ -39,15 +39,13 @@ from tracker.tracking.rows import TrialRow, trial_rows
 from tracker.verdict import record as confirmed
 from tracker.verdict import stats as confirm_stats
 from tracker.verdict import stopping
-from tracker.verdict.record import PAIRS_PER_ROUND, Reading, Record, RoundEntry
+from tracker.verdict.record import JOINT, PAIRS_PER_ROUND, Reading, Record, RoundEntry
 
 if TYPE_CHECKING:
     from tracker.measure.types import Measurement
     from tracker.search.objective import LevelChoice
 
 
-#: a score against the round's default (weighted_gain): each entry's figures, under this key
-JOINT = "models"
 
 #: the default budget: the confirmation's share of the study's measuring time (search + it)
 SHARE = 0.25
@@ -222,8 +220,10 @@ def run(ctx: StudyContext, s: Settings, *, again: bool = False, new: bool = Fals
 
 def _pairs(ctx: StudyContext, chosen: list[TrialRow]) -> paired.Pairs | str:
     """The two copies served side by side, or why they could not be."""
+    conf = ctx.configuration
     pairs = paired.Pairs(ctx, {r.number: r for r in chosen}, paired.window_ms(
-        [r.metrics.get("perf_throughput") for r in chosen], ctx.spec.load.window_ms))
+        [r.metrics.get(conf.metric_name(e, "perf_throughput")) for r in chosen
+         for e in conf.entries], ctx.spec.load.window_ms))
     try:
         pairs.setup(ctx.workdir / "confirm-paired")
     except TrackerError as err:
@@ -257,6 +257,8 @@ def _loop(ctx: StudyContext, record: Record, by_number: dict[int, TrialRow],
             got_pair = pairs.pair(rnd["order"], say, f"pair {len(rounds)}", len(rounds) - 1)
             spent += sum(float(g.get("seconds") or 0.0) for g in got_pair.values())
             rnd["results"].update(got_pair)
+            if relative:
+                _pair_round(ctx, rnd, base)
             say(paired.pair_line(rnd, base, len(rounds), next(iter(ctx.spec.objectives))))
             todo = []
         for n in todo:

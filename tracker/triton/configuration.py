@@ -132,12 +132,8 @@ class Configuration:
     def pairing_problem(self) -> str | None:
         """Why two copies of this configuration (the default and a candidate) cannot be served
         side by side in one server, or None when they can: a single model's copy is the model
-        under another name; a pipeline of ensembles is copied model by model, each copy's
-        steps calling its own copies."""
-        if len(self.entries) > 1:
-            return ("several entry models are judged together (weighted_gain against the "
-                    "default's readings at their joint level), and a paired block measures "
-                    "one entry")
+        under another name; a pipeline of ensembles, or several entry models, is copied model
+        by model, each copy's steps calling its own copies."""
         bls = sorted(self.calls)
         if bls:
             return (f"BLS model {bls[0]!r} names the models it calls in its own code, so a "

@@ -37,6 +37,9 @@ ATTR = "confirm"
 VERDICT_TAG = tags.VERDICT
 RANK_TAG = tags.CONFIRM_RANK
 LATENCY = "perf_latency_p99"
+#: a score against the same round's default (weighted_gain): each entry's figures, under this
+#: key of a reading, until the round's (pair's) default is in
+JOINT = "models"
 #: the paired design: pairs per round of ``confirm.rounds`` (a pair is two short blocks, a
 #: round one full measurement of each configuration)
 PAIRS_PER_ROUND = 3

@@ -85,7 +85,9 @@ def sentence(v: confirm_stats.Verdict, objectives: Mapping[str, str],
     base_text = fmt(metric, base.value.estimate) if base.value else "not measured"
     base_ci = _value(metric, base.value, inner=True) if base.value else base_text
     if relative:  # each round's figure is against that round's default: it has none itself
-        base_text = base_ci = "each round compared with the default measured in it"
+        base_text = base_ci = ("each pair compared with its own default block"
+                               if v.design == "paired" else
+                               "each round compared with the default measured in it")
     rounds = unit(v)
     win = v.scored.get(v.winner or "")
     best = ""
