@@ -149,10 +149,11 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
               "continuing the study's rounds.")
 def confirm_command(spec_path: Path, study_name: str | None, storage: str | None,
                     rounds: int | None, top_k: int | None, new: bool) -> None:
-    """Re-measure the best configurations of SPEC's finished study and the default in
-    interleaved rounds (not the search) until the verdict is decided, print it with its 95%
-    intervals, rewrite the study's report. The study's rounds are continued (an interrupted or
-    inconclusive confirmation goes on where it stopped, up to --rounds); --new starts over."""
+    """Re-measure the best configuration of SPEC's finished study against the default (side
+    by side in pairs, or in interleaved rounds where pairing cannot hold; not the search) until
+    the verdict is decided, print it with its 95% intervals, rewrite the study's report. The
+    study's pairs or rounds are continued (an interrupted or inconclusive confirmation goes on
+    where it stopped, up to --rounds); --new starts over."""
     from tracker.confirm.command import confirm_study
     from tracker.session.context import Interrupted
 
