@@ -6,7 +6,9 @@ progress line. The failure is real: a shim whose stub process crashes on every r
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import optuna
 import pytest
 from click.testing import CliRunner
 from mlflow import MlflowClient
@@ -213,26 +215,35 @@ instance_group [{ count: 1 kind: KIND_CPU }]
 '''
 
 
+def _tune_python_model(folder: Path, name: str, code: str, counts: list[int], *, n_trials: int,
+                       **extra: Any) -> list[optuna.trial.FrozenTrial] | None:
+    """A study of the Python model ``code`` (SECOND_INSTANCE_CONFIG's, named ``name``) over
+    ``instance_group.count`` in ``counts``: its trials. None where numpy 2 sits beside a stub
+    built for numpy 1 (the plain-pip leg): a Python-backend model is refused before it is
+    served, which is asserted instead, as the behaviour there."""
+    model = folder / name
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(SECOND_INSTANCE_CONFIG.replace('"crash"', f'"{name}"'))
+    (model / "1" / "model.py").write_text(code)
+    spec = write_spec(folder, model, {"instance_group.count": counts}, n_trials=n_trials,
+                      name=name, **extra)
+    if not numpy_glue_works():
+        with pytest.raises(ModelError, match="would get wrong tensors"):
+            tune(spec, TuneOptions(bar=False))
+        return None
+    tune(spec, TuneOptions(bar=False))
+    return trials(f"sqlite:///{folder / 'optuna.db'}", name)
+
+
 @pytest.mark.triton
 def test_a_configuration_that_crashes_on_the_probes_is_said_to_have_crashed(
         tmp_path: Path, mlflow_uri: str) -> None:
     """The default (one instance) answers the probes; two instances crash the second one's
     stub when the probes are sent together: the trial fails as crashed, not as outputs that
     differ, with the client's error."""
-    model = tmp_path / "crash"
-    (model / "1").mkdir(parents=True)
-    (model / "config.pbtxt").write_text(SECOND_INSTANCE_CONFIG)
-    (model / "1" / "model.py").write_text(SECOND_INSTANCE_CRASHES)
-    spec = write_spec(tmp_path, model, {"instance_group.count": [2]}, n_trials=2,
-                      name="crash")
-    if not numpy_glue_works():
-        # numpy 2 beside a stub built for numpy 1 (the plain-pip leg): a Python-backend model
-        # is refused before it is served, and that refusal is the behaviour there
-        with pytest.raises(ModelError, match="would get wrong tensors"):
-            tune(spec, TuneOptions(bar=False))
+    got = _tune_python_model(tmp_path, "crash", SECOND_INSTANCE_CRASHES, [2], n_trials=2)
+    if got is None:
         return
-    tune(spec, TuneOptions(bar=False))
-    got = trials(f"sqlite:///{tmp_path / 'optuna.db'}", "crash")
     two = [t for t in got if t.params.get("instance_group.count") == 2]
     assert two and two[0].state == TrialState.FAIL
     reason = two[0].user_attrs["fail_reason"]
@@ -251,18 +262,10 @@ def test_a_configuration_that_hangs_on_the_probes_is_said_to_have_timed_out(
         tmp_path: Path, mlflow_uri: str) -> None:
     """Two instances: the second never answers. The probes' deadline
     (check.outputs.timeout_s) ends the check with the words, not 'outputs differ'."""
-    model = tmp_path / "crash"
-    (model / "1").mkdir(parents=True)
-    (model / "config.pbtxt").write_text(SECOND_INSTANCE_CONFIG)
-    (model / "1" / "model.py").write_text(SECOND_INSTANCE_HANGS)
-    spec = write_spec(tmp_path, model, {"instance_group.count": [2]}, n_trials=2,
-                      name="crash", check={"outputs": {"timeout_s": 2}})
-    if not numpy_glue_works():  # the plain-pip leg refuses a Python-backend model, as above
-        with pytest.raises(ModelError, match="would get wrong tensors"):
-            tune(spec, TuneOptions(bar=False))
+    got = _tune_python_model(tmp_path, "crash", SECOND_INSTANCE_HANGS, [2], n_trials=2,
+                             check={"outputs": {"timeout_s": 2}})
+    if got is None:
         return
-    tune(spec, TuneOptions(bar=False))
-    got = trials(f"sqlite:///{tmp_path / 'optuna.db'}", "crash")
     two = [t for t in got if t.params.get("instance_group.count") == 2]
     assert two and two[0].state == TrialState.FAIL
     reason = two[0].user_attrs["fail_reason"]
@@ -319,19 +322,11 @@ def test_a_trial_that_kills_the_server_is_named_and_the_next_gets_a_fresh_one(
     saying the server died, how, and the model's last words; the trial after it is measured
     on a fresh server, with either strategy (a reload strategy's server is otherwise started
     once)."""
-    model = tmp_path / "killer"
-    (model / "1").mkdir(parents=True)
-    (model / "config.pbtxt").write_text(SECOND_INSTANCE_CONFIG.replace('"crash"', '"killer"'))
-    (model / "1" / "model.py").write_text(KILLS_THE_SERVER)
-    spec = write_spec(tmp_path, model, {"instance_group.count": [2, 3]}, n_trials=3,
-                      name="killer", server={"strategy": strategy}, check={"outputs": False})
-    if not numpy_glue_works():  # the plain-pip leg refuses a Python-backend model, as above
-        with pytest.raises(ModelError, match="would get wrong tensors"):
-            tune(spec, TuneOptions(bar=False))
+    done = _tune_python_model(tmp_path, "killer", KILLS_THE_SERVER, [2, 3], n_trials=3,
+                              server={"strategy": strategy}, check={"outputs": False})
+    if done is None:
         return
-    tune(spec, TuneOptions(bar=False))
-    got = {t.params["instance_group.count"]: t
-           for t in trials(f"sqlite:///{tmp_path / 'optuna.db'}", "killer")}
+    got = {t.params["instance_group.count"]: t for t in done}
     assert got[2].number < got[3].number, "the grid's order puts the killing trial first"
     assert got[2].state == TrialState.FAIL
     reason = got[2].user_attrs["fail_reason"]
