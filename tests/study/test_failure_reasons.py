@@ -5,6 +5,7 @@ progress line. The failure is real: a shim whose stub process crashes on every r
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +175,10 @@ def test_a_trial_fails_with_the_cause_in_its_note(tmp_path: Path, mlflow_uri: st
     got = trials(f"sqlite:///{tmp_path / 'optuna.db'}")
     assert got and all(t.state == TrialState.FAIL for t in got)
     reason = got[0].user_attrs["fail_reason"]
-    assert reason.startswith("measurement failed: no load level measured")
+    # nvidia-pytriton 0.5.7's server dies of the crash (the plain-pip leg): said first
+    assert re.match(r"measurement failed: (the server died during this measurement \(tritonserver "
+                    r"was killed by signal 11 \(SIGSEGV\)\); )?no load level measured", reason), \
+        reason
     assert "Stub process" in reason
     run = MlflowClient(mlflow_uri).get_run(got[0].user_attrs["mlflow_run_id"])
     assert run.info.status == "FAILED"
