@@ -238,3 +238,22 @@ def test_a_study_where_nothing_beats_the_default_is_equivalent(
     with pytest.raises(DeployError, match="the verdict is equivalent"):
         promote(study, objectives={"perf_throughput": "maximize"}, constraints=None,
                 registered_model="quick", deployment_name="quick")
+
+
+def test_rounds_asked_for_by_name_are_not_cut_short_by_the_budget(
+        tmp_path: Path, model: Path, mlflow_uri: str) -> None:
+    """The study's own confirmation stops at its budget (0.5 s: after its first round, too
+    few to decide); `tracker confirm --rounds 4`, the command an inconclusive verdict names,
+    then measures up to 4 rounds whatever the budget, unless the verdict is decided first."""
+    spec = write_spec(tmp_path, model, {"instance_group.count": [2]}, n_trials=2,
+                      confirm={"enabled": True, "top_k": 1, "rounds": 2, "min_rounds": 1,
+                               "budget_s": 0.5, "design": "rounds"}, load={"concurrency": [4]})
+    tune(spec, TuneOptions(bar=False))
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    first = _record(storage)
+    assert len(first["rounds"]) == 1 and first["stop"].startswith("budget: "), first["stop"]
+    result = CliRunner().invoke(cli, ["confirm", str(spec), "--rounds", "4"])
+    assert result.exit_code == 0, result.output
+    again = _record(storage)
+    assert again["rounds"][:1] == first["rounds"]
+    assert len(again["rounds"]) == 4 or again["stop"].startswith("decided"), again["stop"]

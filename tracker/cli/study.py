@@ -141,7 +141,8 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
               "search.study_name or model name).")
 @click.option("--storage", help="Optuna storage URL (default: as for tracker tune).")
 @click.option("--rounds", type=click.IntRange(min=1), help="Most rounds in all, those already "
-              "measured included (confirm.rounds; paired design: 3 pairs per round).")
+              "measured included (confirm.rounds; paired design: 3 pairs per round); no "
+              "budget stops them, only a decided verdict.")
 @click.option("--top-k", "--top_k", "top_k", type=click.IntRange(min=1),
               help="Configurations besides the default (confirm.top_k; in rounds only, the "
               "paired design confirms the best).")

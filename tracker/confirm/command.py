@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -83,14 +83,17 @@ def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
     """``tracker confirm``: continue the confirmation of an existing study on the spec's server
     up to ``rounds`` rounds in all (a finished one of the same configurations too; ``new``:
     start a new one), then rewrite the study's report with the verdict. The search is not run
-    again."""
+    again. Given ``rounds``, no budget stops it before them (the budget applies otherwise)."""
     from tracker.session.conclude import finish_study
     from tracker.tracking import runs
 
     with confirm_session(spec_path, study_name=study_name, storage=storage,
                          interrupted="the measurements so far are kept: run the same command "
                                      "to continue") as (ctx, prun):
-        run(ctx, settings_of(ctx, rounds, top_k), again=True, new=new)
+        settings = settings_of(ctx, rounds, top_k)
+        if rounds is not None:  # rounds asked for by name: no budget cuts them short
+            settings = replace(settings, budget_s=None, floor_s=0.0)
+        run(ctx, settings, again=True, new=new)
     spec, parent, study = ctx.spec, ctx.parent, ctx.study
     client = parent.client
     result = finish_study(ctx, status="FINISHED", owner=False,
