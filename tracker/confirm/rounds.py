@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from tracker.search.objective import LevelChoice
 
 
-
 #: the default budget: the confirmation's share of the study's measuring time (search + it)
 SHARE = 0.25
 #: windows per confirmation measurement: the three the stability rule compares, no retries

@@ -94,13 +94,14 @@ def failure_words(error: str, timeout_s: float) -> str:
     return "answered with an error"
 
 
-def probes_failed(error: str, timeout_s: float, log: str, knobs: str = "") -> str:
-    """A configuration that crashed or timed out on a probe the default answered: the words
-    say which (:func:`failure_words`), with the client's ``error``, what ``knobs`` differ and
-    the server log's last error lines."""
+def probes_failed(spec: StudySpec, error: str, log: str, knobs: str = "") -> str:
+    """A configuration that crashed or timed out (``check.outputs.timeout_s``) on a probe the
+    default answered: the words say which (:func:`failure_words`), with the client's
+    ``error``, what ``knobs`` differ and the server log's last error lines."""
     lines = log_errors(log)
     logged = f"; server log: {' | '.join(lines)}" if lines else ""
-    return (f"the configuration {failure_words(error, timeout_s)} on the output check's "
+    what = failure_words(error, spec.check.outputs.timeout_s)
+    return (f"the configuration {what} on the output check's "
             f"probes, which the default configuration answered{knobs}: {error}{logged}")
 
 
@@ -237,9 +238,8 @@ class OutputCheck:
             self.probe_set = reference
             self.verdict = check_answers(client, model, config, reference, tol,
                                          alone=not self.fresh, times=self.times)
-            timeout_s = client.timeout_s
         if self.verdict.error:
-            raise ProbesFailed(self.failure(timeout_s, server.log_text()))
+            raise ProbesFailed(self.failure(server.log_text()))
         if not self.verdict.passed:
             raise OutputsDiffer(self.message())
 
@@ -263,9 +263,9 @@ class OutputCheck:
     def _knobs(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.changed.items()) or "none"
 
-    def failure(self, timeout_s: float, log: str) -> str:
+    def failure(self, log: str) -> str:
         assert self.verdict is not None
-        return probes_failed(self.verdict.error, timeout_s, log,
+        return probes_failed(self.spec, self.verdict.error, log,
                              f" (knobs unlike the default's: {self._knobs()})")
 
     def metrics(self) -> dict[str, float]:

@@ -67,8 +67,7 @@ class ReferenceCheck:
             self.verdict = check_answers(client, model, config, reference, self.tol,
                                          alone=self.reference is not None, times=self.times)
         if self.verdict.error and self.reference is not None:
-            raise ProbesFailed(probes_failed(self.verdict.error, client.timeout_s,
-                                             server.log_text()))
+            raise ProbesFailed(probes_failed(self.spec, self.verdict.error, server.log_text()))
         if not self.verdict.passed:
             what = ("outputs differ from the default configuration's" if self.reference else
                     "the default configuration answers differently one at a time and sent "

@@ -134,9 +134,14 @@ def with_log_errors(err: TrackerError, log: str, gone: str | None = None) -> Tra
     lines = log_errors(log, died=gone is not None)
     if not lines and gone is None:
         return err
-    died = f"the server died during this measurement ({gone}); " if gone else ""
     logged = f"; server log: {' | '.join(lines)}" if lines else ""
-    return MeasurementError(f"{died}{err}{logged}")
+    return MeasurementError(f"{_died_first(gone, 'measurement')}{err}{logged}")
+
+
+def _died_first(gone: str | None, during: str) -> str:
+    """What a failure's reason begins with when the server died under ``during`` (``gone``:
+    how its process ended); "" when it did not."""
+    return f"the server died during this {during} ({gone}); " if gone else ""
 
 
 def resolve_serving(spec: StudySpec, server: TritonServer,
@@ -271,10 +276,8 @@ def _serve(server: TritonServer, repo: TrialRepository, mark: int,
         warmed = check(server, repo.model_name, loaded) if check is not None else 0
         return loaded, said, warmed
     except TrackerError as err:
-        gone = server.gone()
-        died = f"the server died during this trial ({gone}); " if gone else ""
-        raise ConfigFailed(died + str(getattr(err, "reason", err)), err,
-                           server.log_text()[mark:]) from err
+        reason = _died_first(server.gone(), "trial") + str(getattr(err, "reason", err))
+        raise ConfigFailed(reason, err, server.log_text()[mark:]) from err
 
 
 def measure_configuration(spec: StudySpec, conf: Configuration,
