@@ -95,21 +95,21 @@ def log_errors(log: str, limit: int = 3, *, died: bool = False) -> list[str]:
     line), so the last line a model printed ends the list too."""
     errors: list[str] = []
     crash: list[str] = []  # the crash's own lines, kept apart so they never push out the cause
-    printed: list[str] = []  # the plain lines since the last line Triton wrote
+    printed: list[str] = []  # the line just read, when a model printed it (else none)
     for line in log.splitlines():
         text = _ANSI.sub("", line).strip()
         runtime = _RUNTIME_LINE.search(text)
         if _CRASH_LINE.match(text):
-            crash.extend([*printed[-1:], text])
+            crash.extend([*printed, text])
         elif _EXCEPTION_LINE.match(text):
             errors.append(text)
         elif runtime is not None:
             errors.append(f"onnxruntime: {runtime.group(1)}")
         else:
             errors.extend(error_messages(text))
-        printed = [*printed, text] if _printed(text) else []
+        printed = [text] if _printed(text) else []
     if died:
-        crash.extend(printed[-1:])
+        crash.extend(printed)
     kept_errors = list(dict.fromkeys(errors))[-limit:]
     kept_crash = [line for line in dict.fromkeys(crash) if line not in kept_errors][-limit:]
     return kept_errors + kept_crash
