@@ -44,6 +44,16 @@ def test_random_inputs_have_every_dtype_and_the_batch_dim() -> None:
     assert int(sample["I_INT64"].max()) < 10
 
 
+def test_zero_fill_makes_zeros_and_leaves_strings_random() -> None:
+    cfg = config(one("X", "FP32", "2, 3") + one("I", "INT64", "4") + one("S", "STRING", "2"))
+    (sample,) = make_samples(cfg, batch_size=2, fill="zero")
+    assert sample["X"].shape == (2, 2, 3) and not sample["X"].any()
+    assert sample["I"].dtype == np.int64 and not sample["I"].any()
+    assert all(isinstance(s, bytes) and len(s) == 128 for s in sample["S"].ravel())
+    (drawn,) = make_samples(cfg, batch_size=2)
+    assert drawn["X"].any()                                   # random stays the default
+
+
 def test_unbatched_model_uses_dims_as_the_shape() -> None:
     cfg = config(one("X", "FP32", "1, 5"), max_batch_size=0)
     (sample,) = random_samples(cfg)

@@ -237,6 +237,42 @@ def test_offline_mode_and_genai_flags_are_refused(repository: Path, tmp_path: Pa
     assert f"{config}: genai_perf_flags cannot be honoured" in genai.stderr
 
 
+BAD_VALUES = [
+    ({"constraints": {"perf_latency_p99": {"max": -5}}},
+     "constraints.perf_latency_p99.max: must be >= 0 (perf_latency_p99 is never negative), "
+     "but got -5"),
+    ({"perf_analyzer_flags": {"measurement-interval": 0}},
+     "perf_analyzer_flags measurement-interval: must be >= 1, but got 0"),
+    ({"perf_analyzer_flags": {"input-data": "no_such.json"}},
+     "perf_analyzer_flags input-data: file not found: "),
+]
+
+
+@pytest.mark.parametrize(("options", "line"), BAD_VALUES, ids=[v[1][:40] for v in BAD_VALUES])
+def test_a_bad_value_is_refused_in_one_line_naming_its_key(
+        options: dict[str, object], line: str, repository: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "ma.yaml"
+    config.write_text(yaml.safe_dump({"model_repository": str(repository),
+                                      "profile_models": "add", **options}))
+    result = CliRunner().invoke(cli, ["model-analyzer", "profile", "-f", str(config)])
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"error: {config}: {line}"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "pydantic" not in result.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["ma.yaml"]     # nothing written or run
+
+
+def test_zero_input_data_translates_to_the_load_s_input_fill(repository: Path,
+                                                             tmp_path: Path) -> None:
+    from tracker.peers.ma_translate import translate
+
+    plan = translate({"model_repository": str(repository), "profile_models": "add",
+                      "perf_analyzer_flags": {"input-data": "zero"}}, tmp_path)
+    load = plan.studies[0].spec["load"]
+    assert isinstance(load, dict) and load["input_fill"] == "zero" and "input_data" not in load
+
+
 def test_an_output_folder_that_exists_is_refused_as_model_analyzer_refuses_it(
         repository: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

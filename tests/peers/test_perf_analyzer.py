@@ -85,12 +85,14 @@ def test_grpc_levels_print_and_log_as_perf_analyzer_s(served: Endpoints, tmp_pat
     assert {"perf.csv", "command.txt", "config.pbtxt"} <= names
 
 
-def test_http_with_a_percentile_reports_that_percentile(served: Endpoints, tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_http_with_a_percentile_and_zero_inputs_reports_that_percentile(
+        served: Endpoints, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert served.http is not None
     url = served.http.removeprefix("http://")
-    out, _uri = _run(["-m", "add", "-u", url, "--percentile=95", "-p", "300", "-f", "h.csv"],
-                     tmp_path, monkeypatch)
+    out, uri = _run(["-m", "add", "-u", url, "--percentile=95", "-p", "300", "-f", "h.csv",
+                     "--input-data", "zero"], tmp_path, monkeypatch)
+    run_id = out.strip().splitlines()[-1].removeprefix("MLflow run ")
+    assert MlflowClient(tracking_uri=uri).get_run(run_id).data.params["input_data"] == "zero"
     assert "  Stabilizing using p95latency and throughput" in out.splitlines()
     lines = out.splitlines()
     table = lines.index("Inferences/Second vs. Client p95 Batch Latency")
@@ -143,6 +145,27 @@ REFUSED = [
     (["--concurrency-range", "1:4"], "-m is required"),
     (["-m", "add", "--concurrency-range", "1:0"], "needs -l"),
     (["-m", "add", "--shared-memory", "cuda"], "CUDA shared memory"),
+    (["-m", "add", "--ssl-grpc-use-ssl"], "TLS goes to `server.tls`"),
+    (["-m", "add", "-c", "4"], "-c cannot be honoured here: deprecated in Perf Analyzer"),
+    # bad values: one line naming the flag, worded as `tracker check` words a spec's
+    (["-m", "add", "--input-data", "/no/such.json"], "--input-data: file not found: "
+                                                     "/no/such.json"),
+    (["-m", "add", "--input-data", "/"], "--input-data /: a folder of raw input files"),
+    (["-m", "add", "--request-rate-range", "10:20:10", "--request-distribution", "gamma"],
+     "--request-distribution must be constant or poisson, but got 'gamma'"),
+    (["-m", "add", "-b", "0"], "-b: must be >= 1, but got '0'"),
+    (["-m", "add", "--measurement-interval=x"], "--measurement-interval: must be an integer, "
+                                                "but got 'x'"),
+    (["-m", "add", "-s", "200"], "-s: must be <= 100.0, but got '200'"),
+    (["-m", "add", "--max-threads", "0"], "--max-threads must be a whole number >= 1"),
+    (["-m", "add", "--input-tensor-format", "json"], "--input-tensor-format json cannot be "
+                                                     "honoured: tensors travel in binary"),
+    (["-m", "add", "--binary-search", "--concurrency-range", "1:8"],
+     "--binary-search needs -l/--latency-threshold"),
+    (["-m", "add", "--binary-search", "-l", "5"], "--binary-search needs --concurrency-range"),
+    (["-m", "add", "--request-intervals", "/no/such.txt", "--request-rate-range", "10"],
+     "--request-intervals and --request-rate-range exclude each other"),
+    (["-m", "add", "--request-intervals", "/no/such.txt"], "--request-intervals: cannot read"),
 ]
 
 
@@ -154,6 +177,7 @@ def test_what_cannot_be_honoured_is_refused_by_name(args: list[str], fragment: s
     result = CliRunner().invoke(cli, ["perf-analyzer", *args])
     assert result.exit_code == 1
     assert fragment in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "pydantic" not in result.stderr
     assert result.stdout == "" and not (tmp_path / "mlflow.db").exists()
 
 
@@ -174,3 +198,29 @@ def test_no_server_at_the_address_says_how_to_get_one(tmp_path: Path,
     assert result.exit_code == 1 and "Traceback" not in result.stderr
     assert "no Triton answers http at 127.0.0.1:1" in result.stderr
     assert "--service-kind triton_c_api --model-repository DIR" in result.stderr
+
+
+def test_request_intervals_replay_the_file_open_loop(served: Endpoints, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "gaps.txt").write_text("2000\n2000\n6000\n")  # 3 requests per 10 ms
+    out, uri = _run(["-m", "add", "-u", served.grpc, "-i", "grpc", "--request-intervals",
+                     str(tmp_path / "gaps.txt"), "-p", "200"], tmp_path, monkeypatch)
+    assert "Request Rate: 300 inference requests per second" in out.splitlines()
+    run_id = out.strip().splitlines()[-1].removeprefix("MLflow run ")
+    steps = {m.step for m in MlflowClient(tracking_uri=uri).get_metric_history(
+        run_id, "sweep/perf_throughput")}
+    assert steps == {300}
+    bad = tmp_path / "bad.txt"
+    bad.write_text("100\n-3\n")
+    result = CliRunner().invoke(cli, ["perf-analyzer", "-m", "add", "--request-intervals",
+                                      str(bad)])
+    assert result.exit_code == 1 and f"{bad}, line 2: a gap must be >= 0" in result.stderr
+
+
+def test_binary_search_bisects_the_range_under_the_threshold(
+        served: Endpoints, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    out, _uri = _run(["-m", "add", "-u", served.grpc, "-i", "grpc", "--concurrency-range",
+                      "1:8", "-p", "200", "--binary-search", "-l", "100000"], tmp_path,
+                     monkeypatch)
+    levels = [int(m.group(1)) for line in out.splitlines() if (m := LINE.match(line))]
+    assert levels == [4, 6, 7, 8]  # every level is under 100 s: the bisection climbs to 8

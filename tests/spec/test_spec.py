@@ -246,6 +246,11 @@ MALFORMED = [
     ("constraints: {perf_latency_p99: {maximum: 10}}",
      "constraints.perf_latency_p99.maximum: unknown field; did you mean 'max'?"),
     ("constraints: {latency: {max: 10}}", "constraints.latency: unknown metric 'latency'"),
+    ("constraints: {perf_latency_p99: {max: -5}}",
+     "constraints.perf_latency_p99.max: must be >= 0 (perf_latency_p99 is never negative), "
+     "but got -5"),
+    ("load: {input_fill: zero, repeat: {pct: 50}}",
+     "load.input_fill: zero makes every request the same"),
     ("constraints: {perf_latency_p99: 10}",
      "constraints.perf_latency_p99: must be a mapping (key: value), but got 10"),
     ("mlflow: {tracking_uri: 3}", "mlflow.tracking_uri: must be a string, but got 3"),

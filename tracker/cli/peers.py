@@ -5,6 +5,7 @@ report`` and ``tracker perf-analyzer`` take their flags and config files unchang
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -29,10 +30,23 @@ def model_analyzer(mode: str) -> None:
                               "(perf_throughput) without a latency constraint in online mode")
 
 
-def _profile(args: list[str]) -> None:
+def _help(args: list[str], usage: Callable[[], str]) -> bool:
+    """Print the peer's usage when ``args`` ask for it (-h, --help or -?, anywhere)."""
+    from tracker.peers.peer_help import wants_help
+
+    if wants_help(args):
+        click.echo(usage(), nl=False)
+    return wants_help(args)
+
+
+def _profile(args: list[str], command: str) -> None:
+    from tracker.lifecycle import Interrupted
     from tracker.peers.ma_outputs import plain
     from tracker.peers.model_analyzer import profile
-    from tracker.session.context import Interrupted
+    from tracker.peers.peer_help import ma_usage
+
+    if _help(args, lambda: ma_usage(command)):
+        return
 
     try:
         done = profile(args, Path.cwd(), click.echo)
@@ -50,14 +64,14 @@ def _profile(args: list[str]) -> None:
 def profile_command(ctx: click.Context) -> None:
     """Model Analyzer's profile: its flags (--model-repository, --profile-models, ...) and
     -f config.yaml, run as one study per model."""
-    _profile(list(ctx.args))
+    _profile(list(ctx.args), "profile")
 
 
 @model_analyzer.command("analyze", context_settings=_RAW, add_help_option=False)
 @click.pass_context
 def analyze_command(ctx: click.Context) -> None:
     """Aliased to profile, as in Model Analyzer."""
-    _profile(list(ctx.args))
+    _profile(list(ctx.args), "analyze")
 
 
 @model_analyzer.command("report", context_settings=_RAW, add_help_option=False)
@@ -66,8 +80,10 @@ def report_command(ctx: click.Context) -> None:
     """The summary of a finished profile; with -n/--report-model-configs, the detailed report
     of each configuration named (-e export path, -s checkpoint directory)."""
     from tracker.peers.model_analyzer import report
+    from tracker.peers.peer_help import report_usage
 
-    report(list(ctx.args), Path.cwd(), click.echo)
+    if not _help(list(ctx.args), report_usage):
+        report(list(ctx.args), Path.cwd(), click.echo)
 
 
 @cli.command("perf-analyzer", context_settings=_RAW, add_help_option=False)
@@ -75,7 +91,10 @@ def report_command(ctx: click.Context) -> None:
 def perf_analyzer_command(ctx: click.Context) -> None:
     """Perf Analyzer's command line (-m, -u, -i, --concurrency-range, -p, -f, ...), measured by
     the tracker's client and logged as an MLflow run."""
+    from tracker.peers.peer_help import pa_usage
     from tracker.peers.perf_analyzer import measure
 
+    if _help(list(ctx.args), pa_usage):
+        return
     done = measure(list(ctx.args), click.echo)
     click.echo(f"MLflow run {done.run_id}")

@@ -114,6 +114,14 @@ def _commands(group: click.Group, prefix: str = "tracker") -> list[tuple[str, cl
     return out
 
 
+#: the peer whose command line a command without parameters of its own takes
+_PEER = {"perf-analyzer": "Perf Analyzer", "model-analyzer": "Model Analyzer"}
+
+
+def _peer(name: str) -> str:
+    return next((peer for word, peer in _PEER.items() if word in name.split()), "its peer")
+
+
 def cli_blocks(group: click.Group | None = None) -> list[Block]:
     """A block per command of ``group`` (default: ``tracker``) and one for the group's own
     options: usage, the command's first help line, and a table of its parameters."""
@@ -128,8 +136,8 @@ def cli_blocks(group: click.Group | None = None) -> list[Block]:
         text = "\n".join([f"    {usage}", "", cell(command.get_short_help_str(limit=300)), "",
                           table(("parameter", "type", "default", "allowed values", "meaning"),
                                 (_param_row(p) for p in params)) if params else
-                          "It takes Model Analyzer's own flags: [Migrating from Model Analyzer]"
-                          "(migrate-model-analyzer.md) lists each."])
+                          f"It takes {_peer(name)}'s own flags: [Coming from Model "
+                          "Analyzer](migrate-model-analyzer.md) lists each."])
         out.append(Block(CLI_PAGE, f"cli {name}", f"## `{name}`", text))
     return out
 
@@ -159,13 +167,7 @@ def peer_blocks() -> list[Block]:
     for o in OPTIONS:
         forms = [f"`{o.key}`", *([f"`{o.flag}`"] if o.flag else []),
                  *([f"`-{o.short}`"] if o.short else [])]
-        if o.refused:
-            here = f"refused: {o.why}"
-        elif o.why:
-            here = f"only its default: {o.why}"
-        else:
-            here = o.here
-        rows.append((" ".join(forms), _ma_default(o.default), here))
+        rows.append((" ".join(forms), _ma_default(o.default), o.meaning))
     return [Block(MIGRATE_PAGE, "model-analyzer options", "## Every option", table(
         ("option (YAML key, flag)", "Model Analyzer's default", "what the tracker does"),
         rows)),

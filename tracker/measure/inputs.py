@@ -4,7 +4,9 @@ Random data (what perf_analyzer does without ``--input-data``): every non-option
 one tensor of its data type and shape, ``[batch_size] + dims`` when ``max_batch_size > 0``.
 Floats are uniform in [0, 1), integers in [0, 10), booleans random, strings random ASCII of
 128 characters (perf_analyzer's default string length). A variable dimension (-1) needs a
-shape from the data file, as with perf_analyzer's ``--shape``.
+shape from the data file, as with perf_analyzer's ``--shape``. With ``load.input_fill: zero``
+(perf_analyzer's ``--input-data zero``) every non-string input is zeros instead; strings stay
+random, as perf_analyzer makes them.
 
 User data (``load.input_data``):
 - JSON in perf_analyzer's ``--input-data`` layout: ``{"data": [{"INPUT0": [...]}, ...]}``,
@@ -95,8 +97,10 @@ def random_tensor(spec: InputSpec, shape: Sequence[int], rng: np.random.Generato
     return rng.random(size=shape).astype(spec.dtype)
 
 
-def random_samples(config: Any, batch_size: int = 1, seed: int = 0) -> list[Sample]:
-    """One request's worth of random inputs for ``config``."""
+def random_samples(config: Any, batch_size: int = 1, seed: int = 0,
+                   fill: str = "random") -> list[Sample]:
+    """One request's worth of inputs made for ``config``: random, or with ``fill`` "zero"
+    zeros (strings stay random)."""
     specs = input_specs(config)
     _check_batch(specs, batch_size, config.max_batch_size)
     rng = np.random.default_rng(seed)
@@ -107,7 +111,9 @@ def random_samples(config: Any, batch_size: int = 1, seed: int = 0) -> list[Samp
                 f"input {spec.name!r} has variable dims {list(spec.dims)}; give its shape "
                 f"with load.input_data (a .json with \"shape\" or an .npz file)")
         shape = [batch_size, *spec.dims] if spec.batching else list(spec.dims)
-        sample[spec.name] = random_tensor(spec, shape, rng)
+        zero = fill == "zero" and spec.datatype != "BYTES"
+        sample[spec.name] = (np.zeros(shape, dtype=spec.dtype) if zero
+                             else random_tensor(spec, shape, rng))
     return [sample]
 
 
@@ -237,8 +243,9 @@ def _npz_samples(arrays: Mapping[str, Array], specs: Sequence[InputSpec], batch_
 
 
 def make_samples(config: Any, batch_size: int = 1, input_data: str | Path | None = None,
-                 seed: int = 0) -> list[Sample]:
-    """The requests to send: from ``input_data`` when given, else random."""
+                 seed: int = 0, fill: str = "random") -> list[Sample]:
+    """The requests to send: from ``input_data`` when given, else made (``fill``: random
+    or zero)."""
     if input_data is not None:
         return load_samples(input_data, config, batch_size)
-    return random_samples(config, batch_size, seed)
+    return random_samples(config, batch_size, seed, fill)

@@ -111,6 +111,8 @@ class PerfAnalyzer:
             cmd += ["--measurement-interval", str(load.window_ms)]
         if load.input_data is not None:
             cmd += ["--input-data", str(load.input_data)]
+        elif load.input_fill == "zero":
+            cmd += ["--input-data", "zero"]
         if self.stateful:
             cmd += sequence_args(load)
         return cmd + self.transport_flags() + list(load.perf_analyzer_flags)

@@ -180,7 +180,8 @@ def sequence_samples(config: Any, load: LoadSection,
     specs = input_specs(config)
     data = _is_sequence_layout(load.input_data) if load.input_data is not None else None
     if data is None:
-        return make_samples(config, load.batch_size, load.input_data), None
+        return make_samples(config, load.batch_size, load.input_data,
+                            fill=load.input_fill), None
     steps: list[Sample] = []
     seqs: list[tuple[int, ...]] = []
     for i, seq in enumerate(data):

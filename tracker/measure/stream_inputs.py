@@ -79,12 +79,14 @@ def samples_for(config: Any, load: LoadSection) -> list[Sample]:
     """The requests to send for ``config`` under ``load`` (lengths drawn where the spec says)."""
     drawn: Mapping[str, LengthInput] = load.stream.drawn
     if not drawn:  # load.repeat: the pool of distinct requests (repeats.py)
-        return repeat_pool(config, load, make_samples(config, load.batch_size, load.input_data))
+        return repeat_pool(config, load, make_samples(config, load.batch_size, load.input_data,
+                                                    fill=load.input_fill))
     specs = input_specs(config)
     targets = {field: _spec_of(specs, field, d.input) for field, d in drawn.items()}
     rest = _without(config, {d.input for d in drawn.values()})
     base: list[Sample] = ([{}] if not any(not i.optional for i in rest.input)
-                          else make_samples(rest, load.batch_size, load.input_data))
+                          else make_samples(rest, load.batch_size, load.input_data,
+                                            fill=load.input_fill))
     n = max(len(base), load.stream.samples)
     rng = np.random.default_rng(load.stream.seed)
     lengths = {field: d.length.draw(rng, n) for field, d in drawn.items()}

@@ -8,4 +8,6 @@
 repository, results CSVs and reports from the studies' runs.
 :mod:`~tracker.peers.pa_flags` reads Perf Analyzer's flags, and
 :mod:`~tracker.peers.perf_analyzer` measures with them (``tracker perf-analyzer``).
+:mod:`~tracker.peers.peer_help` prints both peers' usage, each flag or option marked with what
+the tracker does with it (``-h``, ``--help``, ``-?``).
 """

@@ -18,6 +18,7 @@ docs/migrate-model-analyzer.md lists this table.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,27 @@ class MaOption:
         """The command-line form (None: YAML only)."""
         return None if self.kind == "yaml" else "--" + self.key.replace("_", "-")
 
+    @property
+    def mark(self) -> str:
+        """refused; default only (another value is refused); translated (into the study
+        spec's field named); honoured (as Model Analyzer does it)."""
+        if self.refused:
+            return "refused"
+        if self.why:
+            return "default only"
+        return "translated" if SPEC_FIELD.search(self.here) else "honoured"
+
+    @property
+    def meaning(self) -> str:
+        """What the tracker does with it, in one line (docs/migrate-model-analyzer.md)."""
+        if self.refused:
+            return f"refused: {self.why}"
+        return f"only its default: {self.why}" if self.why else self.here
+
+
+#: a study spec's field in what the tracker does with an option (then it is translated)
+SPEC_FIELD = re.compile(r"`(<model>/)?(model|load|search|server|confirm|constraints|objectives"
+                        r"|instance_group|max_batch_size)\b")
 
 _NO_GPU_HERE = "the tracker measures with its own client and monitors"
 _SAME = "the tracker's sweep has this behaviour"

@@ -246,8 +246,10 @@ def _pa_flags(flags: object) -> Spec:
             load["stream"] = {"enabled": bool(value)}
         elif key == "sequence-length":
             load["sequence"] = {"length": value}
-        elif key == "input-data" and value == "random":
-            continue
+        elif key == "input-data" and value in ("zero", "random"):
+            load["input_fill"] = value
+        elif key == "input-data":      # relative to the working directory, as Model Analyzer
+            load["input_data"] = str(Path(str(value)).expanduser().absolute())
         elif key in _PA_FLAGS:
             load[_PA_FLAGS[key]] = value
         else:
@@ -255,6 +257,14 @@ def _pa_flags(flags: object) -> Spec:
                 f"perf_analyzer_flags {key}: not honoured here; the flags that are: "
                 f"measurement-mode, {', '.join(_PA_FLAGS)}, streaming")
     return load
+
+
+def option_path(spec_path: str) -> str:
+    """The Model Analyzer option a translated spec's field path came from, where it is not
+    the same path (``load.window_ms`` -> ``perf_analyzer_flags measurement-interval``)."""
+    section, _, field_name = spec_path.partition(".")
+    flag = next((k for k, f in _PA_FLAGS.items() if f == field_name.split(".")[0]), None)
+    return f"perf_analyzer_flags {flag}" if section == "load" and flag else spec_path
 
 
 def _load(options: Mapping[str, object], model: Mapping[str, object], automatic: bool) -> Spec:

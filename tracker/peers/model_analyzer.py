@@ -22,12 +22,18 @@ import optuna
 import yaml
 from mlflow import MlflowClient
 
-from tracker.errors import TrackerError
+from tracker.errors import SpecError, TrackerError
 from tracker.peers import ma_outputs
 from tracker.peers.ma_options import PeerOptionError, read_options
-from tracker.peers.ma_translate import Plan, StudyPlan, refuse_existing_output, translate
+from tracker.peers.ma_translate import (
+    Plan,
+    StudyPlan,
+    option_path,
+    refuse_existing_output,
+    translate,
+)
 from tracker.search.storage import make_storage
-from tracker.spec import StudySpec, ensure_model, load_spec
+from tracker.spec import StudySpec, ensure_model, load_spec, parse_spec
 from tracker.tracking import runs
 from tracker.tracking.scaleout import PARENT_RUN_ATTR
 
@@ -45,6 +51,20 @@ class Profiled:
     configurations: int
     written: list[Path]
     sentences: dict[str, str]          # entry model -> Model Analyzer's summary sentence
+
+
+def _validated(plan: Plan, config: Path | None) -> None:
+    """Every translated spec validated as ``tracker check`` validates a spec, before anything
+    is written: PeerOptionError, one line naming the option (``constraints.perf_latency_p99.
+    max: must be >= 0 ...``)."""
+    where = str(config) if config is not None else "command line"
+    for study in plan.studies:
+        try:
+            parse_spec(study.spec, base_dir=plan.layout.checkpoints / study.name)
+        except SpecError as exc:
+            lines = [f"{option_path(path)}: {text}" for path, _, text in
+                     (line.partition(": ") for line in exc.messages)]
+            raise PeerOptionError(f"{where}: {'; '.join(lines)}") from None
 
 
 def _write_specs(plan: Plan, argv: Sequence[str], config: Path | None) -> list[Path]:
@@ -138,7 +158,7 @@ def _outputs(plan: Plan, specs: Sequence[StudySpec], *, write_variants: bool) ->
 def profile(argv: Sequence[str], cwd: Path, echo: Echo) -> Profiled:
     """Run ``model-analyzer profile`` ARGV as studies; raises PeerOptionError (nothing
     started) for what cannot be honoured, TrackerError for a failed study, and
-    :class:`tracker.session.context.Interrupted` after Ctrl-C (the same command resumes)."""
+    :class:`tracker.lifecycle.Interrupted` after Ctrl-C (the same command resumes)."""
     from tracker.workflow.tune import tune
 
     options, config = read_options(argv)
@@ -146,6 +166,7 @@ def profile(argv: Sequence[str], cwd: Path, echo: Echo) -> Profiled:
     fresh = not _resumes(plan, argv)
     if fresh:
         refuse_existing_output(plan.layout)
+    _validated(plan, config)
     paths = _write_specs(plan, argv, config)
     specs = _checked(paths)
     for number, (study, spec, path) in enumerate(zip(plan.studies, specs, paths, strict=True)):
@@ -167,19 +188,31 @@ def profile(argv: Sequence[str], cwd: Path, echo: Echo) -> Profiled:
     return Profiled(plan, count, written, sentences)
 
 
+#: ``model-analyzer report``'s options: (flags, key (None: taken, no effect), what is done)
+REPORT_OPTIONS: tuple[tuple[tuple[str, ...], str | None, str], ...] = (
+    (("-n", "--report-model-configs"), "report_model_configs", "honoured: the configurations "
+     "whose detailed reports are written, a,b (none: the summary only)"),
+    (("-s", "--checkpoint-directory"), "checkpoint_directory", "honoured: the checkpoint "
+     "directory of the profile (checkpoints)"),
+    (("-e", "--export-path"), "export_path", "honoured: where reports/ is written (.)"),
+    (("-f", "--config-file"), "config_file", "honoured: a YAML file of these options"),
+    (("-o", "--output-formats"), "output_formats", "honoured: pdf (the default) or html"),
+    (("--always_report-gpu-metrics", "--always-report-gpu-metrics"), None,
+     "accepted: GPU figures are reported where measured"),
+    (("-q", "--quiet"), None, "accepted"), (("-v", "--verbose"), None, "accepted"),
+)
+
+
 def _report_options(argv: Sequence[str]) -> tuple[list[str], Path, Path]:
     """(report_model_configs, export_path, checkpoint_directory) of a report command line."""
     found: dict[str, str] = {}
-    names = {"-n": "report_model_configs", "--report-model-configs": "report_model_configs",
-             "-e": "export_path", "--export-path": "export_path",
-             "-s": "checkpoint_directory", "--checkpoint-directory": "checkpoint_directory",
-             "-f": "config_file", "--config-file": "config_file",
-             "-o": "output_formats", "--output-formats": "output_formats"}
+    names = {flag: key for flags, key, _ in REPORT_OPTIONS if key for flag in flags}
+    ignored = {flag for flags, key, _ in REPORT_OPTIONS if key is None for flag in flags}
     args = list(argv)
     while args:
         arg = args.pop(0)
         name, eq, value = arg.partition("=")
-        if name in ("--always_report-gpu-metrics", "--always-report-gpu-metrics"):
+        if name in ignored:
             continue
         if name not in names:
             raise PeerOptionError(f"{arg}: not an option of model-analyzer report (its "
@@ -192,12 +225,16 @@ def _report_options(argv: Sequence[str]) -> tuple[list[str], Path, Path]:
     if "config_file" in found:
         data = yaml.safe_load(Path(found.pop("config_file")).read_text()) or {}
         for key in data:
+            if key == "plots":
+                raise PeerOptionError(f"{key} cannot be honoured: the reports' plots are the "
+                                      "tracker's")
             if key not in set(names.values()):
                 raise PeerOptionError(f"{key}: not an option of model-analyzer report")
         found = {**{k: str(v) if not isinstance(v, list) else ",".join(map(str, v))
                     for k, v in data.items()}, **found}
     if found.get("output_formats", "pdf") not in ("pdf", "html"):
-        raise PeerOptionError(f"--output-formats {found['output_formats']}: pdf or html")
+        raise PeerOptionError(f"--output-formats must be pdf or html, but got "
+                              f"{found['output_formats']!r}")
     configs = [c.strip() for c in found.get("report_model_configs", "").split(",") if c.strip()]
     return (configs, Path(found.get("export_path", ".")),
             Path(found.get("checkpoint_directory", "checkpoints")))
@@ -229,4 +266,4 @@ def report(argv: Sequence[str], cwd: Path, echo: Echo) -> list[Path]:
     return written
 
 
-__all__ = ["Profiled", "StudyPlan", "profile", "report"]
+__all__ = ["REPORT_OPTIONS", "Profiled", "StudyPlan", "profile", "report"]

@@ -4,8 +4,10 @@
 ``--concurrency-range start:end:step``, PA's defaults where not given) into
 :class:`PaOptions`, and refuses a flag the tracker does not honour, named, with the reason,
 and an unknown one with the closest known flag, before anything starts; the options carry
-the load section the flags describe and the range's levels. :data:`MEANING` says what the
-tracker does with each flag (:func:`flag_rows`: the table on docs/migrate-model-analyzer.md).
+the load section the flags describe and the range's levels. A bad value is refused in one
+line naming the flag (the load's checks, worded as ``tracker check`` words a spec's).
+:data:`MEANING` says what the tracker does with each flag (:func:`flag_rows`: the table on
+docs/migrate-model-analyzer.md and ``tracker perf-analyzer --help``).
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
 
 from tracker.peers.ma_options import PeerOptionError, did_you_mean
+from tracker.spec.messages import messages
 from tracker.spec.sections import LoadSection
 
 #: flag -> option key, for flags that take a value; both spellings of each
@@ -29,15 +35,22 @@ _VALUE = {"-m": "model", "-x": "version", "-b": "batch", "-u": "url", "-i": "pro
           "--input-data": "input_data", "--service-kind": "service_kind",
           "--model-repository": "model_repository", "--shared-memory": "shared_memory",
           "--warmup-request-count": "warmup", "--metrics-url": "metrics_url",
-          "--metrics-interval": "metrics_interval", "--max-threads": "max_threads"}
+          "--metrics-interval": "metrics_interval", "--max-threads": "max_threads",
+          "--input-tensor-format": "input_format", "--output-tensor-format": "output_format",
+          "--grpc-compression-algorithm": "compression",
+          "--request-intervals": "request_intervals"}
+#: value flags honoured at one value only (Perf Analyzer's default): key -> that value
+_ONLY = {"input_format": "binary", "output_format": "binary", "compression": "none"}
+#: flags that stand for a value flag's value: flag -> (key, value, what the tracker does)
+_ALIASES = {"-z": ("input_data", "zero", "as `--input-data zero`: `load.input_fill`")}
 _FLAGS = {"-a": "async", "--async": "async", "--sync": "sync", "-v": "verbose",
-          "--verbose-csv": "verbose_csv", "--collect-metrics": "collect_metrics"}
+          "--verbose-csv": "verbose_csv", "--collect-metrics": "collect_metrics",
+          "--binary-search": "binary_search"}
 _REFUSED = {
     "--streaming": "a streaming model is measured by `tracker tune` with `load.stream`",
     "--sequence-length": "a stateful model is measured by `tracker tune` with `load.sequence`",
     "--shape": "a model with variable dims is measured by `tracker tune` with `load.input_data`",
     "-H": "headers go to `server.headers` of a `tracker tune` spec",
-    "--binary-search": "the tracker sweeps levels in order",
     "--bls-composing-models": "a BLS model's steps are measured by `tracker tune` "
                               "(`model.composing`)",
     "--triton-server-directory": "the embedded Triton of the nvidia-pytriton wheel serves",
@@ -45,6 +58,28 @@ _REFUSED = {
     "--request-count": "a level lasts until its windows agree",
     "--string-length": "string inputs are drawn as the config shapes them",
     "--output-shared-memory-size": "the outputs' regions are sized from the config",
+    "--model-signature-name": "it is for --service-kind tfserving, which is not measured",
+    "--periodic-concurrency-range": "each level is measured steady, until its windows agree",
+    "--request-period": "each level is measured steady, until its windows agree",
+    "--request-parameter": "the load generator sends no request parameters",
+    **dict.fromkeys(("--num-of-sequences", "--sequence-length-variation",
+                     "--sequence-id-range", "--serial-sequences"),
+                    "a stateful model is measured by `tracker tune` with `load.sequence`"),
+    "--string-data": "string inputs are random, or your data from --input-data",
+    **dict.fromkeys(("--ssl-grpc-use-ssl", "--ssl-grpc-root-certifications-file",
+                     "--ssl-grpc-private-key-file", "--ssl-grpc-certificate-chain-file",
+                     "--ssl-https-verify-peer", "--ssl-https-verify-host",
+                     "--ssl-https-ca-certificates-file", "--ssl-https-client-certificate-file",
+                     "--ssl-https-client-certificate-type", "--ssl-https-private-key-file",
+                     "--ssl-https-private-key-type"),
+                    "TLS goes to `server.tls` of a `tracker tune` spec"),
+    **dict.fromkeys(("--trace-level", "--trace-rate", "--trace-count", "--log-frequency"),
+                    "Triton's trace flags go to `server.options.flags` of a `tracker tune` "
+                    "spec"),
+    "--data-directory": "a folder of raw input files is not read: give a JSON file to "
+                        "--input-data",
+    **dict.fromkeys(("-c", "-d", "-t"), "deprecated in Perf Analyzer: give "
+                                        "--concurrency-range"),
 }
 _SERVICE_KINDS = ("triton", "triton_c_api")
 
@@ -66,7 +101,8 @@ MEANING = {
     "measurement_mode": "time_windows, or count_windows (`load.window_requests`)",
     "request_count": "`load.window_requests` with count_windows (50)",
     "percentile": "the latency printed and stabilized on: p50, p90, p95 or p99",
-    "input_data": "`load.input_data`: Perf Analyzer's JSON file (random by default)",
+    "input_data": "`load.input_data`: Perf Analyzer's JSON file; zero or random (the "
+                  "default): `load.input_fill`",
     "service_kind": "triton (a running server at `-u`) or triton_c_api (the embedded Triton "
                     "serves `--model-repository`)",
     "model_repository": "with `--service-kind triton_c_api`: the repository served",
@@ -78,7 +114,21 @@ MEANING = {
     "async": "accepted: requests are asynchronous", "sync": "accepted: as --async",
     "verbose": "accepted", "verbose_csv": "accepted: the CSV always has the verbose columns",
     "collect_metrics": "accepted: CPU and GPU figures are sampled where measured",
+    "input_format": "accepted with binary (the default): tensors travel in binary",
+    "output_format": "accepted with binary (the default): tensors travel in binary",
+    "compression": "accepted with none (the default): requests are not compressed",
+    "request_intervals": "`load.trace`: one gap in microseconds per line, replayed open loop "
+                         "(looped when the level outlasts it)",
+    "binary_search": "with -l: bisects the range for the highest level whose latency stays "
+                     "under the threshold (step: the precision)",
 }
+#: option key -> the load field it sets (a bad value is named by its flag)
+_FIELDS = {"protocol": "protocol", "batch": "batch_size", "measurement_interval": "window_ms",
+           "stability": "stability_pct", "max_trials": "max_tries",
+           "shared_memory": "shared_memory", "request_count": "window_requests",
+           "warmup": "warmup_requests", "input_data": "input_data", "rate_range": "request_rate",
+           "distribution": "arrival", "concurrency_range": "concurrency",
+           "request_intervals": "trace"}
 
 
 @dataclass(frozen=True)
@@ -90,6 +140,7 @@ class PaOptions:
     argv: tuple[str, ...] = ()
     levels: tuple[float, ...] = ()          # the range's levels, every one measured
     load: LoadSection | None = None         # the load section the flags describe
+    spelled: dict[str, str] = field(default_factory=dict)   # key -> the flag as given
 
     def get(self, key: str, default: str = "") -> str:
         return self.values.get(key, default)
@@ -99,6 +150,7 @@ def read_flags(argv: Sequence[str]) -> PaOptions:
     """Perf Analyzer's command line; PeerOptionError for what cannot be honoured, before
     anything starts."""
     values: dict[str, str] = {}
+    spelled: dict[str, str] = {}
     flags: set[str] = set()
     args = list(argv)
     while args:
@@ -111,6 +163,10 @@ def read_flags(argv: Sequence[str]) -> PaOptions:
         if name in _FLAGS:
             flags.add(_FLAGS[name])
             continue
+        if name in _ALIASES:
+            key, value, _ = _ALIASES[name]
+            values[key], spelled[key] = value, name
+            continue
         if name not in _VALUE:
             if not arg.startswith("-"):
                 raise PeerOptionError(f"{arg!r}: perf_analyzer takes no positional argument; "
@@ -121,8 +177,8 @@ def read_flags(argv: Sequence[str]) -> PaOptions:
             if not args:
                 raise PeerOptionError(f"{name} needs a value")
             value = args.pop(0)
-        values[_VALUE[name]] = value
-    options = PaOptions(values, frozenset(flags), tuple(argv))
+        values[_VALUE[name]], spelled[_VALUE[name]] = value, name
+    options = PaOptions(values, frozenset(flags), tuple(argv), spelled=spelled)
     _check(options)
     levels = _levels(options)
     return dataclasses.replace(options, levels=tuple(levels), load=_load(options, levels))
@@ -153,6 +209,45 @@ def _check(o: PaOptions) -> None:
     if percentile and percentile not in ("50", "90", "95", "99"):
         raise PeerOptionError(f"--percentile {percentile}: the tracker reports p50, p90, p95 "
                               "and p99")
+    _check_values(o)
+
+
+def _check_schedule(o: PaOptions) -> None:
+    """--request-intervals stands alone; --binary-search needs -l and a range to bisect."""
+    ranges = [f for f, k in (("--concurrency-range", "concurrency_range"),
+                             ("--request-rate-range", "rate_range")) if k in o.values]
+    if "request_intervals" in o.values and ranges:
+        raise PeerOptionError(f"--request-intervals and {ranges[0]} exclude each other: the "
+                              "file is the schedule")
+    if "binary_search" in o.flags:
+        if not o.get("latency_threshold"):
+            raise PeerOptionError("--binary-search needs -l/--latency-threshold (ms): it "
+                                  "finds the highest level whose latency stays under it")
+        if not ranges:
+            raise PeerOptionError("--binary-search needs --concurrency-range or "
+                                  "--request-rate-range with a start and an end")
+
+
+def _check_values(o: PaOptions) -> None:
+    """The values the load section does not check: one line naming the flag."""
+    _check_schedule(o)
+    distribution = o.get("distribution", "constant")
+    if distribution not in ("constant", "poisson"):
+        raise PeerOptionError(f"--request-distribution must be constant or poisson, but got "
+                              f"{distribution!r}")
+    for key, only in _ONLY.items():
+        if o.get(key, only) != only:
+            raise PeerOptionError(f"{o.spelled[key]} {o.get(key)} cannot be honoured: "
+                                  f"{MEANING[key].partition(': ')[2]}")
+    for key in ("max_threads", "metrics_interval"):
+        text = o.get(key, "1")
+        if not text.isdigit() or int(text) < 1:
+            raise PeerOptionError(f"{o.spelled[key]} must be a whole number >= 1, but got "
+                                  f"{text!r}")
+    data = o.get("input_data")
+    if data not in ("", "zero", "random") and Path(data).expanduser().is_dir():
+        raise PeerOptionError(f"--input-data {data}: a folder of raw input files is not read; "
+                              "give a JSON file (Perf Analyzer's JSON layout)")
 
 
 def _range(text: str, flag: str, *, integer: bool) -> list[float]:
@@ -180,6 +275,8 @@ def _range(text: str, flag: str, *, integer: bool) -> list[float]:
 
 
 def _levels(o: PaOptions) -> list[float]:
+    if "request_intervals" in o.values:  # one level: the file's own rate (load.trace)
+        return [0.0]
     if "rate_range" in o.values:
         return _range(o.get("rate_range"), "--request-rate-range", integer=False)
     return _range(o.get("concurrency_range", "1"), "--concurrency-range", integer=True)
@@ -202,17 +299,33 @@ def _load(o: PaOptions, levels: list[float]) -> LoadSection:
                               "or count_windows")
     if o.get("warmup"):
         fields["warmup_requests"] = o.get("warmup")
-    if o.get("input_data") not in ("", "random"):
+    if o.get("input_data") in ("zero", "random"):
+        fields["input_fill"] = o.get("input_data")
+    elif o.get("input_data"):
         fields["input_data"] = o.get("input_data")
-    if "rate_range" in o.values:
+    if "request_intervals" in o.values:
+        fields["trace"] = o.get("request_intervals")
+    elif "rate_range" in o.values:
         fields["request_rate"] = levels
         fields["arrival"] = o.get("distribution", "constant")
     else:
         fields["concurrency"] = [int(v) for v in levels]
     try:
         return LoadSection.model_validate(fields, strict=False)
-    except ValueError as exc:
-        raise PeerOptionError(f"perf_analyzer's flags do not make a load: {exc}") from None
+    except ValidationError as exc:
+        raise PeerOptionError("; ".join(_named(line, o) for line in messages(exc, LoadSection))
+                              ) from None
+
+
+def _named(line: str, o: PaOptions) -> str:
+    """A load problem (``window_ms: must be > 0, but got 0``) named by the flag that set the
+    field (``-p: must be > 0, but got 0``)."""
+    path, _, text = line.partition(": ")
+    head = path.split(".")[0].split("[")[0]
+    key = next((k for k, f in _FIELDS.items() if f == head), None)
+    if key is None:
+        return f"load.{line}"
+    return f"{o.spelled.get(key) or _flag_of(key)}: {text}"
 
 
 def flag_rows() -> list[tuple[str, str]]:
@@ -221,7 +334,14 @@ def flag_rows() -> list[tuple[str, str]]:
     for flag, key in [*_VALUE.items(), *_FLAGS.items()]:
         names.setdefault(key, []).append(f"`{flag}`")
     rows = [(" ".join(flags), MEANING[key]) for key, flags in names.items()]
+    rows += [(f"`{flag}`", meaning) for flag, (_k, _v, meaning) in _ALIASES.items()]
     return rows + [(f"`{flag}`", f"refused: {why}") for flag, why in _REFUSED.items()]
+
+
+def _flag_of(key: str) -> str:
+    """The long form of the value flag of option ``key`` (else its short one)."""
+    forms = [f for f, k in _VALUE.items() if k == key]
+    return next((f for f in forms if f.startswith("--")), forms[0])
 
 
 __all__ = ["MEANING", "PaOptions", "flag_rows", "read_flags"]

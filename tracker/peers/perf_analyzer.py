@@ -60,6 +60,33 @@ class _Every:
         return len(done) if len(done) < self.count else None
 
 
+class _Binary:
+    """``--binary-search -l``: the range's levels bisected for the highest one whose latency
+    stays under the threshold (Perf Analyzer's step is the precision: every level of the
+    range is a candidate)."""
+
+    def __init__(self, count: int, threshold_ms: float, percentile: str) -> None:
+        self.low, self.high, self.best = 0, count - 1, -1
+        self.threshold_ms, self.percentile = threshold_ms, percentile
+        self.reason = "binary search not started"
+
+    def next(self, done: Sequence[SweepLevel]) -> int | None:
+        if done:
+            last = done[-1]
+            latency = _latency_ms(next(iter(last.measurements.values())), self.percentile)
+            if last.valid and latency is not None and latency <= self.threshold_ms:
+                self.best, self.low = last.index, last.index + 1
+            else:
+                self.high = last.index - 1
+        if self.low <= self.high:
+            return (self.low + self.high) // 2
+        level = next((lv.level for lv in done if lv.index == self.best), None)
+        self.reason = (f"binary search: the highest level under -l {self.threshold_ms:g} ms "
+                       f"is {level}" if level is not None
+                       else f"binary search: no level under -l {self.threshold_ms:g} ms")
+        return None
+
+
 def _latency_ms(m: Measurement, percentile: str) -> float | None:
     value = getattr(m, f"latency_p{percentile}_ms") if percentile else m.latency_avg_ms
     return float(value) if value is not None else None
@@ -165,7 +192,10 @@ def _measured(o: PaOptions, echo: Echo, workdir: Path) -> tuple[list[Measurement
         endpoints = server.endpoints if server is not None else _endpoints(o)
         cfg = _config(endpoints, o)
         threshold = float(o.get("latency_threshold")) if o.get("latency_threshold") else None
-        plan = _Every(len(o.levels), threshold, o.get("percentile"))
+        plan: _Every | _Binary = (
+            _Binary(len(o.levels), threshold, o.get("percentile"))
+            if "binary_search" in o.flags and threshold is not None
+            else _Every(len(o.levels), threshold, o.get("percentile")))
         done = sweep(endpoints, {o.get("model"): EntryLoad(cfg, o.load)},
                      plan=plan, on_level=lambda level: _print_level(level, o, echo))
         measured = [m for level in done.levels for m in level.measurements.values()]

@@ -92,7 +92,8 @@ def check_input_data(spec: StudySpec, info: ModelInfo) -> str:
                                for field, d in drawn.items())
                 + (f", the rest from {path}" if path else ""))
     if path is None:
-        return "inputs: random data shaped after the config (load.input_data gives your own)"
+        return (f"inputs: {spec.load.input_fill} data shaped after the config "
+                "(load.input_data gives your own)")
     return f"inputs: {len(samples)} sample(s) from {path}, checked against the model's inputs"
 
 

@@ -74,6 +74,18 @@ def _metric_name(name: str) -> str:
 MetricName = Annotated[str, AfterValidator(_metric_name)]
 
 
+def _bounds(value: dict[str, Bound]) -> dict[str, Bound]:
+    """A measured figure is never negative: a ``max`` below 0 no configuration can meet."""
+    items = [(f"{name}.max", f"must be >= 0 ({name} is never negative), but got "
+              f"{bound.max:g}")
+             for name, bound in value.items()
+             if bound.max is not None and bound.max < 0
+             and not getattr(catalog.lookup(name), "relative", False)]
+    if items:
+        raise Problems(items)
+    return value
+
+
 def _default_objectives() -> dict[str, Direction]:
     return {"perf_throughput": "maximize"}
 
@@ -97,7 +109,8 @@ class StudySpec(SpecModel):
     objectives: Annotated[dict[MetricName, Direction], AfterValidator(_objectives)] = Field(
         default_factory=_default_objectives)
     """Metric name -> maximize or minimize: one objective, or two for a Pareto front."""
-    constraints: dict[MetricName, Bound] = Field(default_factory=dict)
+    constraints: Annotated[dict[MetricName, Bound], AfterValidator(_bounds)] = Field(
+        default_factory=dict)
     """Metric name -> {max, min}: limits a configuration must meet to be feasible."""
     search: SearchSection = Field(default_factory=SearchSection)
     """How configurations are chosen: the sampler, the budget and the search space."""

@@ -166,7 +166,7 @@ class LoadSection(SpecModel):
     """How each configuration is measured: the concurrency sweep and its stability windows."""
 
     shared_memory: Literal["none", "system"] = "none"
-    """system: inputs and outputs in registered system shared memory (local/docker only)."""
+    """system: inputs and outputs in registered system shared memory (local mode only)."""
     perf_analyzer_flags: list[str] = Field(default_factory=list)
     """Extra perf_analyzer flags (with --perf-analyzer), checked against its --help."""
     concurrency: Concurrency = Field(default_factory=lambda: list(DEFAULT_CONCURRENCY))
@@ -187,6 +187,8 @@ class LoadSection(SpecModel):
     """Requests sent and discarded before measuring."""
     input_data: Annotated[Path | None, Field(strict=False)] = None
     """A .json or .npz file of inputs to send (default: random data shaped after the config)."""
+    input_fill: Literal["random", "zero"] = "random"
+    """Without input_data: random inputs, or zero (perf_analyzer's --input-data zero)."""
     repeat: RepeatSection | None = None
     """A share of requests that repeat a few hot inputs (so a response cache can hit)."""
     priorities: PriorityShares | None = None
@@ -229,6 +231,18 @@ class LoadSection(SpecModel):
                 override["input_data"] = str(one.input_data)
         if items:
             raise Problems(items)
+        return self
+
+    @model_validator(mode="after")
+    def _fill(self) -> LoadSection:
+        """``input_fill: zero`` fills the inputs the tracker makes: not a data file's, and
+        not the distinct requests ``repeat`` needs."""
+        if self.input_fill == "zero" and self.input_data is not None:
+            raise problem("zero fills the inputs made without input_data; give one of them",
+                          "input_fill")
+        if self.input_fill == "zero" and self.repeat is not None:
+            raise problem("zero makes every request the same; repeat needs distinct ones",
+                          "input_fill")
         return self
 
     def _base(self) -> dict[str, object]:
