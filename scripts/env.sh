@@ -2,7 +2,7 @@
 # Needs only Python >= 3.10 with pip and venv; installs the package with its dev and docs
 # extras (the docs extra builds the site: tests/docs), pinned
 # by requirements.lock (regenerate it with scripts/lock.sh), so every fresh machine gets the
-# same set. A plain `pip install -e .` without the lock works too (README, "Installing").
+# same set. A plain `pip install -e .` without the lock works too (docs/install.md#without-the-lock).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PY="${PYTHON:-python3}"

@@ -10,8 +10,6 @@ REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 #: pages whose bulk is generated from the code (tracker/cli/reference*.py)
 GENERATED = {"spec.md", "cli.md"}
-#: the most lines a hand-written page may have: a page a user reads whole
-MAX_LINES = 300
 
 
 def user_pages() -> list[Path]:

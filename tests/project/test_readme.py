@@ -47,11 +47,16 @@ def test_runnable_marks_are_found() -> None:
         runnable_blocks("<!-- runnable -->\ntext\n")
 
 
-def test_the_readme_is_short_and_starts_with_the_two_commands() -> None:
-    lines = README.read_text(encoding="utf-8").splitlines()
-    assert len(lines) <= 120
-    head = "\n".join(lines[:15])
-    assert "bash scripts/tune.sh" in head and "bash scripts/test.sh" in head
+def test_the_readme_is_short_and_starts_with_the_tune_command() -> None:
+    """The first block is the tune command alone; the test suite (which may install system
+    packages) stands in its own section, "Develop"."""
+    text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 120
+    first = text.split("```bash\n", 1)[1].split("```", 1)[0]
+    assert first.startswith("bash scripts/tune.sh") and len(first.splitlines()) == 1
+    develop = text.split("\n## Develop\n", 1)[1]
+    assert "bash scripts/test.sh" in develop and "bash scripts/test.sh" not in \
+        text.split("\n## Develop\n", 1)[0]
 
 
 def test_the_readme_links_what_exists() -> None:

@@ -1,5 +1,5 @@
 """``check.outputs`` in the spec and the bad input ``tracker check`` refuses before a study
-starts (docs/tuning.md, "Every proposal computes what the model computes"): a negative
+starts (docs/output-check.md): a negative
 tolerance, an ``ignore`` naming no output, ``load.input_data`` rows that make no probe."""
 
 from __future__ import annotations

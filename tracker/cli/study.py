@@ -74,8 +74,9 @@ def check_command(spec_path: Path, outputs: bool) -> None:
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 # (each two-word option also as --word_word: what `mlflow run -P word_word=...` appends)
 @click.option("--n-trials", "--n_trials", "n_trials", type=_Optional(int),
-              help="Complete trials the study should hold, across runs and workers "
-              "(default: the spec's search.n_trials).")
+              help="Distinct configurations the study should measure, across runs and "
+              "workers; a repeated proposal is kept as a COMPLETE trial marked duplicate_of "
+              "and does not count (default: the spec's search.n_trials).")
 @click.option("--timeout", "timeout_s", type=_Optional(float),
               help="Stop starting trials after this many seconds.")
 @click.option("--study-name", "--study_name", "study_name", help="Optuna study name "

@@ -302,7 +302,7 @@ class Pairs:
     def reload(self, say: Callable[[str], None], label: str) -> None:
         """Load the two copies again (new instances, new processes): how the machine places
         them can favour one copy for as long as they stay loaded, by 15-20% on a loaded
-        2-core machine (docs/benchmarks.md, "The paired design again"), so the pairs sample
+        2-core machine (docs/validation.md#block-length-does-not-cancel-load), so the pairs sample
         several placements. A copy that does not load again leaves the pair's blocks to fail
         and say why."""
         assert self.workdir is not None

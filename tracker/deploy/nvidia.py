@@ -1,6 +1,5 @@
 """What NVIDIA's mlflow-triton plugin writes and its users read, kept by the `triton` target so
-that its users switch without changing scripts (docs/deploy-registry.md, "Coming from
-mlflow-triton-plugin"):
+that its users switch without changing scripts (docs/migrate-nvidia-plugin.md):
 
 - ``<repo>/<name>/mlflow-meta.json``: ``{name, triton_model_path, mlflow_model_uri, flavor}``,
   written on every deploy and read for deployments that plugin made (which have no

@@ -23,7 +23,7 @@ level). On a noisy landscape it judges a configuration by one low reading and ne
 it again; benchmarks/replay.py keeps it as an ablation.
 
 The replay (benchmarks/search_efficiency.py) measured each part on recorded landscapes of
-Model Analyzer's default space; docs/benchmarks.md has the figures (starting at the best trial's
+Model Analyzer's default space; docs/validation.md has the figures (starting at the best trial's
 level instead of the formula took the median cost to 98% of the best from 35.5 to 23
 measurements on the default landscape, and from 73 to 44 on the third recording).
 """

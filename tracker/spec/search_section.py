@@ -56,7 +56,7 @@ class SearchSection(SpecModel):
     sampler: SamplerName = "tpe"
     """The Optuna sampler (grid: every configuration, needs a finite space)."""
     n_trials: PosInt = 20
-    """Complete trials the study should hold."""
+    """Distinct configurations the study should measure (a repeated proposal does not count)."""
     timeout_s: PosFloat | None = None
     """Stop starting new trials after this many seconds."""
     seed: Annotated[int, Field(ge=0)] | None = None

@@ -6,7 +6,7 @@ A step's time per request is its server-side queue plus its compute (input + inf
 by (the headline metrics). ``plots/steps.png`` is one stacked bar per configuration (queue
 hatched, compute solid, one colour per step); ``steps.csv`` and the HTML table in report.html
 carry the same figures. The entry model's own figures are left out: for an ensemble they are
-its steps' again (docs/pipelines.md, "Where the time goes").
+its steps' again (docs/pipelines.md#what-it-measures-and-logs).
 """
 
 from __future__ import annotations
