@@ -61,6 +61,7 @@ LAUNCHER = "tracker.launcher_run_id"    # `mlflow run`'s own run, elsewhere (tra
 MODEL_FLAVOR = "tracker.flavor"
 MODEL_RUN_ID = "tracker.run_id"         # a version: the trial run it was registered from
 MODEL_CONSTRAINT = "tracker.constraint"  # a version: tracker.constraint.<metric>
+MODEL_CHOSEN_BY = "tracker.chosen_by"  # a version: verdict, search or hand (--trial N)
 MODEL_FILES = "tracker.model_files"    # a trial run: runs:/<parent>/study_model (stored once)
 MODEL_SHA256 = "tracker.model_sha256"  # a trial run: the stored model file's digest
 # a logged model and the version registered from it: the sha256 of its files as deployed

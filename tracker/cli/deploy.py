@@ -59,15 +59,19 @@ def _deploy_settings(url: str | None, repository: str | None, serving: str | Non
 @click.option("--no-deploy", is_flag=True, help="Register, stage and alias only.")
 @click.option("--force", is_flag=True, help="Promote the best configuration even when the "
               "confirmation keeps the default (equivalent or inconclusive).")
+@click.option("--trial", "trial", type=click.IntRange(min=0), metavar="N",
+              help="Promote trial N instead (any feasible COMPLETE trial, e.g. another point "
+              "of a Pareto front); the version's tag tracker.chosen_by says so.")
 @_deploy_options
 def promote_command(spec_path: Path | None, study_name: str | None, storage: str | None,
                     registered_model: str | None, deployment_name: str | None, stage: str,
-                    alias: str, no_deploy: bool, force: bool, url: str | None,
-                    repository: str | None,
+                    alias: str, no_deploy: bool, force: bool, trial: int | None,
+                    url: str | None, repository: str | None,
                     serving: str | None, tracking_uri: str | None) -> None:
-    """Register the study's best feasible trial (the confirmed one after a confirmation),
-    move it to STAGE with ALIAS, deploy it. A study whose confirmation says equivalent or
-    inconclusive is refused unless --force.
+    """Register the study's best feasible trial (the confirmed one after a confirmation; with
+    two objectives the Pareto front's point best on the first) or trial N, move it to STAGE
+    with ALIAS, deploy it. A study whose confirmation says equivalent or inconclusive is
+    refused unless --force or --trial.
 
     Exit status 1 with Triton's message when the deployment fails; the version that served
     before keeps serving and the new version is tagged tracker.deploy.status=failed.
@@ -109,7 +113,7 @@ def promote_command(spec_path: Path | None, study_name: str | None, storage: str
                          registered_model=registered_model or study_name,
                          deployment_name=deployment_name or study_name, stage=stage,
                          alias=alias, settings=settings, force=force,
-                         log=lambda line: click.echo(line, err=True))
+                         log=lambda line: click.echo(line, err=True), trial=trial)
     served = (f"; serving as Triton model {result.deployment['name']!r} version "
               f"{result.deployment['version']}" if result.deployment else "")
     click.echo(f"{result.registered_model} version {result.version} (trial {result.trial}) is in "

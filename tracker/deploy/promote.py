@@ -1,11 +1,12 @@
-"""``tracker promote``: the best feasible trial of a study becomes the served model.
+"""``tracker promote``: the best feasible trial of a study (or one chosen by hand) becomes the
+served model.
 
-1. the best feasible trial (the one the study's summary sentence names: after a confirmation
-   the configuration it chose, else feasible, complete, measured, best on the first objective)
-   is found in the Optuna study; a confirmation that keeps the default (``equivalent`` or
-   ``inconclusive``; ``no_better`` in older records) is refused unless forced (then its best
-   estimate is promoted), and the message says which; the version's tags then carry the
-   verdict and the confirmed figures with their 95% intervals;
+1. the trial is chosen (:mod:`tracker.deploy.choose`): after a confirmation the configuration
+   it chose (a verdict that keeps the default is refused unless forced, saying which), else the
+   feasible complete measured trial best on the first objective, or with ``trial`` that trial
+   when it is feasible and COMPLETE; the version's tags say how (``tracker.chosen_by``) and,
+   for the confirmed choice, carry the verdict and the confirmed figures with their 95%
+   intervals;
 2. its model (logged on the trial's MLflow run as ``model``, see
    :mod:`tracker.tracking.flavor`: every model of the configuration as one MLflow model,
    one model the one-model case) is registered as a new version of the spec's
@@ -25,7 +26,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import mlflow
 import optuna
@@ -33,38 +34,26 @@ from mlflow.exceptions import MlflowException
 
 from tracker import tags
 from tracker.deploy import service, watch
+from tracker.deploy.choose import Ask, BoundLike, Choice, choose, constraint_text
 from tracker.deploy.pointers import Pointers, record_seen
 from tracker.deploy.settings import TargetSettings
 from tracker.errors import DeployError, TrackingError
 from tracker.metrics import fmt
 from tracker.tracking import flavor, model_files, registry
 from tracker.tracking.flavor import models_from_tags
-from tracker.tracking.report import best_row, entry_figures, summary
-from tracker.tracking.rows import TrialRow, recorded_entry_names, trial_rows
+from tracker.tracking.report import entry_figures, summary
+from tracker.tracking.rows import EntryNames, TrialRow, recorded_entry_names, trial_rows
 from tracker.tracking.winner import log_winner
 from tracker.trial_attrs import Attr
 from tracker.verdict import record as confirmed
 from tracker.verdict import stats as confirm_stats
 from tracker.verdict import words
 
-HEADLINE_TAGS = ("perf_throughput", "perf_latency_p99")
+__all__ = ["BoundLike", "Promotion", "constraint_text", "model_source", "promote"]
 
-
-class BoundLike(Protocol):
-    max: float | None
-    min: float | None
-
-
-def constraint_text(metrics: Mapping[str, float], constraints: Mapping[str, BoundLike]) -> str:
-    """``perf_latency_p99 <= 50 ms (measured 3.21 ms)``; ``none`` without constraints."""
-    parts = []
-    for metric, bound in constraints.items():
-        rule = " and ".join(
-            f"{metric} {op} {fmt(metric, limit)}"
-            for op, limit in ((">=", bound.min), ("<=", bound.max)) if limit is not None)
-        got = metrics.get(metric)
-        parts.append(rule + ("" if got is None else f" (measured {fmt(metric, got)})"))
-    return "; ".join(parts) or "none"
+HEADLINE_TAGS = ("perf_throughput", "perf_latency_p99", "perf_capacity", "replicas",
+                 "cost_per_million")
+CHOSEN_BY = tags.MODEL_CHOSEN_BY
 
 
 def model_source(client: mlflow.MlflowClient, run_id: str) -> tuple[str, str | None]:
@@ -112,52 +101,62 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
             deployment_name: str,
             stage: str = registry.PRODUCTION, alias: str = registry.PRODUCTION_ALIAS,
             settings: TargetSettings | None = None, force: bool = False,
-            log: Callable[[str], None] = print) -> Promotion:
-    """Register, stage, alias and (with ``settings``) deploy the study's best feasible trial.
-    ``constraints``: the spec's (None when unknown: the tag then says only that it met the
-    study's constraints)."""
+            log: Callable[[str], None] = print, trial: int | None = None) -> Promotion:
+    """Register, stage, alias and (with ``settings``) deploy the study's best feasible trial,
+    or ``trial`` (:mod:`tracker.deploy.choose`). ``constraints``: the spec's (None when
+    unknown: the tag then says only that it met the study's constraints)."""
     stage = registry.validate_stage(stage)
     registry.validate_alias(alias)
     registry.validate_registered_name(registered_model)
     flavor.validate_model_name(deployment_name)
     rows = trial_rows(study)
-    best = best_row(rows, objectives)
-    verdict = confirmed.verdict(confirmed.load(study), objectives)
-    if verdict is not None:
-        best = _confirmed_row(study.study_name, rows, verdict, objectives, force) or best
-    if best is None:
-        known = "" if constraints is None else f"; constraints: {constraint_text({}, constraints)}"
-        raise DeployError(f"study {study.study_name!r} has no feasible complete trial to "
-                          f"promote ({len(rows)} trials{known})")
+    choice = choose(study, rows, objectives, constraints, Ask(trial, force), log)
+    best = choice.row
     if not best.run_id:
         raise DeployError(f"trial {best.number} of study {study.study_name!r} has no MLflow run "
                           f"(user attribute {Attr.RUN_ID!r} is missing)")
     client = mlflow.MlflowClient()
     source, model_id = model_source(client, best.run_id)
     tags = {registry.TAG_STUDY: study.study_name, registry.TAG_TRIAL: str(best.number),
-            registry.TAG_RUN_ID: best.run_id,
+            registry.TAG_RUN_ID: best.run_id, CHOSEN_BY: choice.chosen_by,
             registry.TAG_CONSTRAINT: ("the study's constraints (give the spec to name them)"
                                       if constraints is None
                                       else constraint_text(best.metrics, constraints)),
             **{m: repr(v) for m, v in best.metrics.items() if _headline_metric(m)},
             **_check_tags(study)}
-    entries = recorded_entry_names(study)  # each entry model's figures, as the note has them
-    description = summary(rows, objectives, entries)
-    if verdict is not None:
+    verdict = choice.verdict
+    if verdict is not None and (not choice.by_hand or best.name == verdict.chosen):
         tags.update(_verdict_tags(verdict, best.name, objectives))
-        description = (words.study_summary(description, verdict, objectives)
-                       + entry_figures(best, rows, entries or {}))
+    description = _description(choice, rows, objectives, recorded_entry_names(study))
     mv = registry.register_version(client, registered_model, registry.VersionRequest(
         source=source, run_id=best.run_id, model_id=model_id, tags=tags,
         description=description))
     version = int(mv.version)
     _tag_model(client, registered_model, deployment_name)
-    what = f"{registered_model} version {version} (trial {best.number})"
+    what = (f"{registered_model} version {version} (trial {best.number}"
+            + (", chosen by hand)" if choice.by_hand else ")"))
     staged, deployment = _place(client, settings, registered_model, version, deployment_name,
                                 Pointers(stage, alias), what, _headline(best.metrics), log)
     return Promotion(registered_model, version, best.number, best.run_id,
                      stage if staged else "no stage (refused by the registry)", alias,
                      description, deployment)
+
+
+def _description(choice: Choice, rows: list[TrialRow], objectives: Mapping[str, str],
+                 entries: EntryNames | None) -> str:
+    """The version's description: the study's sentence (the confirmed one after a
+    confirmation), each entry model's figures at the trial registered, and for a trial chosen
+    by hand, which one with its figures."""
+    text = summary(rows, objectives, entries)  # entries: each entry's figures, as the note
+    row, verdict = choice.row, choice.verdict
+    if verdict is not None:
+        text = words.study_summary(text, verdict, objectives)
+        if not choice.by_hand:
+            return text + entry_figures(row, rows, entries or {})
+    if choice.by_hand:
+        text += (f" Promoted by hand: {row.name} ({_headline(row.metrics)})."
+                 + entry_figures(row, rows, entries or {}))
+    return text
 
 
 def _place(client: mlflow.MlflowClient, settings: TargetSettings | None, registered: str,
@@ -230,7 +229,8 @@ def _tag_model(client: mlflow.MlflowClient, registered: str, deployment_name: st
 
 
 def _headline_metric(metric: str) -> bool:
-    """A headline figure: ``perf_throughput``, ``perf_latency_p99``, or one entry model's
+    """A headline figure: ``perf_throughput``, ``perf_latency_p99``, a capacity study's
+    ``perf_capacity``, ``replicas`` and ``cost_per_million``, or one entry model's
     (``<model>/perf_throughput``)."""
     return metric.rpartition("/")[2] in HEADLINE_TAGS
 
@@ -244,25 +244,6 @@ def _headline(metrics: Mapping[str, float]) -> str:
         parts.append((f"{model} " if model else "") + fmt(metric, metrics[key])
                      + (" p99" if metric == "perf_latency_p99" else ""))
     return ", ".join(parts) or "no metrics"
-
-
-def _confirmed_row(study_name: str, rows: list[TrialRow], verdict: confirm_stats.Verdict,
-                   objectives: Mapping[str, str], force: bool) -> TrialRow | None:
-    """The confirmed choice; a verdict that keeps the default (equivalent, inconclusive, or
-    no_better from an older record) is refused unless forced, saying which it is."""
-    if verdict.keeps_default:
-        if not force:
-            word = ("equivalent" if verdict.verdict == confirm_stats.OLD_NO_BETTER
-                    else verdict.verdict)
-            why = ("the default configuration is as good within the tie margin"
-                   if word == confirm_stats.EQUIVALENT else "the confirmation has not decided yet")
-            raise DeployError(f"study {study_name!r}: the verdict is {word} ({why}): "
-                              f"{words.sentence(verdict, objectives)} Nothing promoted "
-                              "(--force promotes the best estimate anyway).")
-        name = verdict.winner or verdict.chosen
-    else:
-        name = verdict.chosen
-    return next((r for r in rows if r.name == name), None)
 
 
 def _verdict_tags(verdict: confirm_stats.Verdict, name: str,
