@@ -115,6 +115,9 @@ def _fmt(v: float | None) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--spec", type=Path, default=SPEC,
+                        help="the study whose model, server and load are recorded "
+                             "(benchmarks/data/ma_landscape_retune_study.yaml: the changed model)")
     parser.add_argument("--counts", default=",".join(map(str, COUNTS)))
     parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
     parser.add_argument("--shuffle", type=int, default=None, metavar="SEED",
@@ -132,7 +135,7 @@ def main() -> None:
     from tracker.triton.repository import write_repository
     from tracker.triton.server.modes import make_server
 
-    spec = load_spec(SPEC)
+    spec = load_spec(args.spec)
     ensure_model(spec)
     info = model_info(spec.model)
     levels = spec.load.concurrency_levels()
@@ -147,7 +150,7 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="") as fh:
         fh.write(f"# recorded {started:%Y-%m-%d %H:%M} UTC with: {command}\n")
-        fh.write(f"# spec: benchmarks/data/{SPEC.name} (window {spec.load.window_ms} ms, "
+        fh.write(f"# spec: benchmarks/data/{args.spec.name} (window {spec.load.window_ms} ms, "
                  f"max_tries {spec.load.max_tries}, warm-up {spec.load.warmup_requests} "
                  f"requests, {spec.load.processes} load processes from concurrency "
                  f"{args.multi_from}); dynamic batching on, no queue delay\n")

@@ -21,6 +21,8 @@ from typing import Any
 
 import optuna
 
+from tracker.trial_attrs import Attr
+
 Key = tuple[int, int, int]          # (instance_group.count, max_batch_size, concurrency)
 TARGETS = (0.95, 0.98)
 
@@ -219,6 +221,44 @@ def replay_points(points: Iterable[Iterable[int]]) -> Callable[[Landscape, Budge
 
 # ---- ours: the tuner's study, answered from the landscape ----------------------------------
 
+@dataclass
+class Warm:
+    """The earlier study a warm start reuses (its trials as MLflow holds them), and the warm
+    start's setup: ``limit`` remembered configurations at most, ``gate`` (False: all queued at
+    once, not one at a time while each holds up), ``hint`` (False: a remembered trial's sweep
+    starts where a cold one would, not at its earlier level)."""
+
+    trials: list[Any]
+    limit: int = 3                 # tracker.search.warm_start.MAX_REMEMBERED
+    gate: bool = True
+    hint: bool = True
+
+    def plan(self, dists: Mapping[str, Any], default: Mapping[str, Any]) -> Any:
+        from tracker.search.warm_start import PlanInputs, plan
+
+        return plan("earlier", "the earlier study", self.trials,
+                    PlanInputs(dists, default, {"perf_throughput": "maximize"}, self.limit))
+
+
+def earlier_trials(study: optuna.Study) -> list[Any]:
+    """A finished replayed study's trials as a later warm start reads them from MLflow
+    (tracker.tracking.earlier.EarlierTrial: params as strings, the headline metric)."""
+    from tracker.tracking.earlier import EarlierTrial
+    from tracker.trial_attrs import TrialRecord
+
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        record = TrialRecord.of(t)
+        if record.measurements == 0 and not record.baseline:
+            continue  # a repeat: MLflow's duplicate_of runs are not read back
+        out.append(EarlierTrial(t.number, f"run{t.number}", {k: str(v) for k, v in
+                                                               t.params.items()},
+                                {"perf_throughput": float(t.values[0])}, bool(record.feasible),
+                                record.baseline,
+                                None if record.concurrency is None else int(record.concurrency)))
+    return out
+
+
 class BestAtLevelPruner(optuna.pruners.BasePruner):
     """Ablation (not in the tuner): stop a trial's climb when its throughput at a level is
     below the best completed feasible trial's throughput at that same level, by more than
@@ -251,7 +291,9 @@ class Ours:
     start_index: the best feasible trial's level, Model Analyzer's formula before there is
     one) instead of the lowest level; ``incumbent``: False starts every sweep at the formula
     (the setup before the best trial's level was used); ``prune``: BestAtLevelPruner's
-    margin (None: no pruning, as the tuner runs)."""
+    margin (None: no pruning, as the tuner runs). ``warm``: the earlier study a warm start
+    starts from (tracker.search.warm_start, as ``search.warm_start`` runs it); ``until_target``:
+    False runs all ``max_trials`` distinct configurations (an earlier study, whole)."""
 
     startup: int = 1               # tracker.search.optuna_study.TPE_STARTUP_TRIALS
     ordered: str = "none"
@@ -259,6 +301,8 @@ class Ours:
     incumbent: bool = True
     prune: float | None = None
     max_trials: int = 200
+    warm: Warm | None = None
+    until_target: bool = True
 
     def __call__(self, land: Landscape, budget: Budget, seed: int) -> None:
         from tracker.feasibility import constraint_keys
@@ -267,7 +311,7 @@ class Ours:
         from tracker.search.optuna_study import make_sampler
         from tracker.search.sweep_plan import LevelPlan, incumbent_level, start_index
         from tracker.study.trial import suggest
-        from tracker.trial_attrs import write_measured
+        from tracker.trial_attrs import TrialRecord, write_measured
 
         counts, batches, levels = land.axes()
         constraints = {"perf_latency_p99": {"max": land.p99_max}}
@@ -278,10 +322,12 @@ class Ours:
         study = optuna.create_study(direction="maximize", pruner=pruner, sampler=make_sampler(
             "tpe", seed=seed, n_objectives=1, distributions=dists, n_startup_trials=self.startup))
         default = {"instance_group.count": 1, "max_batch_size": 4}
-        study.enqueue_trial(self.encode(default))
+        study.enqueue_trial(self.encode(default), user_attrs={Attr.BASELINE: True})
+        warm = self.warm.plan(dists, self.encode(default)) if self.warm else None
+        self._follow(study, warm)
         told: dict[tuple[int, int], tuple[list[float], dict[str, float], int]] = {}
         repeats = 0
-        for _ in range(self.max_trials):
+        for _ in range(self.max_trials * (1 if self.until_target else 10)):  # repeats too
             trial = study.ask()
             params = self.decode({n: suggest(trial, n, d) for n, d in dists.items()})
             cfg = (int(params["instance_group.count"]), int(params["max_batch_size"]))
@@ -293,10 +339,13 @@ class Ours:
                 write_measured(trial, cons, feasible=all(v <= 0 for v in cons.values()),
                                concurrency=judged, metrics={}, measurements=0)
                 study.tell(trial, values)
+                self._follow(study, warm)
                 continue
             repeats = 0
             incumbent = incumbent_level(study) if self.incumbent else None
-            start = start_index(levels, params, default, incumbent) if self.guess else 0
+            remembered = TrialRecord.of(trial).warm_level if self.warm and self.warm.hint else None
+            start = (start_index(levels, params, default, incumbent, remembered)
+                     if self.guess else 0)
             plan = LevelPlan(levels, start, constraints)
             done: list[SweepLevel] = []
             while (index := plan.next(done)) is not None:  # as tracker.measure.sweep runs it
@@ -311,7 +360,7 @@ class Ours:
                     trial.report(m.throughput, step=level)
                     if trial.should_prune():
                         plan.stop(f"pruned at {m.level}")
-                if budget.done:
+                if budget.done and self.until_target:
                     return
             choice = pick_best_level(done, constraints, objectives,
                                      Scoring(["m"], lambda _entry, metric: metric))
@@ -320,8 +369,25 @@ class Ours:
                            metrics=choice.metrics, measurements=len(done))
             study.tell(trial, choice.values)
             told[cfg] = (choice.values, cons, choice.concurrency)
-            if len(told) >= len(counts) * len(batches):
-                return  # every configuration measured
+            self.study = study
+            if len(told) >= len(counts) * len(batches) or (
+                    not self.until_target and len(told) >= self.max_trials):
+                return  # every configuration measured, or the earlier study's budget
+            self._follow(study, warm)
+
+    def _follow(self, study: optuna.Study, warm: Any) -> None:
+        """The warm start's next remembered configuration (as the tuner's loop queues it)."""
+        if warm is None:
+            return
+        from tracker.search.warm_start import enqueue_next
+
+        if self.warm is not None and not self.warm.gate:  # ablation: the whole queue at once
+            for r in warm.queue:
+                study.enqueue_trial(dict(r.params), user_attrs={
+                    Attr.WARM_START: r.key, **({Attr.WARM_LEVEL: r.level} if r.level else {})})
+            warm.queue.clear()
+            return
+        enqueue_next(study, warm, "maximize")
 
     def distributions(self, counts: list[int], batches: list[int]
                       ) -> dict[str, optuna.distributions.BaseDistribution]:

@@ -3,6 +3,7 @@ with Model Analyzer's own search algorithms, on a landscape of Model Analyzer's 
 
     .venv/bin/python benchmarks/search_efficiency.py                # replay, all searches
     .venv/bin/python benchmarks/search_efficiency.py --ablations    # + each part of ours off
+    .venv/bin/python benchmarks/search_efficiency.py --warm         # warm starts (re-tuning)
 
 The landscape (benchmarks/data/ma_landscape_quickstart.csv, made by
 benchmarks/record_ma_landscape.py) holds every point of instance_group.count 1-5 x
@@ -30,6 +31,19 @@ seconds until the best feasible throughput found reaches 95% / 98% of the landsc
 there; and where each search ended (it stops at 98%, or when its own rules stop it, as Model
 Analyzer's do): median measurements made and best feasible throughput found, as a share of the
 landscape's best. Last line: one JSON object.
+
+``--warm``: re-tuning a changed model (``search.warm_start``, tracker/search/warm_start.py) on
+the landscape of the quickstart model retrained with a hidden layer of 128
+(benchmarks/data/ma_landscape_retune.csv, the same space). Per seed, an earlier study (ours,
+20 distinct configurations, seed 1000 + seed, run whole) on another landscape, then the new
+study on the changed model's: cold; warm from the related landscape (the quickstart model's);
+warm from a deliberately mismatched one (the quickstart landscape with both knobs reversed:
+instance count c read as 6 - c, max_batch_size 2^i as 2^(7 - i)); warm from the changed model's
+own landscape (a memory that holds exactly: what the mechanism can gain at most); and, for
+scale, the same model re-tuned on another recording of it. Printed too: the rank correlation
+of the configurations' best feasible throughput between each earlier landscape and the target
+(whether a memory can hold at all). With ``--ablations`` each part of the warm start changed
+(the whole queue at once, no level hint, 1 or 5 remembered configurations).
 """
 
 from __future__ import annotations
@@ -47,11 +61,24 @@ from pathlib import Path
 import optuna
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from replay import TARGETS, Budget, Landscape, Ours, brute, random_points, replay_points
+from replay import (
+    TARGETS,
+    Budget,
+    Landscape,
+    Ours,
+    Warm,
+    brute,
+    earlier_trials,
+    random_points,
+    replay_points,
+)
 
 HERE = Path(__file__).resolve().parent
 LANDSCAPES = [HERE / "data" / "ma_landscape_quickstart.csv",
               HERE / "data" / "ma_landscape_quickstart_pass2.csv"]
+RETUNE = [HERE / "data" / "ma_landscape_retune.csv",
+          HERE / "data" / "ma_landscape_retune_pass2.csv"]
+EARLIER_TRIALS = 20  # the earlier study's search.n_trials (the spec's default)
 MA_VENV = HERE / ".ma-venv"
 MA_PACKAGE = "triton-model-analyzer"
 SEEDS = 20
@@ -124,6 +151,112 @@ def median_share(runs: list[dict[float, tuple[int, float, bool]]], t: float,
     return round(statistics.median(r[t][0] for r in runs) / space, 4)
 
 
+def mirrored(land: Landscape) -> Landscape:
+    """``land`` with both knobs reversed (a deliberately unrelated earlier landscape)."""
+    counts, batches, _levels = land.axes()
+
+    def flip(key: tuple[int, int, int]) -> tuple[int, int, int]:
+        c, b, n = key
+        return (counts[len(counts) - 1 - counts.index(c)],
+                batches[len(batches) - 1 - batches.index(b)], n)
+
+    return Landscape({flip(k): p for k, p in land.table.items()}, land.p99_max,
+                     [f"mirrored: {ln}" for ln in land.header])
+
+
+def earlier_study(source: Landscape, seed: int) -> list[object]:
+    """The trials of an earlier study (ours, run whole) on ``source``, as MLflow keeps them."""
+    run = Ours(max_trials=EARLIER_TRIALS, until_target=False)
+    run(source, Budget(source), 1000 + seed)
+    return earlier_trials(run.study)  # type: ignore[attr-defined]
+
+
+def rank_correlation(a: Landscape, b: Landscape) -> float:
+    """Spearman's rank correlation of each configuration's best feasible throughput in two
+    landscapes (1: the same order of configurations; 0: none in common)."""
+    def best(land: Landscape) -> dict[tuple[int, int], float]:
+        out: dict[tuple[int, int], float] = {}
+        for key, p in land.table.items():
+            if land.feasible(key):
+                out[key[:2]] = max(out.get(key[:2], 0.0), p.throughput)
+        return out
+
+    pa, pb = best(a), best(b)
+    keys = sorted(set(pa) & set(pb))
+
+    def ranks(values: list[float]) -> list[float]:
+        order = sorted(range(len(values)), key=values.__getitem__)
+        out = [0.0] * len(values)
+        for rank, i in enumerate(order):
+            out[i] = float(rank)
+        return out
+
+    return statistics.correlation(ranks([pa[k] for k in keys]), ranks([pb[k] for k in keys]))
+
+
+def _load(paths: list[Path], p99_max: float) -> Landscape:
+    return Landscape.load(paths, p99_max)
+
+
+def warm_main(args: argparse.Namespace) -> None:
+    """The warm-start tables (``--warm``): the changed model's landscape, cold and warm from
+    the related and the mismatched landscapes and from the target itself (a memory that holds
+    exactly: the mechanism's upside); then a re-tune of the same model on another recording of
+    it (the quickstart model's first recording, warm from its second)."""
+    target = _load(args.warm_target, args.p99_max)
+    related = _load(args.landscape, args.p99_max)
+    names = " + ".join(p.name for p in args.warm_target)
+    best = target.best_key
+    print(f"target (the changed model): {names}: {len(target.table)} points, best feasible "
+          f"{target.best:,.0f} infer/s at count={best[0]} max_batch_size={best[1]} "
+          f"concurrency={best[2]}; {target.within(0.98)} points within 2% of it, "
+          f"{target.within(0.95)} within 5%")
+    for line in target.header:
+        print(f"  {line}")
+    if target.pass_spread() is not None:
+        print(f"  its two recordings differ by a median {target.pass_spread():.1%} per point; "
+              f"rank correlation of their configurations "
+              f"{rank_correlation(*[_load([p], args.p99_max) for p in args.warm_target[:2]]):+.2f}")
+    again = [_load([p], args.p99_max) for p in args.landscape[:2]]
+    pairs = {"related": (related, target), "mismatched": (mirrored(related), target),
+             "exact memory": (target, target), "same model": (again[-1], again[0])}
+    for name, (src, tgt) in pairs.items():
+        print(f"{name}: rank correlation of the configurations with the target "
+              f"{rank_correlation(src, tgt):+.2f}")
+    variants: dict[str, dict[str, object]] = {"": {}}
+    if args.ablations:
+        variants |= {", all at once": {"gate": False}, ", no level hint": {"hint": False},
+                     ", 1 remembered": {"limit": 1}, ", 5 remembered": {"limit": 5}}
+    runs: dict[str, tuple[Landscape, list[Search]]] = {"cold": (target, [Ours()] * args.seeds)}
+    for name, (src, tgt) in pairs.items():
+        earlier = [earlier_study(src, seed) for seed in range(args.seeds)]
+        if name == "same model":
+            runs["same model: cold"] = (tgt, [Ours()] * args.seeds)
+        for suffix, setup in variants.items():
+            if name == "same model" and suffix:
+                continue
+            runs[f"{name}: warm{suffix}"] = (tgt, [
+                Ours(warm=Warm(earlier[seed], **setup))  # type: ignore[arg-type]
+                for seed in range(args.seeds)])
+    print(f"\n{args.seeds} seeds, {EARLIER_TRIALS} trials in each earlier study; median "
+          "measurements (share of the space) [min-max] and median measurement seconds to reach")
+    print(f"{'search':<32} {'95% of the best':<36} {'98% of the best':<36} reached 98%  "
+          "at end: measured, best found (medians)")
+    shares = {}
+    for name, (land, search) in runs.items():
+        found, ended, _b = evaluate(land, list(search), args.seeds)
+        shares[name] = median_share(found, 0.98, len(land.table))
+        print(row(name, found, ended, len(land.table)).replace(f"{name:<22}", f"{name:<32}"),
+              flush=True)
+    print(json.dumps({"space_points": len(target.table), "p99_max_ms": args.p99_max,
+                      "seeds": args.seeds, "earlier_trials": EARLIER_TRIALS,
+                      **{f"{n.replace(': ', '_').replace(', ', '_').replace(' ', '_')}"
+                         f"_share_to_98": v for n, v in shares.items()},
+                      **{f"{n.replace(' ', '_')}_rank_correlation":
+                         round(rank_correlation(*pair), 3) for n, pair in pairs.items()},
+                      "target_best": round(target.best, 1)}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--landscape", type=Path, nargs="+", default=LANDSCAPES,
@@ -132,9 +265,16 @@ def main() -> None:
     parser.add_argument("--p99-max", type=float, default=P99_MAX)
     parser.add_argument("--ablations", action="store_true",
                         help="also replay ours with each of its parts changed")
+    parser.add_argument("--warm", action="store_true",
+                        help="replay warm starts on the changed model's landscape instead")
+    parser.add_argument("--warm-target", type=Path, nargs="+", default=RETUNE,
+                        help="the changed model's landscape (--warm)")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+    if args.warm:
+        warm_main(args)
+        return
     land = Landscape.load(args.landscape, args.p99_max)
     space = len(land.table)
     best = land.best_key

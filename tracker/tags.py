@@ -44,6 +44,9 @@ MODELS = "tracker.models"               # JSON list of every model, load order (
 ENTRY_MODEL = "tracker.entry_model"     # the entry model (the one the load drives)
 SERVER_FLAGS = "tracker.server_flags"   # the tritonserver flags of server.options it ran with
 SERVER_RESTART = "tracker.server_restart"  # why the server was restarted for it (options)
+# a configuration remembered from an earlier study (search.warm_start): "<run id>/trial-<n>",
+# the earlier trial run it repeats; its figures here are measured here
+WARM_START = "tracker.warm_start"
 
 # ---- the study's parent run (conclude.py) ---------------------------------------------------
 SUMMARY = "tracker.summary"             # the study's result in one sentence
@@ -51,6 +54,12 @@ STOP_REASON = "tracker.stop_reason"     # why the study stopped
 BEST_RUN = "tracker.best_run_id"        # the best trial's child run
 BEST_TRIAL = "tracker.best_trial"       # the best trial's number
 BEST_PARAM_PREFIX = "best."             # best.<knob>: the best trial's params
+# search.warm_start (session/warm_start.py): the earlier study's parent run id, and what was
+# reused from it in words (configurations queued, knobs dropped, other hardware)
+WARM_START_FROM = "tracker.warm_start_from"
+WARM_START_NOTE = "tracker.warm_start_note"
+# what the study's model is, for a later study's warm start: JSON {backend, models, inputs}
+MODEL_SIGNATURE = "tracker.model_signature"
 
 # ---- scale-out (tracking/scaleout.py) -------------------------------------------------------
 DEAD_WORKER = "tracker.dead_worker"     # a trial run failed because its worker died
@@ -87,6 +96,7 @@ HOST_MEMORY = "tracker.host.memory_gb"       # total RAM, GB
 HOST_OS = "tracker.host.os"
 HOST_PYTHON = "tracker.host.python"
 HOST_MIXED = "tracker.host.mixed"            # parent run: workers on different machines
+LAUNCH_MODE = "tracker.host.launch_mode"     # local | docker | remote (server.mode)
 VERSION = "tracker.host.version."            # + package name, e.g. tracker.host.version.mlflow
 TRITON_VERSION = VERSION + "triton_server"   # the server's own (server metadata)
 GPU_COUNT = "tracker.gpu.count"

@@ -29,6 +29,8 @@ class Attr:
     RUN_ID = "mlflow_run_id"         # the trial's MLflow child run
     EXACT_PARAMS = "exact_params"    # baseline values that the space cannot express
     WORKER = "worker"                # the worker (host:pid) that ran the trial
+    WARM_START = "warm_start"        # an earlier study's configuration: "<run id>/trial-<n>"
+    WARM_LEVEL = "warm_level"        # the concurrency that earlier trial was judged by
 
 
 class _Stored(Protocol):
@@ -63,6 +65,8 @@ class TrialRecord:
     concurrency: int | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     measurements: int = 0
+    warm_start: str | None = None
+    warm_level: int | None = None
 
     @classmethod
     def of(cls, trial: _Stored) -> TrialRecord:
@@ -93,7 +97,10 @@ class TrialRecord:
             feasible=None if feasible is None else bool(feasible),
             concurrency=concurrency,
             metrics=read_metrics(attrs),
-            measurements=int(attrs.get(Attr.MEASUREMENTS, 0) or 0))
+            measurements=int(attrs.get(Attr.MEASUREMENTS, 0) or 0),
+            warm_start=None if attrs.get(Attr.WARM_START) is None
+            else str(attrs[Attr.WARM_START]),
+            warm_level=_int_or_none(attrs.get(Attr.WARM_LEVEL)))
 
     @property
     def exact(self) -> bool:
@@ -168,6 +175,10 @@ UNSET = "unset"  # a knob the default config leaves out, as params and reports s
 def metric_attrs(metrics: dict[str, float]) -> dict[str, object]:
     """The user attributes that record ``metrics`` (see :func:`read_metrics`)."""
     return {Attr.METRIC_KEYS: sorted(metrics), **metrics}
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def read_metrics(attrs: dict[str, object]) -> dict[str, float]:

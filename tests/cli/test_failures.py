@@ -18,7 +18,7 @@ from tests.support import disks
 from tracker.cli import cli
 from tracker.cli.group import _Group, os_error_line
 from tracker.cli.params import MLFLOW_HTTP_DEFAULTS
-from tracker.deploy.guard import Interrupted
+from tracker.lifecycle import Interrupted
 
 
 def _one_error_line(stderr: str) -> str:

@@ -20,7 +20,7 @@ MAX_FUNCTION_LINES = 60
 
 #: the package's root modules: the shared vocabulary (errors, tags, the metric catalog, ...)
 ROOT_MODULES = ("errors", "trial_attrs", "tags", "metrics", "launch_modes", "samplers",
-                "serving", "feasibility", "redact")
+                "serving", "feasibility", "redact", "lifecycle")
 
 #: the packages, bottom first; packages in one tier never import each other
 TIERS: tuple[tuple[str, ...], ...] = (
@@ -56,6 +56,7 @@ ALSO_FORBIDDEN: dict[str, tuple[str, ...]] = {
 ALLOWED: dict[str, tuple[str, ...]] = {
     "tracker.feasibility": ("tracker.errors",),
     "tracker.serving": ("tracker.errors",),
+    "tracker.lifecycle": ("tracker.errors",),
 }
 
 

@@ -128,10 +128,29 @@ def test_quickstart_fixed_variant(tmp_path: Path) -> None:
     assert not info.supports_batching and list(info.config.input[0].dims) == [1, 64]
 
 
+def test_retune_model_is_the_quickstart_model_changed_behind_the_same_signature(
+        tmp_path: Path) -> None:
+    """projects/retune: one more layer and other weights, the same name, inputs and outputs
+    (what a warm start from the quickstart study compares: tracker/search/warm_start.py)."""
+    from tracker.search.warm_start import signature
+    from tracker.triton.configuration import Configuration
+
+    make(QUICKSTART, tmp_path / "q.onnx")
+    make(PROJECTS / "retune", tmp_path / "r.onnx")
+    old, new = from_onnx(tmp_path / "q.onnx", "quickstart"), from_onnx(tmp_path / "r.onnx",
+                                                                        "quickstart")
+    assert signature(Configuration.of(old)) == signature(Configuration.of(new))
+    assert list(new.config.output[0].dims) == list(old.config.output[0].dims)
+    assert len(onnx.load(str(tmp_path / "r.onnx")).graph.node) == 6
+    feed = {"INPUT0": np.ones((2, 64), np.float32)}
+    assert run_once(tmp_path / "r.onnx", feed)[0].shape == (2, 16)
+
+
 # ---- the study specs --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("spec_file", [QUICKSTART / "study.yaml", DENSENET / "study.yaml",
-                                       DENSENET / "study_batching.yaml"],
+                                       DENSENET / "study_batching.yaml",
+                                       PROJECTS / "retune" / "study.yaml"],
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_study_specs_load_and_their_space_applies(spec_file: Path, tmp_path: Path) -> None:
     spec = load_spec(spec_file)

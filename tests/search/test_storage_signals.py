@@ -13,7 +13,8 @@ import pytest
 import sqlalchemy
 from optuna.trial import TrialState
 
-from tracker.search.storage import make_storage, signals_held
+from tracker.lifecycle import held
+from tracker.search.storage import make_storage
 
 
 def _interrupt_inside_the_first_insert(storage: optuna.storages.RDBStorage) -> list[str]:
@@ -49,16 +50,16 @@ def test_held_signals_reach_the_handlers_in_place_even_when_the_block_raises() -
     got: list[int] = []
     old = signal.signal(signal.SIGTERM, lambda signum, _frame: got.append(signum))
     try:
-        with pytest.raises(ValueError), signals_held():
+        with pytest.raises(ValueError), held():
             os.kill(os.getpid(), signal.SIGTERM)
             assert got == [], "delivered inside the block"
             raise ValueError("the block's own error")
         assert got == [signal.SIGTERM]
-        with signals_held(), signals_held():  # nested: the outer block delivers, once
+        with held(), held():  # nested: the outer block delivers, once
             os.kill(os.getpid(), signal.SIGTERM)
         assert got == [signal.SIGTERM, signal.SIGTERM]
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        with signals_held():  # ignored before: still ignored after
+        with held():  # ignored before: still ignored after
             os.kill(os.getpid(), signal.SIGTERM)
     finally:
         signal.signal(signal.SIGTERM, old)

@@ -11,6 +11,7 @@ Both URLs carry real passwords; none may appear in any output, param or tag.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -243,3 +244,50 @@ def test_killed_worker_trial_is_reclaimed(tmp_path, postgres, pg_url, mlflow_ser
     _no_secrets([postgres.password, TRACKING_PASSWORD],
                 [victim.output(), survivor.output()], [parent, *kids])
     print(f"killed worker: survivor done {time.monotonic() - killed_at:.1f} s after the kill")
+
+
+def _first_complete(study_url: str, name: str, workers: list[Worker]) -> None:
+    """Wait until the study has a COMPLETE trial (both workers are then mid-study)."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        for w in workers:
+            assert w.proc.poll() is None, w.output()[-3000:]
+        with contextlib.suppress(KeyError):  # the study is not created yet
+            if _load(study_url, name).get_trials(states=(TrialState.COMPLETE,)):
+                return
+        time.sleep(0.2)
+    pytest.fail(f"no trial completed:\n{workers[0].output()[-3000:]}")
+
+
+def test_a_database_restart_mid_study_loses_no_trial(tmp_path, postgres, pg_url,
+                                                     mlflow_server, workers):
+    """PostgreSQL stopped (``-m fast``: every session ended) and started again 3 s later while
+    two workers run: both wait for it (heartbeats every second make sure the outage is
+    seen), the study completes its budget, nothing is failed or measured twice."""
+    n_trials = 4
+    spec = _spec(tmp_path, "scaleout-restart")
+    uri = _tracking_uri(mlflow_server)
+    beats = ("--heartbeat-interval", "1", "--grace-period", "15", "--n-trials", str(n_trials))
+    for name in ("r0", "r1"):
+        workers.append(Worker(tmp_path, name, spec, pg_url, "restart", uri, *beats))
+    _first_complete(pg_url, "restart", workers)
+    postgres.restart(down_s=3)
+    codes = [w.wait(240) for w in workers]
+    outputs = [w.output() for w in workers]
+    assert codes == [0, 0], [o[-3000:] for o in outputs]
+    assert any("does not answer; waiting up to 300 s (TRACKER_STORAGE_WAIT_S)" in o
+               for o in outputs), [o[-2000:] for o in outputs]
+    assert not any("Traceback" in o for o in outputs), [o[-3000:] for o in outputs]
+
+    study = _load(pg_url, "restart")
+    counts = budget(study)
+    assert (counts.complete, counts.running, counts.waiting) == (n_trials, 0, 0), counts
+    assert not study.get_trials(states=(TrialState.FAIL,))  # within the grace period
+    measured = [t for t in study.trials if t.user_attrs.get("measurements", 0) > 0]
+    configs = [tuple(sorted(t.params.items())) for t in measured]
+    assert len(configs) == len(set(configs)), "a configuration was measured twice"
+    parent, kids = _runs(mlflow_server, "scaleout-restart", "restart")
+    assert parent.info.status == "FINISHED"
+    assert all(r.info.status == "FINISHED" for r in kids), [r.info.status for r in kids]
+    assert len(kids) == len(study.get_trials(states=(TrialState.COMPLETE,)))
+    _no_secrets([postgres.password, TRACKING_PASSWORD], outputs, [parent, *kids])

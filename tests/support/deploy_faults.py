@@ -57,10 +57,10 @@ def main(argv: list[str]) -> int:
         print(f"usage: STEP in {list(STEPS)}, FAULT in {list(FAULTS)}", file=sys.stderr)
         return 2
     from tracker.deploy import registry_sync, service
-    from tracker.deploy.guard import Interrupted
     from tracker.deploy.pointers import Pointers
     from tracker.deploy.settings import resolve_settings
     from tracker.errors import DeployError
+    from tracker.lifecycle import Interrupted
 
     registry_sync.WAIT_S = 0.1
     _inject(step, fault)
@@ -72,7 +72,7 @@ def main(argv: list[str]) -> int:
         return 1
     except Interrupted as exc:
         print(f"interrupted: {exc}", flush=True)
-        return exc.exit_status
+        return exc.exit_code
     print(f"deployed: {found.get('version')} pending={found.get('registry_pending')}",
           flush=True)
     return 0

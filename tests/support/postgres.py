@@ -109,6 +109,24 @@ class PostgresInstance:
         except (OSError, ValueError, IndexError, psutil.Error):
             return []
 
+    @property
+    def options(self) -> str:
+        """The server's options: this port and socket, durability off (a test database)."""
+        return (f"-p {self.port} -k {self.socket_dir} -h 127.0.0.1 -c fsync=off "
+                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+
+    def start(self) -> None:
+        _run(self._cmd("pg_ctl", "-D", str(self.data_dir), "-o", self.options, "-l",
+                       str(self.root / "server.log"), "-w", "-t", "60", "start"), timeout=90)
+
+    def restart(self, down_s: float) -> None:
+        """``pg_ctl stop -m fast`` (every session ended), ``down_s`` seconds without a
+        server, then start again on the same port and data: a database restart or failover."""
+        _run(self._cmd("pg_ctl", "-D", str(self.data_dir), "-m", "fast", "-w", "stop"),
+             timeout=60)
+        time.sleep(down_s)
+        self.start()
+
     def stop(self) -> None:
         if self.stopped:
             return
@@ -152,10 +170,7 @@ def start_postgres() -> PostgresInstance:
         _run(inst._cmd("initdb", "-D", str(inst.data_dir), "-U", "postgres", "--no-sync",
                        "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8",
                        "--no-instructions"), timeout=120)
-        opts = (f"-p {inst.port} -k {inst.socket_dir} -h 127.0.0.1 -c fsync=off "
-                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
-        _run(inst._cmd("pg_ctl", "-D", str(inst.data_dir), "-o", opts, "-l",
-                       str(root / "server.log"), "-w", "-t", "60", "start"), timeout=90)
+        inst.start()
         inst.admin_sql(f"CREATE ROLE {PG_USER} LOGIN PASSWORD '{inst.password}'")
     except (ServiceUnavailable, OSError, subprocess.SubprocessError) as exc:
         log = root / "server.log"

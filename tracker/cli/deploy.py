@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import click
@@ -143,37 +138,14 @@ def watch_command(interval: float, models: tuple[str, ...], stage: str, alias: s
 
     watcher = Watcher(_deploy_settings(url, repository, serving), models=models, stage=stage,
                       alias=alias, log=lambda line: click.echo(line))
-    stop = threading.Event()
-    with _tracking_uri(tracking_uri), _stop_on_signals(stop):
-        if once:
+    if once:  # a signal stops it as any command (tracker/cli/group.py)
+        with _tracking_uri(tracking_uri):
             watcher.once()
-        else:
-            watcher.run(interval, stop=stop)
-
-
-@contextlib.contextmanager
-def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """SIGINT and SIGTERM set ``stop`` and raise :class:`tracker.deploy.guard.Interrupted`
-    where the process is, so that a request MLflow is retrying does not hold the watcher
-    (inside a deployment, the deployment's own handlers roll it back first). The previous
-    handlers come back afterwards; outside the main thread nothing is installed."""
-    from tracker.deploy.guard import Interrupted
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
         return
+    from tracker.lifecycle import until_signal
 
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        stop.set()
-        raise Interrupted(signum)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            if old is not None:
-                signal.signal(sig, old)
+    with _tracking_uri(tracking_uri), until_signal() as stop:
+        watcher.run(interval, stop=stop)
 
 
 @cli.command("status")

@@ -1,5 +1,6 @@
 """The ``tracker`` command group: reports every TrackerError, and every OSError (a read-only or
-full disk, a missing file), as one line and exit status 1; the commands register on it
+full disk, a missing file), as one line and exit status 1, and a command stopped by SIGINT or
+SIGTERM as one line and 130 or 143; the commands register on it
 (tracker/cli/study.py, tracker/cli/deploy.py). Each command runs with MLflow's HTTP retries
 bounded (:func:`tracker.cli.params.mlflow_http_env`)."""
 
@@ -15,6 +16,7 @@ import click
 from tracker.cli.params import mlflow_http_env
 from tracker.cli.params import print_version as _print_version
 from tracker.errors import TrackerError
+from tracker.lifecycle import Interrupted, interruptible
 
 _READ_ONLY = {errno.EROFS: "make it writable or choose another path",
               errno.EACCES: "make it writable for this user or choose another path",
@@ -49,12 +51,12 @@ def os_error_line(exc: OSError) -> str:
 
 class _Group(click.Group):
     """A click group that reports TrackerError and OSError as one message (no traceback) and
-    exits 1, a deployment stopped by a signal as one line and 128 + the signal's number, with
-    MLflow's HTTP retries bounded while the command runs."""
+    exits 1, a command stopped by SIGINT or SIGTERM as one line and 130 or 143
+    (:mod:`tracker.lifecycle`), with MLflow's HTTP retries bounded while the command runs."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            with mlflow_http_env():
+            with mlflow_http_env(), interruptible():
                 return super().invoke(ctx)
         except (TrackerError, OSError) as err:
             if ctx.obj and ctx.obj.get("debug"):
@@ -64,12 +66,11 @@ class _Group(click.Group):
             line = os_error_line(err) if isinstance(err, OSError) else unreachable(str(err))
             click.echo(f"error: {line}", err=True)
             ctx.exit(1)
-        except KeyboardInterrupt as stop:  # a signal that stopped a deployment or the watcher
-            status = getattr(stop, "exit_status", None)  # tracker.deploy.guard.Interrupted
-            if status is None or (ctx.obj and ctx.obj.get("debug")):
+        except Interrupted as stop:  # SIGINT or SIGTERM, after the command cleaned up
+            if ctx.obj and ctx.obj.get("debug"):
                 raise
             click.echo(str(stop), err=True)
-            ctx.exit(status)
+            ctx.exit(stop.exit_code)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -88,7 +88,8 @@ def gpu_list(text: str | None) -> list[int] | str | None:
 #: where the user set none: 3 retries (at once, then after 2 and 4 s, each plus up to 1 s of
 #: jitter) and 30 s per request, so that a tracking server that refuses connections is
 #: reported in about 10 s and one that does not answer in about 2 minutes (MLflow's own
-#: defaults: 7 retries, 120 s per request, minutes before a closed port is reported).
+#: defaults: 7 retries, 120 s per request, minutes before a closed port is reported). These
+#: bound each try; ``tune`` and ``confirm`` try again for longer (tracker/tracking/patience.py).
 MLFLOW_HTTP_DEFAULTS: dict[str, str] = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",

@@ -63,7 +63,8 @@ class Walk:
             return f"mapping of {key} to {inner}", [f"each value {a}" for a in allowed]
         if isinstance(tp, type) and issubclass(tp, BaseModel):
             self.models.append((where, tp))
-            return "{" + ", ".join(tp.model_fields) + "}", [f"see `{where}`"]
+            return ("{" + ", ".join(f.alias or n for n, f in tp.model_fields.items()) + "}",
+                    [f"see `{where}`"])
         if isinstance(tp, type) and issubclass(tp, Path):
             return "path", []
         return NAMES.get(tp, getattr(tp, "__name__", str(tp))), []
@@ -123,7 +124,7 @@ def spec_tables(root: type[BaseModel]) -> list[tuple[str, list[Row]]]:
         rows, found = [], []
         for name, field in model.model_fields.items():
             walk = Walk(path)
-            rows.append(field_row(name, field, walk))
+            rows.append(field_row(field.alias or name, field, walk))  # as the YAML spells it
             found.extend(walk.models)
         out.append((path or "(top level)", rows))
         reached.extend(found)

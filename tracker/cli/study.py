@@ -52,6 +52,7 @@ def check_command(spec_path: Path, outputs: bool) -> None:
     Builds the model first when the spec's `model.build` script has not made it yet.
     Exit status 1, with one line per problem, when the spec is invalid.
     """
+    from tracker.session import warm_start
     from tracker.session.check_default import probe_default, static_check
     from tracker.session.context import spec_configuration
     from tracker.session.study_check import check_study
@@ -63,7 +64,11 @@ def check_command(spec_path: Path, outputs: bool) -> None:
         click.echo(f"building {spec.model.path.name} with {spec.model.build.name} ...", err=True)
     ensure_model(spec)
     conf = spec_configuration(spec)  # starts Triton once for a model it auto-completes
-    click.echo(check_study(spec, conf, make_server(spec.server)))  # constructed, never started
+    server = make_server(spec.server)  # constructed, never started
+    click.echo(check_study(spec, conf, server))
+    warm = warm_start.for_check(spec, conf, server)  # search.warm_start: what is reused
+    if warm:
+        click.echo(warm)
     click.echo(static_check(spec, conf))
     if outputs:
         click.echo(probe_default(spec_path))
@@ -117,7 +122,8 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
                  use_perf_analyzer: bool) -> None:
     """Run (or resume) the tuning study of SPEC: one MLflow child run per trial under the
     study's parent run. Ctrl-C stops cleanly (exit 130); the same command resumes."""
-    from tracker.session.context import Interrupted, TuneOptions
+    from tracker.lifecycle import Interrupted
+    from tracker.session.context import TuneOptions
     from tracker.workflow.tune import tune
 
     options = TuneOptions(
@@ -157,7 +163,7 @@ def confirm_command(spec_path: Path, study_name: str | None, storage: str | None
     study's pairs or rounds are continued (an interrupted or inconclusive confirmation goes on
     where it stopped, up to --rounds); --new starts over."""
     from tracker.confirm.command import confirm_study
-    from tracker.session.context import Interrupted
+    from tracker.lifecycle import Interrupted
 
     try:
         result = confirm_study(spec_path, study_name=_blank(study_name),
@@ -202,9 +208,9 @@ def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
     """Measure one configuration of SPEC's model (its default, --config, with --set fields
     applied) over the load sweep, logged as one MLflow run; print the sweep, write the CSV.
     The server is stopped at the end, also on errors and Ctrl-C."""
+    from tracker.lifecycle import Interrupted
     from tracker.measure.csvio import write_csv
     from tracker.measure.report import table
-    from tracker.session.context import Interrupted
     from tracker.session.profile import profile
     from tracker.triton.model_config import parse_assignment
 

@@ -16,6 +16,8 @@ from tracker import tags
 from tracker.confirm.rounds import run, settings_of
 from tracker.errors import TrackerError
 from tracker.session.context import Session, StudyContext, TuneOptions
+from tracker.spec import load_spec
+from tracker.tracking import outbox, patience
 from tracker.verdict import record as confirmed
 
 if TYPE_CHECKING:
@@ -32,14 +34,15 @@ class ConfirmResult:
 
 @contextlib.contextmanager
 def confirm_session(spec_path: str | Path, *, study_name: str | None = None,
-                    storage: str | None = None,
-                    interrupted: str = "") -> Iterator[tuple[StudyContext, Run]]:
+                    storage: str | None = None, interrupted: str = "",
+                    wait: patience.Wait | None = None) -> Iterator[tuple[StudyContext, Run]]:
     """The study of SPEC, its parent run and the spec's server as a confirmation's
     :class:`~tracker.session.context.StudyContext` (and the parent's MLflow run), inside the
     session's guard: Ctrl-C becomes Interrupted (``interrupted`` added to its message), and
     the server is stopped and the work folder removed on the way out. ``tracker confirm`` runs
     one confirmation in it; benchmarks/verdict_stability.py runs its A/A confirmations in
-    one."""
+    one. Inside ``wait`` (tracking/patience.py), which gets the spec's wait, the records a
+    study kept for MLflow are written first."""
     import optuna
 
     from tracker.search.storage import make_storage
@@ -51,6 +54,15 @@ def confirm_session(spec_path: str | Path, *, study_name: str | None = None,
     session = Session.open(spec_path, TuneOptions(study_name=study_name, storage=storage),
                            work_prefix="confirm-")
     spec, url, client = session.spec, session.storage_url, session.client
+    if wait is not None:
+        where = outbox.folder(spec.study_name)
+        try:
+            wait.wait_s = patience.wait_seconds(spec.mlflow.wait_s)
+            wait.kept = lambda: outbox.kept_text(where)
+            outbox.replay(client, where, wait.report)
+        except TrackerError:
+            session.close()
+            raise
     try:
         study = optuna.load_study(study_name=spec.study_name,
                                   storage=make_storage(url, heartbeat_interval=None))
@@ -84,10 +96,29 @@ def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
     up to ``rounds`` rounds in all (a finished one of the same configurations too; ``new``:
     start a new one), then rewrite the study's report with the verdict. The search is not run
     again. Given ``rounds``, no budget stops it before them (the budget applies otherwise)."""
+    from tracker.session.conclude import spec_argument
+
+    with patience.waiting(patience.wait_seconds(None), _say) as wait:
+        try:
+            return _confirm(spec_path, study_name, storage, rounds, top_k, new, wait)
+        except patience.TrackingUnavailable as exc:
+            name = study_name or load_spec(spec_path).study_name
+            command = f"tracker confirm {spec_argument(Path(spec_path).resolve())}"
+            raise patience.TrackingUnavailable(
+                outbox.stop_line(exc, outbox.folder(name), command)) from exc
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _confirm(spec_path: str | Path, study_name: str | None, storage: str | None,
+             rounds: int | None, top_k: int | None, new: bool,
+             wait: patience.Wait) -> ConfirmResult:
     from tracker.session.conclude import finish_study
     from tracker.tracking import runs
 
-    with confirm_session(spec_path, study_name=study_name, storage=storage,
+    with confirm_session(spec_path, study_name=study_name, storage=storage, wait=wait,
                          interrupted="the measurements so far are kept: run the same command "
                                      "to continue") as (ctx, prun):
         settings = settings_of(ctx, rounds, top_k)

@@ -97,7 +97,9 @@ class Publisher:
                               f"{self.repository} is not")
 
     # -- reading ---------------------------------------------------------------------------
-    def _index(self) -> list[dict[str, str]]:
+    def index(self) -> list[dict[str, str]]:
+        """Triton's repository index; :class:`DeployError` naming the server when it does not
+        answer."""
         try:
             return self.client.repository_index()
         except ServerError as exc:
@@ -114,7 +116,7 @@ class Publisher:
     def state(self, name: str, index: list[dict[str, str]] | None = None) -> DeploymentState | None:
         """The deployment called ``name``, or None when the repository has no such model."""
         model_dir = self.model_dir(name)
-        entries = [e for e in (index if index is not None else self._index())
+        entries = [e for e in (index if index is not None else self.index())
                    if e.get("name") == name]
         if not model_dir.is_dir() and not entries:
             return None
@@ -128,10 +130,10 @@ class Publisher:
             meta = json.loads((model_dir / META_FILE).read_text())
         return DeploymentState(name, ready, files, meta, "; ".join(r for r in reasons if r))
 
-    def states(self) -> list[DeploymentState]:
+    def states(self, index: list[dict[str, str]] | None = None) -> list[DeploymentState]:
         """Every model of the repository (folders and what the server knows); a name that is
         no valid model name (``.git``, ``a b``) is no deployment."""
-        index = self._index()
+        index = index if index is not None else self.index()
         names = {e["name"] for e in index if e.get("name")}
         names |= {p.name for p in self.repository.iterdir() if p.is_dir()}
         found = [self.state(n, index) for n in sorted(names) if is_model_name(n)]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 from collections.abc import Callable
 from pathlib import Path
+
+from tracker.lifecycle import until_signal
 
 
 def serve_forever(repository: Path, *, grpc_port: int, http_port: int, metrics_port: int,
@@ -15,12 +15,9 @@ def serve_forever(repository: Path, *, grpc_port: int, http_port: int, metrics_p
     from tracker.triton.server.local import LocalTritonServer
 
     repository.mkdir(parents=True, exist_ok=True)
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
     server = LocalTritonServer(grpc_port=grpc_port, http_port=http_port,
                                metrics_port=metrics_port, log_dir=log_dir)
-    with server:
+    with until_signal() as stop, server:
         server.start(repository, explicit=True)
         echo(f"Triton serving {repository} (explicit model control): grpc "
              f"{server.endpoints.grpc}, http {server.endpoints.http}; Ctrl-C stops\n"

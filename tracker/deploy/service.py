@@ -21,11 +21,13 @@ from typing import Any
 
 import mlflow
 
-from tracker.deploy import guard, integrity, journal, nvidia, registry_sync, switch, verify
+from tracker import lifecycle
+from tracker.deploy import integrity, journal, nvidia, registry_sync, switch, verify
 from tracker.deploy.inference import infer_version, to_arrays, to_lists
 from tracker.deploy.pointers import Pointers
 from tracker.deploy.publish import META_FILE, DeploymentState, Publisher, PublishResult
 from tracker.deploy.settings import TargetSettings
+from tracker.deploy.steps import StepFailed
 from tracker.deploy.transport import ControlClient, make_client
 from tracker.errors import DeployError, ServerError
 from tracker.tracking import flavor, foreign, registry
@@ -143,11 +145,25 @@ def deploy(settings: TargetSettings, name: str, model_uri: str, *,
                 if ref is not None:
                     verify.mark_failed(ref.name, ref.version, exc, target=settings.describe())
                 raise
-            state = publisher.state(name)
+            state = _state_after(publisher, name, say)
     found = describe(state, settings) if state is not None else {}
+    if found.get("version") is None:  # Triton stopped answering: the files' version
+        found["version"] = version
     if pending:
         found["registry_pending"] = pending[0]
     return found
+
+
+def _state_after(publisher: Publisher, name: str,
+                 say: Callable[[str], None]) -> DeploymentState | None:
+    """What serves once a deployment committed; where Triton stopped answering since, what
+    the files hold (loaded again by the next transaction once it answers,
+    :func:`reload_lost`)."""
+    try:
+        return publisher.state(name)
+    except DeployError as exc:
+        say(f"{name}: {exc}; the deployed version serves once Triton answers again")
+        return publisher.state(name, [])
 
 
 def _meta(model_uri: str, ref: RegistryRef | None, model_flavor: str) -> dict[str, Any]:
@@ -177,12 +193,20 @@ def recover(publisher: Publisher, log: Callable[[str], None]) -> None:
     """Complete what an interrupted deployment of this repository left (the caller holds the
     lock): a switch that did not commit is rolled back, one that did is finished, and a
     registry update still pending is made (left pending, said once, if the registry still
-    fails)."""
+    fails). Then every deployment Triton has not loaded since it started is loaded again
+    (:func:`reload_lost`). :class:`DeployError` when Triton does not answer (a rollback is
+    then kept for the next time)."""
     for path in journal.left_behind(publisher.repository):
         found = journal.load(path)
         if found.phase == journal.SWITCHING:
-            with guard.shielded():
-                switch.undo(publisher, found)
+            undone = switch.answers(publisher)
+            if undone:
+                with lifecycle.held():
+                    undone = switch.undo(publisher, found)
+            if not undone:
+                raise DeployError(f"cannot reach Triton at {publisher.client.address}: the "
+                                  f"interrupted deployment of version {found.version} of "
+                                  f"{found.deployment!r} is rolled back when it answers")
             state = publisher.state(found.deployment)
             serving = state.version if state is not None else None
             log(f"{found.deployment}: an interrupted deployment of version {found.version} "
@@ -198,15 +222,45 @@ def recover(publisher: Publisher, log: Callable[[str], None]) -> None:
             log(f"{found.deployment}: the registry update of version {found.version} "
                 "that was pending is made")
         found.clear()
+    reload_lost(publisher, log)
+
+
+def reload_lost(publisher: Publisher, log: Callable[[str], None]) -> None:
+    """Load again every deployment of the repository whose models Triton has not tried to
+    load since it started: a Triton in explicit model control mode that restarts (a pod
+    rescheduled, a ``kill -9``) loads nothing, so the version each model's record names
+    (the only one its config.pbtxt lists) serves again. A model that failed to load or was
+    unloaded (Triton knows its state) is left as it is. :class:`DeployError` when Triton
+    does not answer."""
+    index = publisher.index()
+    known = {e.get("name") for e in index if e.get("state")}
+    for state in publisher.states(index):
+        if state.meta.get(switch.PART_OF) or "version" not in state.meta:
+            continue  # loaded with the deployment it is part of; or no record of ours
+        names = [str(m) for m in state.meta.get(switch.MODELS) or [state.name]]
+        lost = [m for m in names if m not in known]
+        if not lost:
+            continue
+        try:
+            for name in lost:
+                publisher.load(name, f"loading {name!r} again after Triton started")
+        except StepFailed as exc:  # Triton now knows its state: not tried again
+            log(f"{state.name}: Triton had not loaded it since it started; loading it again "
+                f"failed: {exc}")
+            continue
+        found = publisher.state(state.name)
+        log(f"{state.name}: Triton had not loaded it since it started; loaded again: "
+            + (f"version {found.version} serves" if found and found.version
+               else "nothing is READY"))
 
 
 @contextlib.contextmanager
 def transaction(settings: TargetSettings,
                 log: Callable[[str], None] | None = None) -> Iterator[Publisher]:
     """The repository's publisher with its lock held around a block (re-entrant: a deployment
-    inside takes it again), signals raising :class:`~tracker.deploy.guard.Interrupted`, and
+    inside takes it again), signals raising :class:`~tracker.lifecycle.Interrupted`, and
     what an interrupted deployment left completed first (:func:`recover`)."""
-    with make_client(settings) as client, guard.interruptible():
+    with make_client(settings) as client, lifecycle.interruptible():
         publisher = make_publisher(settings, client, log)
         with publisher.locked():
             recover(publisher, log or (lambda _line: None))

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from tritonclient.grpc import model_config_pb2
 
-from tracker.deploy import guard, steps
+from tracker import lifecycle
+from tracker.deploy import steps
 from tracker.deploy.plan import Model, load_with_fallback, stage_into, write_config
 from tracker.errors import ServerError
 from tracker.triton.formats.ensemble import PLATFORM
@@ -96,7 +97,7 @@ def check(pub: Publisher, plan: list[Model], version: int, journal: Journal,
         if output_check is not None:
             output_check(pub.client, shadows.get(checked, checked), version)
     finally:
-        with guard.shielded():
+        with lifecycle.held():
             remove(pub, plan, journal)
 
 

@@ -47,7 +47,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tracker.deploy import guard, shadow, steps
+from tracker import lifecycle
+from tracker.deploy import shadow, steps
 from tracker.deploy.journal import COMMITTED, SWITCHING, Journal
 from tracker.deploy.plan import Model, load_with_fallback, plan, stage_into, write_config
 from tracker.deploy.publish import META_FILE, DeploymentState, Publisher, PublishResult
@@ -104,7 +105,7 @@ def publish(pub: Publisher, name: str, version: int, source: TritonRepositoryDir
     kept in the journal until it is made (None: none); ``after_commit`` runs once every model
     serves, with signals held until it returns (the registry update goes there). Raises
     :class:`DeployError` (with the server's message) after rolling every model back; a
-    signal (:class:`~tracker.deploy.guard.Interrupted`) is raised again after the rollback."""
+    signal (:class:`~tracker.lifecycle.Interrupted`) is raised again after the rollback."""
     validate_model_name(name)
     if not isinstance(version, int) or version < 1:
         raise DeployError(f"a Triton version must be a positive integer, but got {version!r}")
@@ -132,7 +133,7 @@ def publish(pub: Publisher, name: str, version: int, source: TritonRepositoryDir
                       registry=dict(registry) if registry is not None else None)
     journal.save(pub.repository)
     _switch(pub, name, version, models, before, check, journal)
-    with guard.shielded():  # past the commit point a signal waits for the end
+    with lifecycle.held():  # past the commit point a signal waits for the end
         journal.records = _records(name, version, models, sha, meta)
         journal.phase = COMMITTED
         journal.save(pub.repository)
@@ -166,19 +167,23 @@ def _switch(pub: Publisher, name: str, version: int, models: list[Model],
         for model in reversed(models):
             _drop_old(pub, model, version)
     except BaseException as exc:
-        with guard.shielded():
-            undo(pub, journal)
+        with lifecycle.held():
+            undone = undo(pub, journal)
         if not isinstance(exc, (steps.StepFailed, OSError)):
             raise
         fail = exc if isinstance(exc, steps.StepFailed) else steps.StepFailed(
             "writing the version folders", str(exc))
         serving = before.version if before is not None else None
-        still = (f"version {serving} still serves" if serving
-                 else "nothing served before, nothing serves now")
+        rolled = "every model is rolled back: " + (
+            f"version {serving} still serves" if serving
+            else "nothing served before, nothing serves now")
+        if not undone:
+            rolled = ("Triton does not answer: every model's files are as before, and Triton "
+                      f"is brought back to {f'version {serving}' if serving else 'none'} when "
+                      "it answers again")
         raise DeployError(f"deploying version {version} of {name!r} (models: "
                           f"{', '.join(m.name for m in models)}) failed while {fail.step}; "
-                          f"every model is rolled back: {still}. Triton said: "
-                          f"{fail.message}") from None
+                          f"{rolled}. Triton said: {fail.message}") from None
 
 
 def _stage_and_load(pub: Publisher, model: Model, version: int, journal: Journal) -> None:
@@ -211,15 +216,20 @@ def _drop_old(pub: Publisher, model: Model, version: int) -> None:
                          step=f"waiting for {model.name!r} to be READY")
 
 
-def undo(pub: Publisher, journal: Journal) -> None:
+def undo(pub: Publisher, journal: Journal) -> bool:
     """Every model back as the journal says it was, in reverse load order (module docstring,
     step 5); then the journal is removed. A model that served before is loaded again, never
-    unloaded; one that was not loaded before is unloaded."""
+    unloaded; one that was not loaded before is unloaded. False when Triton did not answer
+    (it died or restarts): the files are as before, and the journal is kept, so that the next
+    transaction on the repository brings Triton back too (repeatable)."""
     version = journal.version
+    failed: list[str] = []
     for u in reversed(journal.models):
         if u.shadow is not None:
-            with contextlib.suppress(ServerError):
+            try:
                 pub.client.unload_model(u.shadow, wait_s=10)
+            except ServerError as exc:
+                failed.append(exc.reason)
             shutil.rmtree(pub.model_dir(u.shadow), ignore_errors=True)
     for u in reversed(journal.models):
         model_dir = pub.model_dir(u.name)
@@ -238,12 +248,27 @@ def undo(pub: Publisher, journal: Journal) -> None:
                 pub.client.load_model(u.name)
             except ServerError as exc:  # the old version serves through a failed load
                 pub.log(f"{u.name}: restoring the previous config: {exc.reason}")
+                failed.append(exc.reason)
         elif u.touched:
-            with contextlib.suppress(ServerError):
+            try:
                 pub.client.unload_model(u.name, wait_s=10)
+            except ServerError as exc:
+                failed.append(exc.reason)
         if not u.existed:
             shutil.rmtree(model_dir, ignore_errors=True)
+    if failed and not answers(pub):
+        return False
     journal.clear()
+    return True
+
+
+def answers(pub: Publisher) -> bool:
+    """Whether Triton answers (its repository index can be read)."""
+    try:
+        pub.client.repository_index()
+    except ServerError:
+        return False
+    return True
 
 
 def finish(pub: Publisher, journal: Journal) -> None:

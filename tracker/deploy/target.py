@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,10 @@ from mlflow.deployments import BaseDeploymentClient, PredictionsResponse
 from mlflow.exceptions import MlflowException
 
 from tracker.deploy import nvidia, service
-from tracker.deploy.guard import Interrupted
 from tracker.deploy.pointers import Pointers
 from tracker.deploy.settings import help_text, resolve_settings
 from tracker.errors import TrackerError
+from tracker.lifecycle import Interrupted, until_signal
 
 
 def _flavor_ok(flavor: str | None) -> str | None:
@@ -136,7 +135,7 @@ def run_local(name: str, model_uri: str, flavor: str | None = None,
     """(MLflow calls it without the target, whatever its base module's stub says.)
 
     Start a local Triton (the nvidia-pytriton wheel's) in explicit mode over a temporary
-    repository (or ``-C repository=PATH``), deploy the model and serve until Ctrl-C."""
+    repository (or ``-C repository=PATH``), deploy the model and serve until Ctrl-C or SIGTERM."""
     from tracker.triton.server.local import LocalTritonServer
 
     model_flavor = _flavor_ok(flavor)
@@ -145,17 +144,16 @@ def run_local(name: str, model_uri: str, flavor: str | None = None,
         repository = Path(config.pop("repository", tmp))
         server = LocalTritonServer()
         try:
-            server.start(repository, explicit=True)
-            settings = resolve_settings("triton", {**config, "repository": str(repository),
-                                                   "url": server.endpoints.grpc})
-            service.deploy(settings, name, model_uri, log=_echo, model_flavor=model_flavor)
-            _echo(f"serving {name!r} at grpc {server.endpoints.grpc}, "
-                  f"http {server.endpoints.http}; Ctrl-C stops")
-            while server.running:
-                time.sleep(1)
+            with until_signal() as stop:
+                server.start(repository, explicit=True)
+                settings = resolve_settings("triton", {**config, "repository": str(repository),
+                                                       "url": server.endpoints.grpc})
+                service.deploy(settings, name, model_uri, log=_echo, model_flavor=model_flavor)
+                _echo(f"serving {name!r} at grpc {server.endpoints.grpc}, "
+                      f"http {server.endpoints.http}; Ctrl-C stops")
+                while server.running and not stop.wait(1):
+                    pass
         except TrackerError as exc:
             raise MlflowException(str(exc)) from exc
-        except KeyboardInterrupt:
-            pass
         finally:
             server.stop()

@@ -18,6 +18,10 @@ only when it enters the stage or gets the alias again; after a failure the stage
 back to the version that still serves. A pointer a person moves while a deployment runs is
 left where they put it, and handled at the next poll.
 Each action is one log line, followed by what serves and what the registry says.
+
+Each poll runs in a transaction on the repository (:func:`tracker.deploy.service.transaction`),
+which first completes what an interrupted deployment left and loads again what a restarted
+Triton lost; a Triton that does not answer fails the poll, which is retried.
 """
 
 from __future__ import annotations
@@ -191,7 +195,7 @@ class Watcher:
         unreachable) is logged once per distinct error, in one line, and retried at the next
         interval. A KeyboardInterrupt (``tracker watch`` raises one on SIGINT and SIGTERM, also
         in the middle of an MLflow call that is being retried) ends it with one line; a
-        deployment in progress is rolled back first (:mod:`tracker.deploy.guard`)."""
+        deployment in progress is rolled back first (:mod:`tracker.lifecycle`)."""
         if interval_s <= 0:
             raise DeployError(f"interval must be > 0 seconds, but got {interval_s:g}")
         stop = stop or threading.Event()
@@ -204,6 +208,8 @@ class Watcher:
             while not stop.is_set():
                 try:
                     self.poll_once()
+                    if self._last_error:
+                        self._recovered()
                     self._last_error = ""
                 except _FAILURES as exc:
                     why = reason(exc)
@@ -217,6 +223,14 @@ class Watcher:
         except KeyboardInterrupt as stopped:
             stop.set()
             self.log(f"{_now()} {stopped or 'stopped by SIGINT'}")
+
+    def _recovered(self) -> None:
+        """After failed polls, one that worked: said, then what serves (a Triton that
+        restarted has had the deployments loaded again by then)."""
+        self.log(f"{_now()} the poll works again")
+        client = mlflow.MlflowClient()
+        for registered in self._watched(client):
+            self.log_status(client, registered)
 
     def once(self) -> list[Action]:
         """``tracker watch --once``: the first lines, then one poll. A poll that fails

@@ -12,6 +12,11 @@ formerly ``RetryFailedTrialCallback``), up to ``max_retry`` times.
 advisory lock, MySQL ``GET_LOCK``, a file lock beside a sqlite file). The budget check and the
 creation of the study's parent run use it so that two workers never both take the last trial.
 
+A database that goes away (a PostgreSQL restart or failover) is waited for: a storage call
+that loses its connection waits until the database answers again, for at most
+``TRACKER_STORAGE_WAIT_S`` seconds (default :data:`DEFAULT_WAIT_S`), then runs again
+(:func:`_waiting`); past that wait it raises :class:`StudyError` naming the database.
+
 Passwords in storage URLs never appear in messages: :func:`safe_url` hides them.
 """
 
@@ -23,12 +28,11 @@ import functools
 import hashlib
 import inspect
 import os
-import signal
 import socket
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,12 +42,16 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial
 
 from tracker.errors import StudyError
+from tracker.lifecycle import held, seconds_from_env
 
 DEFAULT_HEARTBEAT_INTERVAL = 10
 DEFAULT_MAX_RETRY = 3
+DEFAULT_WAIT_S = 300.0  #: how long a storage call waits for a database that went away
+WAIT_ENV = "TRACKER_STORAGE_WAIT_S"
 SUPPORTED_DIALECTS = ("postgresql", "mysql", "sqlite")
 
 StaleTrialHook = Callable[[optuna.Study, FrozenTrial], None]
+_log = optuna.logging.get_logger("tracker")
 
 
 def safe_url(url: str) -> str:
@@ -124,48 +132,128 @@ def with_driver(url: str) -> str:
     return str(parsed.set(drivername="postgresql+psycopg2").render_as_string(hide_password=False))
 
 
-_holding = [False]  # whether the main thread is inside a held call (the outermost holds)
-
-
-@contextlib.contextmanager
-def signals_held() -> Iterator[None]:
-    """On the main thread: SIGINT and SIGTERM that arrive inside the block are held until it
-    ends, then delivered to the handlers that were in place (Ctrl-C's KeyboardInterrupt, the
-    sweep's handler, or nothing where they are ignored), even when the block raises. A
-    KeyboardInterrupt inside SQLAlchemy's commit can leave the thread's session unusable, so
-    every later write of the study (the interrupted trial, the parent run's end) fails with
-    Optuna's "An exception is raised during the commit"."""
-    if threading.current_thread() is not threading.main_thread() or _holding[0]:
-        yield
-        return
-    held: list[int] = []
-
-    def hold(signum: int, _frame: object) -> None:
-        held.append(signum)
-
-    old = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
-    _holding[0] = True
-    try:
-        yield
-    finally:
-        _holding[0] = False
-        for sig, handler in old.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        if held:
-            signal.raise_signal(held[0])
-
-
 class WholeCallStorage(RDBStorage):
     """Optuna's RDB storage whose every call on the main thread runs to its end before a
-    signal is delivered (:func:`signals_held`): a Ctrl-C lands between two storage writes,
-    never inside one."""
+    signal is delivered (:func:`tracker.lifecycle.held`): a Ctrl-C lands between two storage
+    writes, never inside one. A KeyboardInterrupt inside SQLAlchemy's commit would leave the
+    thread's session unusable: every later write of the study (the interrupted trial, the
+    parent run's end) would fail with Optuna's "An exception is raised during the commit".
+    A call that loses the database's connection waits for it and runs again
+    (:func:`_waiting`), once :attr:`wait_s` is set (after the storage is made)."""
+
+    wait_s = 0.0  #: 0 while the storage is made: a database that is down then fails at once
+
+
+def wait_s_from_env(environ: Mapping[str, str] | None = None) -> float:
+    """``TRACKER_STORAGE_WAIT_S`` (seconds, >= 0), else :data:`DEFAULT_WAIT_S`."""
+    return seconds_from_env(WAIT_ENV, DEFAULT_WAIT_S, environ, StudyError)
+
+
+def _lost_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` or what caused it is SQLAlchemy's OperationalError or a connection it
+    invalidated: the database went away (Optuna wraps a failed commit in its own
+    StorageInternalError)."""
+    import sqlalchemy
+
+    seen: BaseException | None = exc
+    for _ in range(10):
+        if seen is None:
+            return False
+        if isinstance(seen, sqlalchemy.exc.DBAPIError) and seen.connection_invalidated:
+            return True
+        if isinstance(seen, sqlalchemy.exc.OperationalError):
+            # no SQLSTATE (refused, reset), class 08 (connection) or 57P (shutting down,
+            # starting up); a lock or statement timeout is no lost connection
+            code = getattr(seen.orig, "pgcode", None) or getattr(seen.orig, "sqlstate", None)
+            return code is None or str(code).startswith(("08", "57P"))
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _answers(engine: Any) -> bool:
+    import sqlalchemy
+
+    try:
+        with engine.connect() as conn:
+            conn.execute(sqlalchemy.text("SELECT 1"))
+        return True
+    except sqlalchemy.exc.SQLAlchemyError:
+        return False
+
+
+def wait_for_database(engine: Any, wait_s: float, why: BaseException) -> float:
+    """Wait until the database of ``engine`` answers, at most ``wait_s`` seconds, and return
+    the seconds waited; :class:`StudyError` naming it, the wait and ``why`` when it does not
+    answer in time. Of the threads that wait at once (a trial's heartbeat and the loop), the
+    first says so, and says when it answers again."""
+    url = engine.url.render_as_string(hide_password=True)
+    started = time.monotonic()
+    says: bool | None = None
+    try:
+        while not _answers(engine):
+            waited = time.monotonic() - started
+            if waited >= wait_s:
+                reason = _scrub(str(getattr(why, "orig", None) or why).strip(), str(engine.url))
+                first = reason.splitlines()[0] if reason else type(why).__name__
+                raise StudyError(f"the study storage {url} did not answer for {wait_s:g} s "
+                                 f"({WAIT_ENV}): {first}") from why
+            if says is None:
+                with _waited_lock:
+                    says = url not in _waited
+                    _waited.add(url)
+                if says:
+                    _log.warning("the study storage %s does not answer; waiting up to %g s "
+                                 "(%s)", url, wait_s, WAIT_ENV)
+            time.sleep(min(1.0, max(wait_s - waited, 0.01)))
+    finally:
+        if says:
+            with _waited_lock:
+                _waited.discard(url)
+    waited = time.monotonic() - started
+    if says:
+        _log.warning("the study storage %s answers again after %.0f s", url, waited)
+    return waited
+
+
+_waited: set[str] = set()  # the databases a thread of this process says it waits for
+_waited_lock = threading.Lock()
+
+
+_depth = threading.local()  # storage calls in progress on this thread (the outermost waits)
+
+
+def _waiting(engine: Any, wait_s: float, call: Callable[[], Any]) -> Any:
+    """``call()``; when the outermost storage call of this thread loses the database, the
+    database is waited for (:func:`wait_for_database`) and the call runs again. A call that
+    fails so twice while the database answers at once raises the second failure."""
+    depth = getattr(_depth, "n", 0)
+    if depth or not wait_s:
+        return call()
+    quick = 0
+    while True:
+        _depth.n = depth + 1
+        try:
+            return call()
+        except Exception as exc:
+            if not _lost_connection(exc):
+                raise
+            failure = exc
+        finally:
+            _depth.n = depth
+        if wait_for_database(engine, wait_s, failure) < 0.5:
+            quick += 1
+            if quick > 1:
+                raise failure
 
 
 def _held(method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
-    def call(self: RDBStorage, *args: Any, **kwargs: Any) -> Any:
-        with signals_held():
-            return method(self, *args, **kwargs)
+    def call(self: WholeCallStorage, *args: Any, **kwargs: Any) -> Any:
+        def once() -> Any:
+            with held():
+                return method(self, *args, **kwargs)
+
+        return _waiting(self.engine, self.wait_s, once)
 
     return call
 
@@ -198,6 +286,7 @@ def make_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT
                          f"grace_period={grace_period}, heartbeat_interval={heartbeat_interval}")
     if max_retry is not None and max_retry < 0:
         raise StudyError(f"max_retry must be >= 0 or None, but got {max_retry}")
+    wait_s = wait_s_from_env()
     engine_kwargs: dict[str, object] = {"pool_pre_ping": True}
     if kind == "postgresql" and "connect_timeout" not in url:
         engine_kwargs["connect_args"] = {"connect_timeout": 10}
@@ -212,10 +301,12 @@ def make_storage(url: str, *, heartbeat_interval: int | None = DEFAULT_HEARTBEAT
             with _engine_lock(engine, "tracker-optuna-schema", 120), warnings.catch_warnings():
                 # heartbeat_interval is flagged experimental by Optuna; it is the feature we need
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return WholeCallStorage(with_driver(url), engine_kwargs=engine_kwargs,
+                made = WholeCallStorage(with_driver(url), engine_kwargs=engine_kwargs,
                                         heartbeat_interval=heartbeat_interval,
                                         grace_period=grace_period,
                                         heartbeat_stale_trial_callback=callback)
+                made.wait_s = wait_s
+                return made
         finally:
             engine.dispose()
     except StudyError:
@@ -245,12 +336,13 @@ def storage_lock(storage: RDBStorage, name: str, timeout_s: float = 300) -> Iter
     ``<database>.lock``. A worker that dies loses its connection or file, so the lock is
     released by the database or the kernel; it never outlives its holder.
     """
-    with _engine_lock(storage.engine, name, timeout_s):
+    with _engine_lock(storage.engine, name, timeout_s, getattr(storage, "wait_s", 0.0)):
         yield
 
 
 @contextlib.contextmanager
-def _engine_lock(engine: Any, name: str, timeout_s: float) -> Iterator[None]:
+def _engine_lock(engine: Any, name: str, timeout_s: float,
+                 wait_s: float = 0.0) -> Iterator[None]:
     import sqlalchemy
 
     kind = engine.dialect.name
@@ -278,29 +370,50 @@ def _engine_lock(engine: Any, name: str, timeout_s: float) -> Iterator[None]:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
         return
-    with engine.connect() as conn:
+    conn = _waiting(engine, wait_s, lambda: _take_lock(engine, name, timeout_s))
+    try:
+        yield
+    finally:
         try:
-            if kind == "postgresql":
-                # a transaction-level lock: released by the rollback below, or by the server
-                # when the connection dies; it can never stay behind on a pooled connection
-                conn.execute(sqlalchemy.text(f"SET LOCAL lock_timeout = {int(timeout_s * 1000)}"))
-                conn.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:k)"),
-                             {"k": _lock_key(name)})
-            else:
-                got = conn.execute(sqlalchemy.text("SELECT GET_LOCK(:k, :t)"),
-                                   {"k": name[:64], "t": int(timeout_s)}).scalar()
-                if got != 1:
-                    raise StudyError(f"could not take the study lock {name!r} within "
-                                     f"{timeout_s:.0f}s")
-        except sqlalchemy.exc.DBAPIError as exc:
-            raise StudyError(f"could not take the study lock {name!r} within "
-                             f"{timeout_s:.0f}s: {exc.orig}") from exc
-        try:
-            yield
-        finally:
             if kind != "postgresql":
                 conn.execute(sqlalchemy.text("SELECT RELEASE_LOCK(:k)"), {"k": name[:64]})
             conn.rollback()
+        except sqlalchemy.exc.DBAPIError as exc:
+            if not _lost_connection(exc):  # lost: the database released it with the connection
+                raise
+        finally:
+            with contextlib.suppress(sqlalchemy.exc.SQLAlchemyError):
+                conn.close()
+
+
+def _take_lock(engine: Any, name: str, timeout_s: float) -> Any:
+    """A new connection of ``engine`` that holds the lock ``name`` (PostgreSQL: for its
+    transaction; MySQL: until released); closed again when the lock cannot be taken
+    (:class:`StudyError`; a lost connection raises SQLAlchemy's error, as connecting does)."""
+    import sqlalchemy
+
+    conn = engine.connect()
+    try:
+        if engine.dialect.name == "postgresql":
+            # a transaction-level lock: released by the rollback at the end, or by the server
+            # when the connection dies; it can never stay behind on a pooled connection
+            conn.execute(sqlalchemy.text(f"SET LOCAL lock_timeout = {int(timeout_s * 1000)}"))
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_xact_lock(:k)"),
+                         {"k": _lock_key(name)})
+        else:
+            got = conn.execute(sqlalchemy.text("SELECT GET_LOCK(:k, :t)"),
+                               {"k": name[:64], "t": int(timeout_s)}).scalar()
+            if got != 1:
+                raise StudyError(f"could not take the study lock {name!r} within "
+                                 f"{timeout_s:.0f}s")
+    except BaseException as exc:
+        with contextlib.suppress(sqlalchemy.exc.SQLAlchemyError):
+            conn.close()
+        if isinstance(exc, sqlalchemy.exc.DBAPIError) and not _lost_connection(exc):
+            raise StudyError(f"could not take the study lock {name!r} within "
+                             f"{timeout_s:.0f}s: {exc.orig}") from exc
+        raise
+    return conn
 
 
 @dataclass(frozen=True)

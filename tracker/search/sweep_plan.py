@@ -79,9 +79,13 @@ def incumbent_level(study: optuna.Study) -> int | None:
 
 
 def start_index(levels: Sequence[int], params: Mapping[str, Any], defaults: Mapping[str, Any],
-                incumbent: int | None) -> int:
-    """The index of the level a trial's sweep starts at: the best trial's level when there is
-    one (:func:`incumbent_level`), else Model Analyzer's first guess (rounded down)."""
+                incumbent: int | None, remembered: int | None = None) -> int:
+    """The index of the level a trial's sweep starts at: for a configuration remembered from
+    an earlier study (search.warm_start), the level that study judged it by; else the best
+    trial's level when there is one (:func:`incumbent_level`), else Model Analyzer's first
+    guess (rounded down)."""
+    if remembered is not None:
+        return nearest_index(levels, remembered)
     return nearest_index(levels, incumbent if incumbent is not None
                          else first_guess(params, defaults))
 
@@ -155,13 +159,15 @@ def applies(spec: Any) -> bool:
 
 
 def for_trial(spec: Any, params: Mapping[str, Any], defaults: Mapping[str, Any],
-              study: optuna.Study | None = None) -> LevelPlan | None:
+              study: optuna.Study | None = None, remembered: int | None = None,
+              ) -> LevelPlan | None:
     """The trial's guided sweep over the spec's concurrency levels, starting at the level of
-    the study's best feasible trial so far or at Model Analyzer's first guess; None when it
-    does not apply (the plain sweep runs)."""
+    the study's best feasible trial so far or at Model Analyzer's first guess (``remembered``:
+    the level an earlier study judged this configuration by); None when it does not apply
+    (the plain sweep runs)."""
     if not applies(spec):
         return None
     levels = spec.load.concurrency_levels()
     start = start_index(levels, params, defaults,
-                        incumbent_level(study) if study is not None else None)
+                        incumbent_level(study) if study is not None else None, remembered)
     return LevelPlan(levels, start, spec.constraints)

@@ -27,7 +27,7 @@ from mlflow.exceptions import MlflowException
 from tracker import tags
 from tracker.errors import TrackingError
 from tracker.metrics import RELATIVE
-from tracker.session import check_outputs
+from tracker.session import check_outputs, warm_start
 from tracker.session.context import StudyContext
 from tracker.session.values import configs, production_texts
 from tracker.tracking import confirm_plot, runs, steps_plot, stream_plots, study_record, view
@@ -62,7 +62,7 @@ def finish_study(ctx: StudyContext, *, status: str, owner: bool, stop_reason: st
     verdict = confirmed.verdict(record, objectives)
     caption = None
     if record is not None and verdict is not None:  # the confirmation decides, not the search
-        command = words.more_command(record, verdict, objectives, _spec_arg(spec.source))
+        command = words.more_command(record, verdict, objectives, spec_argument(spec.source))
         text = words.study_summary(text, verdict, objectives, command)
         caption = words.headline(verdict)
         best = next((r for r in rows if r.number == confirmed.trial_of(verdict.chosen)), best)
@@ -110,7 +110,7 @@ def _log_view(ctx: StudyContext, rows: list[TrialRow]) -> str:
     return view.study_link(parent.tracking_uri, parent.experiment_id, view_id)
 
 
-def _spec_arg(source: Path | None) -> str:
+def spec_argument(source: Path | None) -> str:
     """The spec's path as a user would type it (relative to the working directory if inside)."""
     if source is None:
         return "SPEC"
@@ -136,7 +136,9 @@ def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, 
                                              ctx.configuration.metric_name),
                          title=f"Study {ctx.study.study_name}", curves=curves, text=text,
                          caption=caption,
-                         extra=_extra(ctx, rows, best, verdict, caption, Path(tmp))))
+                         extra=warm_start.with_origin(  # search.warm_start's source
+                             parent, ctx.study,
+                             _extra(ctx, rows, best, verdict, caption, Path(tmp)))))
         if best is not None:
             cfgs, served = configs(ctx, best.params, best.baseline)
             productions = production_texts(ctx, cfgs)  # every model's, the entry's too

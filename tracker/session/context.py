@@ -3,13 +3,13 @@
 :class:`Session` owns the spec (with the command line's overrides, validated again), the
 model's info, the MLflow tracking URI and client, the study storage's URL, a work folder, the
 Triton server (started on demand) and the signal handling. ``with session.guarded(...)`` is the
-one place where Ctrl-C / SIGTERM become :class:`Interrupted` and where the server is stopped and
-the work folder removed, whatever happens. :class:`StudyContext` adds what a study needs on top
-(the Optuna study, its parent run, the search space, the progress output): a trial, the
-conclusion and the confirmation rounds read it.
+one place where Ctrl-C / SIGTERM become :class:`tracker.lifecycle.Interrupted` and where the
+server is stopped and the work folder removed, whatever happens. :class:`StudyContext` adds
+what a study needs on top (the Optuna study, its parent run, the search space, the progress
+output): a trial, the conclusion and the confirmation rounds read it.
 
 Thread safety: a session belongs to the thread that opened it; signal handlers are installed
-only from the main thread (elsewhere ``guarded`` only cleans up).
+only from the main thread (elsewhere ``guarded`` only cleans up; tracker/lifecycle.py).
 """
 
 from __future__ import annotations
@@ -18,21 +18,20 @@ import contextlib
 import os
 import re
 import shutil
-import signal
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import mlflow
 import optuna
 from mlflow import MlflowClient
 
+from tracker.lifecycle import held, interruptible
 from tracker.search.optuna_study import default_storage
 from tracker.spec import StudySpec, ensure_model, load_spec, parse_spec
+from tracker.tracking import patience
 from tracker.triton.autocomplete import complete, to_complete
 from tracker.triton.configuration import Configuration, configuration_of
 from tracker.triton.model_config import ModelInfo
@@ -48,17 +47,7 @@ if TYPE_CHECKING:
     from tracker.tracking.model_files import StoredModel
     from tracker.triton.server.base import TritonServer
 
-EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class Interrupted(BaseException):
-    """Ctrl-C or SIGTERM stopped the command after cleaning up; ``exit_code`` 130 or 143."""
-
-    def __init__(self, signum: int, message: str) -> None:
-        super().__init__(message)
-        self.signum = signum
-        self.exit_code = EXIT_CODES.get(signal.Signals(signum), 128 + signum)
 
 
 @dataclass
@@ -110,57 +99,6 @@ def tracking_uri(spec: StudySpec) -> str:
     return spec.mlflow.resolved_tracking_uri()
 
 
-# ---- signals -------------------------------------------------------------------------------
-
-_received: list[int] = []
-
-
-def received_signal() -> int:
-    """The signal that interrupted the last ``signals()`` block (SIGINT when unknown)."""
-    return _received[-1] if _received else int(signal.SIGINT)
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM takes the SIGINT path (asyncio's handler when a sweep runs, else
-    KeyboardInterrupt); the exit code remembers which signal it was."""
-    _received.append(signum)
-    handler = signal.getsignal(signal.SIGINT)
-    if callable(handler):
-        handler(signal.SIGINT, frame)  # raises, or cancels the running sweep
-        return
-    raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def signals() -> Iterator[None]:
-    """SIGINT and SIGTERM raise KeyboardInterrupt in the block (``_received`` says which)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    _received.clear()
-    old_term = signal.signal(signal.SIGTERM, _on_sigterm)
-    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old_term)
-        signal.signal(signal.SIGINT, old_int)
-
-
-@contextlib.contextmanager
-def shielded() -> Iterator[None]:
-    """Cleanup that a second Ctrl-C (or MLflow's SIGTERM after it) must not cut short."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
-
-
 # ---- the session ---------------------------------------------------------------------------
 
 def spec_configuration(spec: StudySpec) -> Configuration:
@@ -207,7 +145,7 @@ class Session:
         work = Path(".tracker") / "work"
         work.mkdir(parents=True, exist_ok=True)
         workdir = Path(tempfile.mkdtemp(prefix=work_prefix, dir=work)).resolve()
-        return cls(spec, configuration, uri, MlflowClient(tracking_uri=uri), storage_url,
+        return cls(spec, configuration, uri, patience.client(uri), storage_url,
                    workdir)
 
     def start_server(self) -> TritonServer:
@@ -218,21 +156,14 @@ class Session:
 
     @contextlib.contextmanager
     def guarded(self, interrupted: str = "") -> Iterator[None]:
-        """The block runs with Ctrl-C / SIGTERM as KeyboardInterrupt, raised again as
-        :class:`Interrupted` (message: the signal, then ``interrupted``). Afterwards, however
-        the block ended, the server is stopped and the work folder removed, shielded from a
-        second signal."""
+        """The block runs with Ctrl-C / SIGTERM raising :class:`tracker.lifecycle.Interrupted`
+        (message: the signal, then ``interrupted``). Afterwards, however the block ended, the
+        server is stopped and the work folder removed, with signals held until that is done."""
         try:
-            with signals():
-                try:
-                    yield
-                except KeyboardInterrupt as exc:
-                    signum = received_signal()
-                    message = f"interrupted by {signal.Signals(signum).name}"
-                    raise Interrupted(signum, f"{message}; {interrupted}" if interrupted
-                                      else message) from exc
+            with interruptible(interrupted):
+                yield
         finally:
-            with shielded():
+            with held():
                 self.close()
 
     def close(self) -> None:

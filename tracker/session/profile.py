@@ -20,11 +20,12 @@ from pathlib import Path
 from mlflow.entities import Param, RunTag
 
 from tracker.errors import ModelError, TrackerError
+from tracker.lifecycle import held
 from tracker.measure.host import machine_tags
 from tracker.measure.types import LoadClient, Measurement
 from tracker.search.objective import LevelChoice
 from tracker.session.check_reference import profile_check
-from tracker.session.context import Session, TuneOptions, shielded
+from tracker.session.context import Session, TuneOptions
 from tracker.session.measured import ConfigFailed, levels_for, measure_configuration
 from tracker.tracking import launcher, runs
 from tracker.triton import model_config
@@ -49,7 +50,8 @@ def profile(spec_path: str | Path, values: Mapping[str, object], *,
             config_path: Path | None = None, levels: Sequence[float] | None = None,
             load_client: LoadClient = "builtin") -> ProfileResult:
     """Measure the spec's model with ``values`` applied (field path -> value). Ctrl-C or
-    SIGTERM: the server stops, the run ends KILLED and :class:`Interrupted` is raised.
+    SIGTERM: the server stops, the run ends KILLED and
+    :class:`~tracker.lifecycle.Interrupted` is raised.
     ``config_path``: a config.pbtxt used instead of ``model.config`` as the base config;
     ``levels``: concurrencies (or rates) instead of the spec's; ``load_client``: "builtin" or
     "perf_analyzer"."""
@@ -108,5 +110,5 @@ def _profile(session: Session, values: Mapping[str, object], levels: Sequence[fl
             runs.set_tags(client, run_id, {runs.NOTE_TAG: str(err)})
         raise
     finally:
-        with shielded(), contextlib.suppress(Exception):
+        with held(), contextlib.suppress(Exception):
             runs.finish_run(client, run_id, status)

@@ -1,6 +1,7 @@
 """The ``search`` section of the study spec: the Optuna sampler, the trial budget, the study's
-name and storage, and the search space (knob -> a list of choices, one pinned value or a
-range), each knob and value checked against the config field it names."""
+name and storage, the search space (knob -> a list of choices, one pinned value or a range),
+each knob and value checked against the config field it names, and the earlier study a new
+one starts from (``warm_start``: docs/retune.md)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,23 @@ SpaceValue = Annotated[
 SpaceKey = Annotated[str, AfterValidator(check_knob)]
 Space: TypeAlias = dict[str, list[Scalar] | Range]
 
+#: ``search.warm_start: auto``: the latest finished study of the same model and knobs
+WARM_AUTO = "auto"
+
+
+class WarmStart(SpecModel):
+    """The earlier study a study starts from (docs/retune.md)."""
+
+    source: Annotated[str, Field(min_length=1, alias="from")]
+    """auto, a study name, an MLflow experiment, a study's run id, or a registered model."""
+    force: bool = False
+    """Start from it although it is another model, backend or inputs."""
+
+
+def _warm_start(value: object) -> object:
+    """``warm_start: X`` is ``warm_start: {from: X}``."""
+    return {"from": value} if isinstance(value, str) else value
+
 
 class SearchSection(SpecModel):
     """How configurations are chosen: the Optuna sampler, the budget and the search space."""
@@ -71,6 +89,8 @@ class SearchSection(SpecModel):
     """Knob -> a list of choices, one pinned value or a range (default: from the model)."""
     sweep: Literal["guided", "full"] = "guided"  # guided: tracker/search/sweep_plan.py
     """guided: start each sweep at the best trial's level; full: every level from the lowest."""
+    warm_start: Annotated[WarmStart, BeforeValidator(_warm_start)] | None = None
+    """Start from an earlier study: auto, a study, experiment, run id or registered model."""
 
     @field_validator("storage")
     @classmethod

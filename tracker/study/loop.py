@@ -9,7 +9,7 @@ run and ends it.
 
 Ctrl-C / SIGTERM: the server is stopped, the current trial is FAIL in Optuna (its parameters
 queued again) and its child run KILLED, the parent run KILLED, and
-:class:`~tracker.session.context.Interrupted` is raised (the CLI exits 130 / 143). The same
+:class:`~tracker.lifecycle.Interrupted` is raised (the CLI exits 130 / 143). The same
 command resumes: finished trials are kept.
 """
 
@@ -24,34 +24,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import mlflow
 import optuna
 from optuna.distributions import BaseDistribution
 
 from tracker.errors import TrackerError
-from tracker.measure.host import machine_tags
+from tracker.lifecycle import held, received_signal
+from tracker.measure.host import gpu_tags, machine_tags
 from tracker.metrics import fmt
 from tracker.redact import redact_url
 from tracker.search import optuna_study
-from tracker.search.baseline import Baseline, fit_baseline
-from tracker.search.space import distributions, resolve_space
+from tracker.search.baseline import Baseline
 from tracker.search.storage import make_storage, storage_lock, worker_identity
+from tracker.search.warm_start import WarmPlan
 from tracker.search.workers import ask_within_budget, budget, heartbeat
-from tracker.session.conclude import Conclusion, finish_study
-from tracker.session.context import (
-    Session,
-    StudyContext,
-    TuneOptions,
-    received_signal,
-    shielded,
-)
+from tracker.session import warm_start
+from tracker.session.conclude import Conclusion, finish_study, spec_argument
+from tracker.session.context import Session, StudyContext, TuneOptions
 from tracker.session.measured import resolve_serving
 from tracker.session.progress import Progress
 from tracker.session.study_check import check_study
 from tracker.spec import StudySpec
-from tracker.spec.server_options import server_knobs
 from tracker.study.trial import abandon_trial, run_trial
-from tracker.tracking import launcher, runs
+from tracker.tracking import launcher, outbox, patience, runs
 from tracker.tracking.machine import record_machine
 from tracker.tracking.scaleout import (
     PARENT_RUN_ATTR,
@@ -97,7 +91,7 @@ def _open_parent(study: optuna.Study, storage: optuna.storages.RDBStorage, spec:
                 if own and own != joined.run_id:
                     mark_worker_run(joined, own, worker_tags)
                 return joined, False
-        placed = launcher.place(mlflow.MlflowClient(uri), spec.experiment_name)
+        placed = launcher.place(patience.client(uri), spec.experiment_name)
         parent = runs.open_study_run(tracking_uri=uri, experiment=spec.experiment_name,
                                      study_name=name, storage=storage_url,
                                      run_name=name, params=params, run_id=placed.run_id)
@@ -162,44 +156,86 @@ def run_study(spec_path: str | Path, options: TuneOptions | None = None, *,
     """Run or resume the study of ``spec_path``: the search, then ``after_search`` (the
     confirmation, :func:`tracker.workflow.tune.tune`) on the last worker, then the
     conclusion. Raises TrackerError for user-facing failures and :class:`Interrupted` after
-    Ctrl-C / SIGTERM (everything cleaned up)."""
+    Ctrl-C / SIGTERM (everything cleaned up). Records an earlier invocation kept for MLflow
+    are written first; a tracking server that does not answer is waited for
+    (tracking/patience.py) and, past the wait, stops the study with TrackingUnavailable
+    naming what is kept and how to resume."""
     options = options or TuneOptions()
     started = time.monotonic()
     session = Session.open(spec_path, options)
+    where = outbox.folder(session.spec.study_name)
+    try:
+        wait_s = patience.wait_seconds(session.spec.mlflow.wait_s)
+    except TrackerError:
+        session.close()
+        raise
+    with patience.waiting(wait_s, _say, lambda: outbox.kept_text(where)) as wait:
+        try:
+            try:
+                outbox.replay(session.client, where, _say)
+            except TrackerError:
+                session.close()
+                raise
+            return _run(session, options, started, after_search, wait)
+        except patience.TrackingUnavailable as exc:
+            command = f"tracker tune {spec_argument(session.spec.source)}"
+            raise patience.TrackingUnavailable(outbox.stop_line(exc, where, command)) from exc
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _run(session: Session, options: TuneOptions, started: float,
+         after_search: Callable[[StudyContext], None] | None, wait: patience.Wait) -> TuneResult:
     spec, uri, storage_url = session.spec, session.tracking_uri, session.storage_url
     _check(session)
     dists, base, grid_size = _search_space(session)
+    warm = _warm_start(session, dists, base)
     if redact_url(uri) != uri:  # MLflow prints "View run ... at: <uri>" on each run's end
         os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
     worker = worker_identity(spec.server.gpus)
     storage, study = _open_study(session, options, dists, base)
-    parent, _created = _open_parent(study, storage, spec, uri, storage_url, worker.tags(),
-                                    _study_params(spec, storage_url, grid_size))
+    try:
+        parent, _created = _open_parent(study, storage, spec, uri, storage_url, worker.tags(),
+                                        _study_params(spec, storage_url, grid_size))
+    except TrackerError:
+        session.close()
+        raise
     progress: Progress | None = None
     ctx: StudyContext | None = None
-    status, stop = "FAILED", ""
+    status, stop, away = "FAILED", "", False
     try:
         with session.guarded():
             try:
                 server, machine = _start(session, storage, study, base, parent)
                 progress = _progress(spec, study, options, grid_size, storage_url, parent)
+                warm_start.begin(study, storage, parent, session, warm, progress.line)
+                wait.report = progress.line
                 ctx = StudyContext(session, dists, study, parent, server,
                                    resolve_serving(spec, server, session.configuration),
                                    progress, worker_tags={**worker.tags(), **machine},
                                    store_model=options.store_model, load_client=options.load_client)
-                stop = _loop(ctx, storage, worker.id, started, grid_size)
+                stop = _loop(ctx, storage, worker.id, started, grid_size, warm.plan)
                 if after_search is not None and _last_worker(study):
                     after_search(ctx)
                 status = "FINISHED"
             except KeyboardInterrupt:
                 status, stop = "KILLED", f"interrupted by {signal.Signals(received_signal()).name}"
                 raise
+            except patience.TrackingUnavailable:
+                away = True
+                raise
     finally:
-        with shielded():
+        with held():
             session.close()
             if progress is not None:
                 progress.close()
-            if ctx is None:  # setup failed: the parent run must not stay RUNNING
+            if away:  # the parent's end waits in the outbox with the trials' records
+                if _last_worker(study):
+                    outbox.keep(outbox.folder(study.study_name), outbox.STUDY_RUN,
+                                [outbox.RunWrites(parent.run_id, end=status)])
+            elif ctx is None:  # setup failed: the parent run must not stay RUNNING
                 with contextlib.suppress(Exception):
                     if _last_worker(study):
                         runs.finish_run(parent.client, parent.run_id, status)
@@ -224,15 +260,23 @@ def _check(session: Session) -> None:
         raise
 
 
+def _warm_start(session: Session, dists: dict[str, BaseDistribution],
+                base: Baseline) -> warm_start.Resolved:
+    """The earlier study ``search.warm_start`` names, read from MLflow (session closed when
+    it must be refused)."""
+    try:
+        return warm_start.resolve(session.spec, session.configuration, session.client,
+                                  (dists, base.params), session.storage_url,
+                                  gpu_tags(session.start_server().gpu_set()))
+    except TrackerError:
+        session.close()
+        raise
+
+
 def _search_space(session: Session) -> tuple[dict[str, BaseDistribution], Baseline, int | None]:
     """(the space's distributions widened to hold the default configuration, the default's
     parameters, the number of configurations of a finite space)."""
-    spec, conf = session.spec, session.configuration
-    space = resolve_space(spec.search.space, conf)
-    dists, base = fit_baseline(distributions(space), conf,
-                               {**conf.file_knob_defaults(space),
-                                **{k: spec.server.options.value_of(k)
-                                   for k in server_knobs(list(space))}})
+    dists, base = warm_start.space_of(session.spec, session.configuration)
     return dists, base, _size(dists)
 
 
@@ -308,7 +352,7 @@ def _ended(progress: Progress, result: Conclusion, session: Session, parent: run
 
 
 def _loop(ctx: StudyContext, storage: optuna.storages.RDBStorage, worker_id: str, started: float,
-          grid_size: int | None) -> str:
+          grid_size: int | None, warm: WarmPlan | None = None) -> str:
     spec, study = ctx.spec, ctx.study
     reason = ""
 
@@ -326,11 +370,12 @@ def _loop(ctx: StudyContext, storage: optuna.storages.RDBStorage, worker_id: str
             with heartbeat(storage, trial):
                 outcome = run_trial(ctx, trial)
         except BaseException as exc:
-            interrupted = isinstance(exc, KeyboardInterrupt)
-            with shielded():
+            # a tracking server away past the wait: the trial is measured again on resume
+            interrupted = isinstance(exc, KeyboardInterrupt | patience.TrackingUnavailable)
+            with held():
                 stop_all()
-                why = ("interrupted" if interrupted
-                       else f"{type(exc).__name__}: {exc}")
+                why = ("interrupted" if isinstance(exc, KeyboardInterrupt) else str(exc)
+                       if interrupted else f"{type(exc).__name__}: {exc}")
                 with contextlib.suppress(Exception):
                     abandon_trial(study, trial, interrupted=interrupted, reason=why,
                                   client=ctx.parent.client)
@@ -339,6 +384,7 @@ def _loop(ctx: StudyContext, storage: optuna.storages.RDBStorage, worker_id: str
                            metrics=outcome.metrics, feasible=outcome.feasible,
                            best=_best_text(study, spec), note=outcome.note,
                            complete=budget(study).complete)
+        warm_start.follow(study, storage, warm, spec)  # the earlier study's next, if it holds
 
 
 def _size(dists: dict[str, Any]) -> int | None:

@@ -50,8 +50,7 @@ from tracker.session.values import (
     production_texts,
     server_values,
 )
-from tracker.tracking import runs
-from tracker.tracking.machine import record_machine
+from tracker.tracking import outbox, runs
 from tracker.trial_attrs import TrialRecord, shown_params
 from tracker.triton import model_config
 
@@ -105,6 +104,8 @@ def run_trial(ctx: StudyContext, trial: optuna.Trial) -> Outcome:
     exact = record.exact_params if baseline else None
     if exact:  # the default config leaves these unset; its params only approximate it
         run_tags[tags.DEFAULT_UNSET] = ", ".join(sorted(exact))
+    if record.warm_start:  # remembered from an earlier study (search.warm_start), measured here
+        run_tags[tags.WARM_START] = record.warm_start
     shown = shown_params(params, exact)  # `unset`, not the space's nearest value
     run_id = runs.start_trial_run(ctx.parent, trial.number, shown, tags=run_tags)
     trial_attrs.write_started(trial, run_id)
@@ -121,6 +122,9 @@ def run_trial(ctx: StudyContext, trial: optuna.Trial) -> Outcome:
             if baseline:
                 result.outcome.params = shown
                 result.outcome.note = "the default config"
+            elif record.warm_start:
+                result.outcome.note = ("the earlier study's "
+                                       f"{record.warm_start.rsplit('/', 1)[-1]}, measured here")
     except TrialFailed as failed:
         result = _fail(trial, shown, failed)
     return record_result(ctx, trial, run_id, result)
@@ -142,27 +146,27 @@ class TrialResult:
     files: dict[str, str | bytes | Path] = field(default_factory=dict)
     tags: dict[str, object] = field(default_factory=dict)
     note: str | None = None
+    machine: dict[str, str] = field(default_factory=dict)  # merged into the parent's tags
 
 
 def record_result(ctx: StudyContext, trial: optuna.Trial, run_id: str,
                   result: TrialResult) -> Outcome:
     """The one writer of a trial's result, in one order: Optuna first (the trial record, then
-    ``tell``), then MLflow (metrics, files, tags, and last the run's end, so a run that is
-    ended carries everything)."""
-    client = ctx.parent.client
+    ``tell``: the trial is finished whatever MLflow does), then MLflow through the study's
+    outbox (tracking/outbox.py): metrics, files, tags, and last the run's end, so a run that
+    is ended carries everything. A tracking server that stays away past the wait leaves the
+    record kept and raises TrackingUnavailable."""
     result.attrs(trial)
     if result.values is None:
         ctx.study.tell(trial, state=TrialState.FAIL)
     else:
         ctx.study.tell(trial, result.values)
-    if result.metrics or result.sweep:
-        runs.log_metrics(client, run_id, result.metrics, step=result.step, extra=result.sweep)
-    if result.files:
-        runs.log_files(client, run_id, result.files)
-    if result.tags:
-        runs.set_tags(client, run_id, result.tags)
-    runs.finish_run(client, run_id, result.status, state=result.outcome.state,
-                    note=result.note)
+    end = {tags.STATE: result.outcome.state, **({tags.NOTE: result.note} if result.note else {})}
+    metrics = runs.metric_batch(result.metrics, result.step, result.sweep)
+    outbox.write(ctx.parent.client, outbox.folder(ctx.study.study_name), f"trial {trial.number}",
+                 [outbox.RunWrites(ctx.parent.run_id, merged=result.machine),
+                  outbox.RunWrites(run_id, metrics=metrics, files=result.files,
+                                   tags={**result.tags, **end}, end=result.status)])
     return result.outcome
 
 
@@ -209,7 +213,8 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
         # the guided sweep (search.sweep): from the best trial's level (Model Analyzer's
         # first guess before any is feasible), then a walk
         plan = None if levels is not None else sweep_plan.for_trial(
-            spec, params, sweep_plan.defaults_of(ctx.info.config), ctx.study)
+            spec, params, sweep_plan.defaults_of(ctx.info.config), ctx.study,
+            remembered=TrialRecord.of(trial).warm_level)
         done = measure_configuration(
             spec, ctx.configuration, ctx.server, cfg, repo_root, serving=ctx.serving,
             levels=levels, plan=plan, on_level=on_level, files=file_values(params, baseline),
@@ -221,8 +226,6 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
         raise TrialFailed(failed.reason, failed.log, metrics=check.metrics()) from failed.cause
     choice, result = done.choice, done.result
     checked = {**choice.metrics, **check.metrics()}
-    record_machine(ctx.parent.client, ctx.parent.run_id,  # the Triton version, on the parent
-                   {k: v for k, v in done.tags.items() if k == tags.TRITON_VERSION})
     bounds = joint.constraints_of(spec, ctx.configuration)
     violations = {k: choice.violations[k] for k in constraint_keys(bounds)}
     return TrialResult(
@@ -236,7 +239,8 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
         tags={tags.FEASIBLE: str(choice.feasible).lower(), tags.CONCURRENCY: choice.concurrency,
               tags.STABLE: str(choice.stable).lower(), tags.SWEEP_STOP: result.stop_reason,
               **done.tags, **configuration_tags(ctx), **check.run_tags(),
-              **(_model_tags(ctx) if ctx.store_model else {})})
+              **(_model_tags(ctx) if ctx.store_model else {})},
+        machine={k: v for k, v in done.tags.items() if k == tags.TRITON_VERSION})  # the parent's
 
 
 def default_metrics(study: optuna.Study) -> dict[str, float] | None:
@@ -297,7 +301,10 @@ def abandon_trial(study: optuna.Study, trial: optuna.Trial, *, interrupted: bool
             study.enqueue_trial(dict(frozen.params))
         status, state = ("KILLED" if interrupted else "FAILED"), "FAIL"
     else:  # finished in Optuna just before the signal: the run only missed its end
-        status, state = "FINISHED", frozen.state.name
-    if run_id:
-        runs.finish_run(client, str(run_id), status, state=state,
-                        note=None if status == "FINISHED" else reason)
+        state = frozen.state.name
+        status = "FAILED" if frozen.state == TrialState.FAIL else "FINISHED"
+    if run_id:  # through the outbox: a tracking server that is away gets it later
+        note = {tags.NOTE: reason} if frozen.state == TrialState.RUNNING else {}
+        outbox.write(client, outbox.folder(study.study_name), f"trial {trial.number}",
+                     [outbox.RunWrites(str(run_id), tags={tags.STATE: state, **note},
+                                       end=status)])

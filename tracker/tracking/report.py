@@ -208,6 +208,20 @@ def write_report(rows: Sequence[TrialRow], objectives: Mapping[str, str],
     return files
 
 
+def origin_section(tracking_uri: str, experiment_id: str, run_id: str, note: str) -> str:
+    """The report's section naming the earlier study a warm start started from (the parent
+    run's ``tracker.warm_start_from``), linked to its run in the MLflow UI."""
+    from tracker.redact import redact_url
+    from tracker.tracking.view import UI_ADDRESS
+
+    web = tracking_uri.startswith(("http://", "https://"))
+    base = redact_url(tracking_uri).rstrip("/") if web else UI_ADDRESS
+    href = f"{base}/#/experiments/{experiment_id}/runs/{run_id}"
+    return (f"<h2>Started from an earlier study</h2><p>{html.escape(note)}. "
+            f"<a href=\"{html.escape(href)}\">The earlier study's run {html.escape(run_id)}"
+            "</a>; every figure in this report was measured by this study.</p>")
+
+
 def _plots(rows: Sequence[TrialRow], objectives: Mapping[str, str],
            constraints: Mapping[str, object], out: Path, entries: EntryNames,
            caption: str | None) -> dict[str, Path]:

@@ -33,6 +33,7 @@ from tracker import tags
 from tracker.errors import TrackingError
 from tracker.measure.types import Measurement
 from tracker.redact import redact_text, redact_url
+from tracker.tracking import patience
 
 # tag names: tracker/tags.py (these aliases are the names this module has always exported)
 PARENT_TAG, RUN_NAME_TAG, NOTE_TAG = tags.PARENT, tags.RUN_NAME, tags.NOTE
@@ -51,6 +52,9 @@ def _str(value: object) -> str:
     text = redact_text(value if isinstance(value, str) else repr(value)
                        if not isinstance(value, int | float | bool) else str(value))
     return text[:_MAX_VALUE]
+
+
+tag_value = _str  # a param or tag value as MLflow gets it: redacted, cut to a readable length
 
 
 _RESUME = "run the same command again: the study resumes"
@@ -165,7 +169,7 @@ def open_study_run(*, tracking_uri: str, experiment: str, study_name: str, stora
     in its own experiment; otherwise (or ``""``) a new run in ``experiment``. Children of
     earlier parents of the same study are adopted. ``params`` (spec values) are logged, redacted.
     """
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = patience.client(tracking_uri)
     storage_id = redact_url(storage)
     run_id = os.environ.get("MLFLOW_RUN_ID") if run_id is None else run_id
     tags = {ROLE: "study", STUDY: study_name, STORAGE: storage_id}
@@ -229,10 +233,16 @@ def sweep_metrics(measurements: Sequence[Measurement],
     return out
 
 
+def metric_batch(metrics: Mapping[str, float], step: int = 0,
+                 extra: Iterable[Metric] = ()) -> list[Metric]:
+    """``extra`` and the finite ``metrics`` at ``step``, stamped now."""
+    now = int(time.time() * 1000)
+    return [*extra, *(Metric(k, v, now, step) for k, v in _finite(metrics).items())]
+
+
 def log_metrics(client: MlflowClient, run_id: str, metrics: Mapping[str, float],
                 step: int = 0, extra: Iterable[Metric] = ()) -> None:
-    now = int(time.time() * 1000)
-    batch = [*extra, *(Metric(k, v, now, step) for k, v in _finite(metrics).items())]
+    batch = metric_batch(metrics, step, extra)
     for i in range(0, len(batch), 900):
         mlflow_call("log metrics", client.log_batch, run_id, metrics=batch[i:i + 900])
 

@@ -18,6 +18,7 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from tracker import tags
+from tracker.tracking import patience
 from tracker.tracking.runs import NOTE_TAG, ROLE, STATE, STUDY, StudyRun, set_tags
 
 PARENT_RUN_ATTR = "mlflow_parent_run_id"  # Optuna study user attribute: the shared parent
@@ -28,7 +29,7 @@ WORKER_ROLE = "worker"
 def attach_study_run(tracking_uri: str, run_id: str, study_name: str) -> StudyRun | None:
     """The study's parent run ``run_id`` to log into, when it is still RUNNING and belongs to
     ``study_name``; None when it is gone, ended, or another study's (open a new one then)."""
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = patience.client(tracking_uri)
     try:
         run = client.get_run(run_id)
     except MlflowException:

@@ -13,5 +13,5 @@ from tracker.study.loop import TuneResult, run_study
 def tune(spec_path: str | Path, options: TuneOptions | None = None) -> TuneResult:
     """Run or resume the study of ``spec_path`` and confirm its best (when the spec's
     ``confirm`` section is on). Raises TrackerError for user-facing failures and
-    :class:`~tracker.session.context.Interrupted` after Ctrl-C / SIGTERM."""
+    :class:`~tracker.lifecycle.Interrupted` after Ctrl-C / SIGTERM."""
     return run_study(spec_path, options, after_search=after_search)
