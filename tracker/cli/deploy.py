@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from tracker.cli.group import cli
+from tracker.cli.params import OptionalNumber
 from tracker.cli.params import tracking_uri_env as _tracking_uri
 
 
@@ -54,7 +55,7 @@ def _deploy_settings(url: str | None, repository: str | None, serving: str | Non
 @click.option("--no-deploy", is_flag=True, help="Register, stage and alias only.")
 @click.option("--force", is_flag=True, help="Promote the best configuration even when the "
               "confirmation keeps the default (equivalent or inconclusive).")
-@click.option("--trial", "trial", type=click.IntRange(min=0), metavar="N",
+@click.option("--trial", "trial", type=OptionalNumber(int), metavar="N",
               help="Promote trial N instead (any feasible COMPLETE trial, e.g. another point "
               "of a Pareto front); the version's tag tracker.chosen_by says so.")
 @_deploy_options
