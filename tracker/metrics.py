@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 Better = Literal["maximize", "minimize"]
+MAX: Better = "maximize"
+MIN: Better = "minimize"
 
 
 @dataclass(frozen=True)
@@ -46,9 +48,12 @@ class Metric:
     #: ``DERIVED``): the confirmation computes it once the round's default is measured and
     #: compares it as the ratio it stands for (the default: 1 in every round)
     relative: bool = False
+    #: what computes a figure that is neither a Measurement field nor a monitor's ("": those)
+    by: str = ""
 
 
 WEIGHTED_GAIN = "weighted_gain"
+CAPACITY = "perf_capacity"
 
 CATALOG: tuple[Metric, ...] = (
     Metric("perf_throughput", "maximize", "infer/s", "throughput", "Inferences/Second"),
@@ -93,6 +98,17 @@ CATALOG: tuple[Metric, ...] = (
     Metric("cache_misses_per_s", "minimize", "misses/s"),
     Metric("cache_hit_time_us", "minimize", "us"),
     Metric("cache_miss_time_us", "minimize", "us"),
+    # open-loop levels: the requests answered within the SLA (every latency bound of the
+    # constraints, per request; AIPerf's goodput), as a share and per second
+    Metric("perf_goodput", "maximize", "req/s", "goodput"),
+    Metric("perf_goodput_pct", "maximize", "%", "goodput_pct"),
+    # a trial's capacity (tracker/search/capacity.py): the highest offered open-loop rate
+    # that holds the SLA, its bracket and the rates probed; with a `capacity` section, the
+    # replicas for the target traffic and the cost per million inferences at capacity
+    *(Metric(name, better, unit, by="the capacity search") for name, better, unit in (
+        (CAPACITY, MAX, "req/s"), ("perf_capacity_low", MAX, "req/s"),
+        ("perf_capacity_high", MAX, "req/s"), ("perf_capacity_probes", MIN, ""),
+        ("replicas", MIN, ""), ("cost_per_million", MIN, "$/M"))),
     # several independent models measured together: the study's one score, Model Analyzer's
     # `weighting` against the default configuration (tracker.search.objective.weighted_gain)
     Metric(WEIGHTED_GAIN, "maximize", "", relative=True),

@@ -30,7 +30,8 @@ def _row(n: int, params: dict[str, object], *, baseline: bool = False,
     return TrialRow(n, "COMPLETE", params, [100.0], metrics, True, baseline, concurrency=4)
 
 
-def _ctx(pairs: bool = True, total_mb: float | None = None) -> Any:
+def _ctx(pairs: bool = True, total_mb: float | None = None,
+         objective: str = "perf_throughput") -> Any:
     def gpu_set() -> list[Any]:
         if total_mb is None:
             raise GpuError("no NVML here")
@@ -39,7 +40,8 @@ def _ctx(pairs: bool = True, total_mb: float | None = None) -> Any:
     why = None if pairs else ("BLS model 'bls' names the models it calls in its own code, "
                               "so a copy of it would call the default's models")
     return SimpleNamespace(configuration=SimpleNamespace(pairing_problem=why),
-                           server=SimpleNamespace(gpu_set=gpu_set))
+                           server=SimpleNamespace(gpu_set=gpu_set),
+                           spec=SimpleNamespace(objectives={objective: "maximize"}))
 
 
 def test_a_server_option_that_differs_falls_back_to_rounds_and_says_which() -> None:
@@ -66,6 +68,9 @@ def test_a_bls_model_too_big_or_asked_rounds_fall_back() -> None:
     assert not big.paired and "1100 MB" in big.reason and "1000 MB" in big.reason
     assert paired.choose(_ctx(total_mb=80_000.0), [base, best], "auto").paired
     assert paired.too_big((600.0, None), 1000.0) is None  # a figure unknown: nothing known
+    # a capacity is searched per configuration: its confirmation is always in rounds
+    searched = paired.choose(_ctx(objective="perf_capacity"), [base, best], "auto")
+    assert not searched.paired and "a capacity is searched" in searched.reason
 
 
 def test_block_window_is_sized_from_the_slower_throughput_within_bounds() -> None:

@@ -143,6 +143,10 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("rounds", "rounds confirmation",
               "The top configurations and the default re-measured in interleaved rounds.",
               "study"),
+    Operation("capacity", "capacity at the SLA",
+              "`objectives: {perf_capacity: maximize}`: each configuration's highest open-loop "
+              "rate within the constraints, searched per trial, with replicas and cost.",
+              "study"),
     Operation("report", "report.html and plots",
               "The parent run's report, trials.csv and plots.", "records"),
     Operation("resume", "resume after SIGKILL",
@@ -316,6 +320,21 @@ NO_PYTORCH = Refused(
     TORCHSCRIPT)
 
 
+CAPACITY_TUNED = t("study/test_tune_capacity.py",
+                   "test_a_capacity_study_searches_rates_and_prices_the_capacity")
+CAPACITY_WORKS = Works((CAPACITY_TUNED,), "a trace replayed, rates bisected, replicas and cost")
+CAPACITY_UNTRIED = Hole("not tested: the search would run as for an ONNX file")
+NO_CAPACITY_STATEFUL = Refused(
+    "needs requests that arrive on their own",
+    "sequences at a rate wait for a free sequence slot, so the load is not open loop",
+    t("study/test_tune_capacity.py", "test_check_refuses_capacity_for_a_stateful_model"))
+NO_CAPACITY_ENTRIES = Refused(
+    "are judged by one score, weighted_gain",
+    "several entry models are judged by one score; a capacity is one entry's",
+    t("study/test_tune_capacity.py",
+      "test_several_entry_models_are_refused_a_capacity_objective"))
+
+
 def _row(cells: Mapping[str, Cell], default: Cell = UNTESTED) -> dict[str, Cell]:
     """A row: ``cells`` by operation key, every other operation ``default``."""
     return {op.key: cells.get(op.key, default) for op in OPERATIONS}
@@ -323,6 +342,7 @@ def _row(cells: Mapping[str, Cell], default: Cell = UNTESTED) -> dict[str, Cell]
 
 ROWS: dict[str, dict[str, Cell]] = {
     "onnx": _row({
+        "capacity": CAPACITY_WORKS,
         "check": Works((ORT_THREADS, TUNE_CHECKS), "tune refuses what check refuses"),
         "check_outputs": Works((NOISY,), "names an output that is not deterministic"),
         "tune": Works((BATCH_DEPENDENT, DETERMINISTIC),
@@ -342,6 +362,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "predict": Works((TARGET,), "a dict, a DataFrame, the CLI's JSON"),
     }),
     "python": _row({
+        "capacity": CAPACITY_UNTRIED,
         "check": Works((PYTHON_TUNED, PREPROCESS_CHECK), "its parameters are knobs"),
         "check_outputs": Works((walk("python"),), "the default asked twice answers the same"),
         "tune": Works((PYTHON_TUNED, FILE_KNOBS, walk("python")),
@@ -359,6 +380,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "mlflow_run": Works((walk("python"),), RUN_AGAIN),
     }),
     "autocomplete": _row({
+        "capacity": CAPACITY_UNTRIED,
         "check": Works((AUTO, AUTO_ONE_START), "inputs and outputs read from Triton"),
         "check_outputs": Works((walk("autocomplete"),), "the default asked twice answers the same"),
         "tune": Works((AUTO, walk("autocomplete")),
@@ -378,6 +400,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "mlflow_run": Works((walk("autocomplete"),), RUN_AGAIN),
     }),
     "decoupled": _row({
+        "capacity": CAPACITY_UNTRIED,
         "check": Works((STREAM_CHECK,), "says it is streamed and which metrics apply"),
         "check_outputs": Works((walk("decoupled"),), "the default asked twice answers the same"),
         "tune": Works((STREAM_TUNED, STREAM_PROBES), "probes compared as whole streams"),
@@ -394,6 +417,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "mlflow_run": Works((walk("decoupled"),), RUN_AGAIN),
     }),
     "stateful": _row({
+        "capacity": NO_CAPACITY_STATEFUL,
         "check": Works((SEQUENCE_CHECK, SEQUENCE_KINDS["bcounter"]),
                        "its controls, sequence lengths and knobs"),
         "check_outputs": Works((SEQUENCE_KINDS["bcounter"],),
@@ -416,6 +440,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "mlflow_run": Works((walk("stateful"),), RUN_AGAIN),
     }),
     "stateful_decoupled": _row({
+        "capacity": NO_CAPACITY_STATEFUL,
         "check": Works((SEQUENCE_KINDS["dcounter"], SEQUENCE_KINDS["iterative"]),
                        "streamed steps; an iterative model: one request"),
         "check_outputs": Works((SEQUENCE_KINDS["dcounter"], SEQUENCE_KINDS["iterative"]),
@@ -439,6 +464,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "rounds": Works((walk("stateful_decoupled"),), IN_ROUNDS_TOO),
     }),
     "ensemble": _row({
+        "capacity": CAPACITY_UNTRIED,
         "check": Works((PIPELINE_CHECK, DENSENET_PIPELINE), "names the steps and their knobs"),
         "tune": Works((PIPELINE_TUNED,), "per-step params, configs and time split"),
         "paired": Works((PIPELINE_PAIRED,), "every model copied, each copy calling its own "
@@ -457,6 +483,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "mlflow_run": Works((walk("ensemble"),), RUN_AGAIN),
     }),
     "bls": _row({
+        "capacity": CAPACITY_UNTRIED,
         "check": Works((BLS, AFTER), "names the entry and its callee"),
         "check_outputs": Works((walk("bls"),), "the default asked twice answers the same"),
         "tune": Works((BLS,), "the callee's calls measured in the same windows"),
@@ -473,6 +500,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "mlflow_run": Works((walk("bls"),), RUN_AGAIN),
     }),
     "entries": _row({
+        "capacity": NO_CAPACITY_ENTRIES,
         "check": Works((JOINT, JOINT_KNOB, TWO_MODELS), "a shared load knob is refused"),
         "check_outputs": Works((walk("entries"),), "the default asked twice answers the same"),
         "tune": Works((JOINT,), "Model Analyzer's weighted gain"),
@@ -489,6 +517,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "mlflow_run": Works((walk("entries"),), RUN_AGAIN),
     }),
     "entries_decoupled": _row({
+        "capacity": NO_CAPACITY_ENTRIES,
         "check": Works((AFTER, walk("entries_decoupled")), "paired; no pyfunc, and why"),
         "check_outputs": Works((walk("entries_decoupled"),),
                                "the default asked twice answers the same"),
@@ -508,6 +537,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "mlflow_run": Works((walk("entries_decoupled"),), RUN_AGAIN),
     }),
     "file_knobs": _row({
+        "capacity": CAPACITY_UNTRIED,
         "check": Works((FILE_KNOBS_CHECK, FILE_KNOBS_REFUSED), "the file and key checked"),
         "check_outputs": Works((walk("file_knobs"),), "the default asked twice answers the same"),
         "tune": Works((FILE_KNOBS, walk("file_knobs")),

@@ -159,8 +159,10 @@ def test_metrics_follow_design() -> None:
     # 15 of DESIGN.md plus 11 of streaming models (TTFT and ITL avg/p50/p90/p95/p99, tokens/s)
     # plus weighted_gain, the score of several entry models measured together, plus the 5 of
     # Triton's response cache (hit ratio, hits/s, misses/s, hit and miss times), plus 5 of
-    # stateful models (sequences/s, whole-sequence latency avg/p50/p90/p99)
-    assert len(METRICS) == 37 and METRICS[0] == "perf_throughput"
+    # stateful models (sequences/s, whole-sequence latency avg/p50/p90/p99), plus open-loop
+    # goodput (req/s, %) and the capacity search's 6 (capacity, its bracket, probes, replicas,
+    # cost per million)
+    assert len(METRICS) == 45 and METRICS[0] == "perf_throughput"
     assert METRIC_BETTER["cache_hit_ratio"] == "maximize"
     assert METRIC_BETTER["perf_sequence_throughput"] == "maximize"
     assert METRIC_BETTER["perf_sequence_latency_p99"] == "minimize"

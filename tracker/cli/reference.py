@@ -146,7 +146,8 @@ def cli_blocks(group: click.Group | None = None) -> list[Block]:
 def metric_blocks(catalog: Sequence[Metric] = CATALOG) -> list[Block]:
     """The catalog as one table: name, better, unit, where the value comes from, CSV column."""
     rows = [(f"`{m.name}`", m.better, m.unit or "(a ratio)",
-             "the load generator" if m.field else "a monitor" if m.unit else "the others",
+             m.by or ("the load generator" if m.field else "a monitor" if m.unit
+                      else "the others"),
              f"`{m.column}`" if m.column else "") for m in catalog]
     return [Block(SPEC_PAGE, "metrics", "### The metric catalog", table(
         ("metric", "better", "unit", "measured by", "perf_analyzer CSV column"), rows))]

@@ -20,7 +20,9 @@ Pairing cannot hold (:func:`choose` says why, and the confirmation runs in round
   ``weighted_gain`` is the best block's against the default block of the same pair;
 - the two copies do not fit in GPU memory together (each trial's ``gpu_used_memory`` against
   the server's GPUs' total, from NVML);
-- ``confirm.design: rounds`` asks for rounds.
+- ``confirm.design: rounds`` asks for rounds;
+- the objective is ``perf_capacity``: each configuration's capacity is searched on its own
+  (tracker/search/capacity.py), so a round searches both in turn.
 
 After each load both copies run together for :data:`WARM_S` seconds, unmeasured. A block is the
 spec's load at the level each configuration was judged by, warmed by a few requests (the
@@ -41,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from tracker.errors import TrackerError
 from tracker.measure.entry import EntryLoad
 from tracker.measure.sweep import sweep
-from tracker.metrics import RELATIVE, fmt
+from tracker.metrics import CAPACITY, RELATIVE, fmt
 from tracker.search.objective import Scoring, pick_best_level
 from tracker.session import joint
 from tracker.session.measured import serve_options
@@ -136,7 +138,11 @@ def choose(ctx: StudyContext, rows: list[TrialRow], asked: str) -> Design:
         return Design(ROUNDS, "confirm.design is rounds")
     base, best = rows[0], rows[1]
     why = None
-    if (diff := option_difference(base.params, best.params)) is not None:
+    if CAPACITY in ctx.spec.objectives:
+        why = ("a capacity is searched for each configuration on its own server: each round "
+               "searches every configuration's in turn, each against the default's of the "
+               "same round")
+    elif (diff := option_difference(base.params, best.params)) is not None:
         why = f"the best differs from the default in a server option, {diff}"
     elif (problem := ctx.configuration.pairing_problem) is not None:
         why = problem

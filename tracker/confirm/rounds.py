@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from tracker.confirm import paired
 from tracker.errors import MeasurementError, TrackerError
-from tracker.metrics import RELATIVE, fmt
+from tracker.metrics import CAPACITY, RELATIVE, fmt
 from tracker.search.objective import DERIVED
 from tracker.session import joint
 from tracker.session.check_reference import study_check
@@ -314,7 +314,8 @@ def _measure_one(ctx: StudyContext, row: TrialRow, round_no: int,
             f"{'' if got.choice.feasible else '  violates the constraints'}")
         return {metric: None, "feasible": got.choice.feasible,
                 JOINT: {k: v for k, v in m.items() if k not in RELATIVE}}
-    say(f"confirm round {round_no}: {row.name:<9} concurrency {level:g}  "
+    at = "" if metric == CAPACITY else f"concurrency {level:g}  "  # a capacity: its search
+    say(f"confirm round {round_no}: {row.name:<9} {at}"
         f"{fmt(metric, m.get(metric, 0.0))}  "
         f"p99 {fmt(confirmed.LATENCY, m.get(confirmed.LATENCY, 0.0))}"
         f"{'' if got.choice.feasible else '  violates the constraints'}")

@@ -51,6 +51,9 @@ class EntryLoad:
     levels: Sequence[float] | None = None
     models: Sequence[str] = ()
     warmed: int = 0
+    #: per-request latency bounds (ms) an open-loop level's goodput counts against
+    #: (tracker.measure.goodput.request_slo of the entry's constraints)
+    slo: Mapping[str, float] = field(default_factory=dict)
 
     def kinds(self) -> tuple[LoadKind, ...]:
         return kinds_for(self.config, self.load)
@@ -64,6 +67,23 @@ def load_levels(load: LoadSection, override: Sequence[float] | None = None,
         kinds = tuple(k for k in (kind.of(None, load) for kind in KINDS.values()
                                   if kind.level_key is not None) if k is not None)[-1:]
     return level_kind(kinds).levels(load, override)
+
+
+def probe_level(load: LoadSection, kinds: tuple[LoadKind, ...], concurrency: int | None,
+                request_rate: float | None, seed: int = 0) -> Level:
+    """A level a sweep's plan sets itself (a closed-loop ``concurrency`` or an open-loop
+    ``request_rate``), made by the entry's level kind when it has that key (a trace keeps its
+    shape, a rate its arrivals), else as a plain closed-loop or request-rate level."""
+    key, value = (("concurrency", concurrency) if concurrency is not None
+                  else ("request_rate", request_rate))
+    if value is None:
+        raise MeasurementError("a probe is a concurrency or a request rate, but got neither")
+    kind = level_kind(kinds)
+    if kind.level_key == key:
+        return dataclasses.replace(kind.levels(load, [value])[0], seed=seed)
+    if key == "concurrency":
+        return Level(concurrency=int(value))
+    return Level(request_rate=float(value), arrival=load.arrival, seed=seed)
 
 
 def settings_from(load: LoadSection, kinds: tuple[LoadKind, ...] = ()) -> LevelSettings:
@@ -128,6 +148,11 @@ class Opened:
     def __post_init__(self) -> None:
         self.warmed = self.entry.warmed
 
+    def part_at(self, level: Level) -> Part:
+        """This entry's part of a level the sweep's plan set itself (a probe)."""
+        settings, self.warmed = warmed_settings(self.settings, self.warmed), 0
+        return Part(self.name, self.driver, settings, level, self.entry.models)
+
     def part(self, i: int) -> Part:
         """This entry's part of the sweep's level ``i`` (a shorter list stays at its last);
         the first one asked for warms up only as far as ``entry.warmed`` has not."""
@@ -178,7 +203,8 @@ async def open_entry(endpoints: Endpoints, name: str, entry: EntryLoad,
     except BaseException:
         regions.close()
         raise
-    return Opened(name, entry, levels, settings_from(load, kinds), transport, driver, regions)
+    settings = dataclasses.replace(settings_from(load, kinds), slo=tuple(entry.slo.items()))
+    return Opened(name, entry, levels, settings, transport, driver, regions)
 
 
 def stats_fn(transport: Transport, models: Sequence[str],

@@ -9,9 +9,10 @@ client's counts and the server's counters describe the same span for every model
 ``Measurement.start_ns``/``end_ns`` are equal across the entries of a level). A window is a
 fixed time (``window_ms``), or lasts until every entry completed ``window_requests``.
 
-The level ends when every entry's last windows are stable (windows.py's rule), after
-``max_tries`` windows, or at once when one entry's window has too many failed requests (that
-entry's Measurement is invalid; the others keep the windows measured so far). A server that
+The level ends when every entry's last windows are stable (windows.py's rule), when an
+open-loop entry's queue grows (windows.py's ``overloaded``), after ``max_tries`` windows,
+or at once when one entry's window has too many failed requests (that entry's Measurement is
+invalid; the others keep the windows measured so far). A server that
 stops answering ends the level: the statistics request times out (``request_timeout_s``), or
 no request completes for that long, and every Measurement is invalid with a timeout reason,
 never a hang.
@@ -30,7 +31,14 @@ from tracker.measure.monitor_sampler import Sampler
 from tracker.measure.procs import Load
 from tracker.measure.transport import describe_error
 from tracker.measure.types import Measurement
-from tracker.measure.windows import Window, WindowRun, WindowSettings, error_reason, is_stable
+from tracker.measure.windows import (
+    Window,
+    WindowRun,
+    WindowSettings,
+    error_reason,
+    is_stable,
+    overloaded,
+)
 from tracker.measure.windows import merge as merge_windows
 from tracker.triton.statistics import ServerStats, pick
 
@@ -55,6 +63,7 @@ class LevelSettings:
     overhead_warn_pct: float = OVERHEAD_WARN_PCT
     processes: int = 1
     kinds: tuple[LoadKind, ...] = ()   # the load's kinds (tracker/measure/kinds): their figures
+    slo: tuple[tuple[str, float], ...] = ()  # per-request bounds, ms (measure/goodput.py)
 
 
 class LevelAborted(Exception):
@@ -200,7 +209,8 @@ async def _windows(parts: Sequence[Part], ws: WindowSettings, stats: StatsFn | N
             why = error_reason(p.seen[-1], ws.max_error_pct)
             if why is not None:
                 reasons[p.name] = why
-        if reasons or all(is_stable(p.seen, ws) for p in parts):
+        if reasons or all(is_stable(p.seen, ws) for p in parts) or any(
+                p.level.request_rate is not None and overloaded(p.seen, ws) for p in parts):
             return
 
 
@@ -253,7 +263,7 @@ def finish(run: WindowRun, level: Level, settings: LevelSettings,
     ws = settings.windows
     m = merge_windows(run, settings=ws, batch_size=settings.batch_size,
                       concurrency=level.concurrency, request_rate=level.request_rate,
-                      kinds=settings.kinds)
+                      kinds=settings.kinds, slo=dict(settings.slo))
     last = run.windows[-ws.stability_count:]
     if sampler is not None and last:
         m.monitors = sampler.aggregate(last[0].start_ns, last[-1].end_ns)

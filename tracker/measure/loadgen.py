@@ -28,8 +28,10 @@ import numpy as np
 import numpy.typing as npt
 
 from tracker.errors import MeasurementError
+from tracker.measure.kinds.concurrency import Concurrency
 from tracker.measure.kinds.load_kind import Level as Level
 from tracker.measure.kinds.load_kind import LoadKind
+from tracker.measure.kinds.rate import RequestRate
 from tracker.measure.transport import Payload, Transport, describe_error
 
 Ints = npt.NDArray[np.int64]
@@ -218,10 +220,15 @@ class LocalLoad:
 
 
 def _level_kind(kinds: Sequence[LoadKind], level: Level) -> LoadKind:
-    """The kind whose levels ``level`` is (the one whose ``level_key`` the level sets)."""
+    """The kind whose levels ``level`` is (the one whose ``level_key`` the level sets); a
+    level of the other plain key than the load's (the capacity search's closed-loop probe of
+    a rate load, or its rates for a concurrency load) runs with that key's plain kind."""
     for kind in kinds:
         if kind.level_key is not None and getattr(level, kind.level_key) is not None:
             return kind
+    for plain in (Concurrency(), RequestRate()):
+        if getattr(level, str(plain.level_key)) is not None:
+            return plain
     raise MeasurementError(f"no load kind of {[k.name for k in kinds]} runs {level}")
 
 

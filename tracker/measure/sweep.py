@@ -14,7 +14,8 @@ share the windows (tracker/measure/level.py). After each level the sweep stops w
   (throughput has saturated; Model Analyzer's rule).
 Whether a constraint is broken is tracker/feasibility.py's rule; which level a configuration
 is judged by is chosen above this layer (search/objective.py). A planner
-(search/sweep_plan.py) may choose the levels instead of the list's order.
+(search/sweep_plan.py) may choose the levels instead of the list's order, or set them itself
+(:class:`Probe`: the capacity search's rates, search/capacity.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tracker.errors import MeasurementError
@@ -32,6 +34,7 @@ from tracker.measure.entry import (
     check_models,
     load_levels,
     open_entry,
+    probe_level,
     settings_from,
     shared_windows,
     stats_fn,
@@ -48,17 +51,28 @@ from tracker.triton.endpoints import Endpoints
 MIN_GAIN = 0.05
 GAIN_LEVELS = 3
 
-__all__ = ["EntryLoad", "LevelPlanner", "load_levels", "settings_from", "stop_reason", "sweep"]
+__all__ = ["EntryLoad", "LevelPlanner", "Probe", "load_levels", "settings_from", "stop_reason",
+           "sweep"]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A level a plan sets itself instead of one of the list's (the capacity search's,
+    tracker/search/capacity.py): a closed-loop ``concurrency`` or an open-loop
+    ``request_rate``, the same for every entry."""
+
+    concurrency: int | None = None
+    request_rate: float | None = None
 
 
 class LevelPlanner(Protocol):
     """Chooses the sweep's levels one at a time instead of the list's order (the search's
-    tracker.search.sweep_plan.LevelPlan): the next level's index, or None to stop, and
-    why."""
+    tracker.search.sweep_plan.LevelPlan): the next level's index or a :class:`Probe`, or
+    None to stop, and why."""
 
     reason: str
 
-    def next(self, done: Sequence[SweepLevel]) -> int | None: ...
+    def next(self, done: Sequence[SweepLevel]) -> int | Probe | None: ...
 
 
 def saturated(done: Sequence[Measurement]) -> str | None:
@@ -91,22 +105,25 @@ def stop_reason(done: Sequence[SweepLevel], constraints: Mapping[str, object] | 
     return None
 
 
-async def run_levels(count: int, measure: Callable[[int], Awaitable[SweepLevel]],
+async def run_levels(count: int, measure: Callable[[int | Probe], Awaitable[SweepLevel]],
                      constraints: Mapping[str, object] | None,
                      on_level: Callable[[SweepLevel], None] | None,
                      plan: LevelPlanner | None = None) -> SweepResult:
-    """Measure levels ``0..count-1`` in order until a stop rule fires, or as ``plan`` says."""
+    """Measure levels ``0..count-1`` in order until a stop rule fires, or as ``plan`` says
+    (a probe's SweepLevel has the index of its place among the levels measured)."""
     done: list[SweepLevel] = []
 
-    async def one(i: int) -> None:
+    async def one(i: int | Probe) -> None:
         level = await measure(i)
+        if isinstance(i, Probe):
+            level.index = len(done)
         done.append(level)
         if on_level is not None:
             on_level(level)
 
     if plan is not None:
         while (i := plan.next(done)) is not None:
-            if not 0 <= i < count:
+            if not isinstance(i, Probe) and not 0 <= i < count:
                 raise MeasurementError(f"the level plan asked for level {i}, which is not one "
                                        f"of the sweep's levels (0..{count - 1})")
             await one(i)
@@ -134,9 +151,11 @@ async def _builtin(endpoints: Endpoints, entries: Mapping[str, EntryLoad],
         await check_models(transport, models)
         stats = stats_fn(transport, models)
 
-        async def measure(i: int) -> SweepLevel:
-            return SweepLevel(await measure_parts([o.part(i) for o in opened], ws, stats,
-                                                  sampler), i)
+        async def measure(i: int | Probe) -> SweepLevel:
+            parts = [o.part(i) if not isinstance(i, Probe) else o.part_at(probe_level(
+                o.entry.load, o.entry.kinds(), i.concurrency, i.request_rate)) for o in opened]
+            return SweepLevel(await measure_parts(parts, ws, stats, sampler),
+                              i if isinstance(i, int) else 0)
 
         count = max(len(o.levels) for o in opened)
         return await run_levels(count, measure, constraints, on_level, plan)
@@ -172,8 +191,11 @@ def _perf_analyzer(endpoints: Endpoints, entries: Mapping[str, EntryLoad],
                       pa_output_bytes(entry.config, entry.load), stateful)
     levels = load_levels(entry.load, entry.levels, entry.kinds())
 
-    async def measure(i: int) -> SweepLevel:
-        return SweepLevel({name: await asyncio.to_thread(pa.measure, levels[i], sampler)}, i)
+    async def measure(i: int | Probe) -> SweepLevel:
+        level = levels[i] if not isinstance(i, Probe) else probe_level(
+            entry.load, entry.kinds(), i.concurrency, i.request_rate)
+        return SweepLevel({name: await asyncio.to_thread(pa.measure, level, sampler)},
+                          i if isinstance(i, int) else 0)
 
     return asyncio.run(run_levels(len(levels), measure, constraints, on_level, plan))
 

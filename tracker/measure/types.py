@@ -111,7 +111,12 @@ class Measurement:
     sequence_latency_p50_ms: float | None = None
     sequence_latency_p90_ms: float | None = None
     sequence_latency_p99_ms: float | None = None
+    # open-loop levels with latency bounds: the requests answered within every bound
+    # (measure/goodput.py), per second and as a share of the requests answered or failed
+    goodput: float | None = None
+    goodput_pct: float | None = None
     requests: int = 0
+    sent: int = 0                    # requests sent in the windows measured
     server_requests: int | None = None
     errors: int = 0
     first_error: str | None = None

@@ -6,7 +6,8 @@ is stable when, for throughput and for p99 latency, max/min <= 1 + stability_pct
 of perf_analyzer's ``IsInferWindowStable``/``IsLatencyWindowStable``), and no window has zero
 throughput. At most ``max_tries`` windows are measured; a level that never stabilizes is
 reported as unstable with the figures of its last windows. A window whose failed requests
-exceed ``max_error_pct`` ends the level at once as invalid.
+exceed ``max_error_pct`` ends the level at once as invalid. An open-loop level whose queue
+grows (:func:`overloaded`) ends early, unstable: more windows cannot make it hold its rate.
 
 Everything here is pure: the windows themselves come from a callable, so the rule is tested
 with synthetic samples.
@@ -14,7 +15,7 @@ with synthetic samples.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tracker.errors import MeasurementError
+from tracker.measure.goodput import goodput
 from tracker.measure.kinds.load_kind import LATENCY
 from tracker.measure.stats import summarize_latencies
 from tracker.measure.types import Measurement, StepSplit
@@ -122,6 +124,24 @@ def is_stable(windows: Sequence[Window], settings: WindowSettings) -> bool:
     return within(throughputs, settings.stability_pct) and within(p99s, settings.stability_pct)
 
 
+#: an open-loop level is overloaded when requests sent but not ended grew in each of the last
+#: windows by this share of those sent in total (the queue grows: more windows cannot help)
+OVERLOAD_SHARE = 0.10
+
+
+def overloaded(windows: Sequence[Window], settings: WindowSettings) -> bool:
+    """An open-loop level's last ``stability_count`` windows each ended fewer requests than
+    they sent, together more than :data:`OVERLOAD_SHARE` of them: the server is behind its
+    offered rate and the queue grows, so the level ends without waiting for stability."""
+    n = settings.stability_count
+    last = windows[-n:]
+    if len(last) < n:
+        return False
+    growth = [w.sent - w.requests - w.errors for w in last]
+    sent = sum(w.sent for w in last)
+    return all(g > 0 for g in growth) and sum(growth) > OVERLOAD_SHARE * sent
+
+
 @dataclass
 class WindowRun:
     """The windows of one level, whether they stabilized, and why the level is invalid (if)."""
@@ -158,10 +178,12 @@ async def run_windows(next_window: Callable[[], Awaitable[Window]],
 
 def merge(run: WindowRun, *, settings: WindowSettings, batch_size: int = 1,
           concurrency: int | None = None, request_rate: float | None = None,
-          kinds: Sequence[LoadKind] = ()) -> Measurement:
+          kinds: Sequence[LoadKind] = (), slo: Mapping[str, float] | None = None,
+          ) -> Measurement:
     """One Measurement from the last ``stability_count`` windows of a level (their latencies
     pooled, throughput = requests / total time, server split from the summed counters; each
-    of ``kinds`` adds its figures from the pooled per-request fields)."""
+    of ``kinds`` adds its figures from the pooled per-request fields; an open-loop level's
+    goodput against the per-request bounds ``slo``, measure/goodput.py)."""
     last = run.windows[-settings.stability_count:]
     m = Measurement(concurrency=concurrency, request_rate=request_rate, batch_size=batch_size,
                     stable=run.stable, windows=len(run.windows))
@@ -178,11 +200,11 @@ def merge(run: WindowRun, *, settings: WindowSettings, batch_size: int = 1,
         m.latency_avg_ms, m.latency_p50_ms = summary.avg_ms, summary.p50_ms
         m.latency_p90_ms, m.latency_p95_ms = summary.p90_ms, summary.p95_ms
         m.latency_p99_ms = summary.p99_ms
+    pooled = {LATENCY: lat, **{name: np.concatenate([w.fields.get(name, _NONE) for w in last])
+                               for kind in kinds for name in kind.fields}}
     for kind in kinds:
-        kind.add_metrics(m, {LATENCY: lat, **{
-            name: np.concatenate([w.fields.get(name, _NONE) for w in last])
-            for name in kind.fields}})
-    m.errors = sum(w.errors for w in last)  # the same span as the requests
+        kind.add_metrics(m, {LATENCY: lat, **{name: pooled[name] for name in kind.fields}})
+    _counts(m, last, pooled, slo)
     m.first_error = next((w.first_error for w in [*last, *run.windows] if w.first_error), None)
     servers = [w.server for w in last if w.server is not None]
     if servers and len(servers) == len(last):
@@ -214,6 +236,17 @@ def merge(run: WindowRun, *, settings: WindowSettings, batch_size: int = 1,
             f"windows differ by more than {settings.stability_pct:g}% after "
             f"{len(run.windows)} windows")
     return m
+
+
+def _counts(m: Measurement, last: Sequence[Window], pooled: dict[str, npt.NDArray[np.int64]],
+            slo: Mapping[str, float] | None) -> None:
+    """Requests failed and sent over the same span as the requests; an open-loop level's
+    goodput against ``slo``."""
+    m.errors = sum(w.errors for w in last)
+    m.sent = sum(w.sent for w in last)
+    good = goodput(pooled, slo or {}, m.duration_s, m.errors) if m.request_rate else None
+    if good is not None:
+        m.goodput, m.goodput_pct = good
 
 
 def step_splits(windows: Sequence[Window], duration_s: float) -> dict[str, StepSplit]:

@@ -26,11 +26,19 @@ from mlflow.exceptions import MlflowException
 
 from tracker import tags
 from tracker.errors import TrackingError
-from tracker.metrics import RELATIVE
+from tracker.metrics import CAPACITY, RELATIVE
 from tracker.session import check_outputs, warm_start
 from tracker.session.context import StudyContext
 from tracker.session.values import configs, production_texts
-from tracker.tracking import confirm_plot, runs, steps_plot, stream_plots, study_record, view
+from tracker.tracking import (
+    capacity_plot,
+    confirm_plot,
+    runs,
+    steps_plot,
+    stream_plots,
+    study_record,
+    view,
+)
 from tracker.tracking.report import best_row, improvement_pct, summary, write_report
 from tracker.tracking.rows import ENTRY_NAMES_ATTR, TrialRow, entry_names, trial_rows
 from tracker.verdict import record as confirmed
@@ -180,10 +188,14 @@ def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, 
 def _extra(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None,
            verdict: confirm_stats.Verdict | None, caption: str | None,
            out_dir: Path) -> tuple[dict[str, Path], str] | None:
-    """The report's figures beyond the search's: a pipeline's per-step split (:func:`_steps`)
-    and the confirmation's per-pair ratios (tracking/confirm_plot.py)."""
+    """The report's figures beyond the search's: a pipeline's per-step split (:func:`_steps`),
+    the confirmation's per-pair ratios (tracking/confirm_plot.py) and a capacity study's
+    curves (tracking/capacity_plot.py)."""
     steps = _steps(ctx, rows, best, out_dir)
     pairs = confirm_plot.ratios(verdict, out_dir / "plots", caption) if verdict else {}
+    if CAPACITY in ctx.spec.objectives:  # the hockey stick and the cost (capacity_plot.py)
+        pairs = {**pairs, **capacity_plot.capacity(ctx.parent.client, rows,
+                                                   ctx.spec.constraints, out_dir / "plots")}
     if not pairs:
         return steps
     files, section = steps or ({}, "")

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from tracker.feasibility import for_models
+from tracker.measure.goodput import request_slo
 from tracker.measure.sweep import EntryLoad
 from tracker.search.objective import Scoring
 
@@ -57,8 +58,11 @@ def loads_of(spec: StudySpec, conf: Configuration, served: Mapping[str, ModelCon
     """Each entry's part of the sweep: its served config, its own load (its levels:
     ``model_levels``, else ``levels``, else its load's), its composing models (their split
     lands in its Measurement's ``steps``), the requests that warmed it already (``warmed``:
-    the output check's)."""
+    the output check's), its per-request latency bounds (its goodput's SLA)."""
+    bounds = for_models(spec.constraints, conf.entries)
     return {name: EntryLoad(served[name], spec.load.for_model(name),
                             (model_levels or {}).get(name, levels), conf.composing(name),
-                            (warmed or {}).get(name, 0))
+                            (warmed or {}).get(name, 0),
+                            request_slo({k.split("/", 1)[1]: v for k, v in bounds.items()
+                                         if k.startswith(f"{name}/")}))
             for name in conf.entries}

@@ -27,6 +27,7 @@ from tracker.measure.sweep import LevelPlanner, sweep
 from tracker.measure.types import LoadClient, Measurement, SweepLevel, SweepResult
 from tracker.metrics import load_levels_from
 from tracker.redact import redact_text
+from tracker.search import capacity
 from tracker.search.objective import LevelChoice, pick_best_level
 from tracker.serving import Serving, serving_choices
 from tracker.session import joint
@@ -299,10 +300,11 @@ def measure_configuration(spec: StudySpec, conf: Configuration,
     """Measure ``cfgs`` (every model's config of ``conf``, by name) on ``server``:
     write the repository into ``workdir`` (removed on failure), serve it, pass ``check`` (the
     output check), sweep every entry model at once at ``levels`` (None: the spec's;
-    ``model_levels``: an entry's own; ``plan``: search/sweep_plan.py), choose the level by the
-    objectives and constraints (``weighted_gain`` against ``reference``, the default's logged
-    metrics). ``monitors_factory(server)``: the monitors (default: process tree, metrics,
-    NVML); ``files``: the ``FILE:KEY`` values. Raises :class:`ConfigFailed`."""
+    ``model_levels``: an entry's own; ``plan``: search/sweep_plan.py; objective perf_capacity:
+    the capacity search, search/capacity.py), choose the level by the objectives and
+    constraints (``weighted_gain`` against ``reference``, the default's logged metrics).
+    ``monitors_factory(server)``: the monitors (default: process tree, metrics, NVML);
+    ``files``: the ``FILE:KEY`` values. Raises :class:`ConfigFailed`."""
     repo = _write(spec, conf, cfgs, workdir, serving or resolve_serving(spec, server, conf),
                   files)
     try:
@@ -311,15 +313,20 @@ def measure_configuration(spec: StudySpec, conf: Configuration,
         mark = len(server.log_text()) if server.strategy == "reload" else 0
         loaded, said, warm = _serve(server, repo, mark, spec, server_values, on_phase, check)
         monitors = (monitors_factory or _monitors)(server)
+        # objective perf_capacity: the capacity search plans the levels and judges them
+        searched = capacity.CapacitySettings.of(spec) if capacity.wanted(spec) else None
         try:
             served = {**dict(repo.models), conf.entry: loaded}
             result = sweep(server.endpoints,
                            joint.loads_of(spec, conf, served, levels, model_levels,
                                           {conf.entry: warm}),
-                           spec.constraints, monitors, load_client=load_client, plan=plan,
+                           spec.constraints, monitors, load_client=load_client,
+                           plan=capacity.CapacityPlan(searched) if searched else plan,
                            on_level=None if on_level is None else _each(on_level))
-            choice = pick_best_level(result.levels, joint.constraints_of(spec, conf),
-                                     spec.objectives, joint.scoring(spec, conf, reference))
+            how = joint.scoring(spec, conf, reference)
+            choice = (capacity.choose(result, searched, spec.objectives, how) if searched
+                      else pick_best_level(result.levels, joint.constraints_of(spec, conf),
+                                           spec.objectives, how))
         except TrackerError as err:
             log = server.log_text()[mark:]
             cause = with_log_errors(err, log, server.gone())

@@ -1,7 +1,8 @@
 """What a study prints while it runs: one line per finished trial, and a progress bar.
 
-The line (stdout) says the trial number, its parameters, throughput, p99 latency, whether it
-meets the constraints, and the best trial so far. The bar (stderr, only on a terminal) counts
+The line (stdout) says the trial number, its parameters, throughput (a capacity study: the
+capacity, replicas and cost), p99 latency, whether it meets the constraints, and the best
+trial so far. The bar (stderr, only on a terminal) counts
 complete trials against ``n_trials`` and shows the level being measured.
 """
 
@@ -30,6 +31,14 @@ def _figures(metrics: Mapping[str, float]) -> str:
         return (f"{_value('perf_throughput', metrics.get(prefix + 'perf_throughput'))}  "
                 f"p99 {_value('perf_latency_p99', metrics.get(prefix + 'perf_latency_p99'))}")
 
+    if "perf_capacity" in metrics:  # the capacity search's trial (search/capacity.py)
+        text = (f"capacity {metrics['perf_capacity']:,.1f} req/s  "
+                f"p99 {_value('perf_latency_p99', metrics.get('perf_latency_p99'))}")
+        if "replicas" in metrics:
+            text += f"  {metrics['replicas']:.0f} replicas"
+        if "cost_per_million" in metrics:
+            text += f"  {metrics['cost_per_million']:,.4g} per million"
+        return text
     if "weighted_gain" not in metrics:
         return two("")
     models = [k.removesuffix("/perf_throughput") for k in metrics

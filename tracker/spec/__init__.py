@@ -27,6 +27,7 @@ from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, model_
 
 from tracker import metrics as catalog
 from tracker.errors import ModelError, SpecError
+from tracker.spec.capacity import CapacitySection
 from tracker.spec.check_section import CheckSection
 from tracker.spec.checks import LOAD_KNOBS
 from tracker.spec.fields import closest
@@ -46,7 +47,8 @@ from tracker.spec.values import Bound, ConcurrencyRange, Range, Scalar
 from tracker.spec.yaml_loader import load_yaml
 
 __all__ = [
-    "DEFAULT_CONCURRENCY", "LOAD_KNOBS", "METRICS", "METRIC_BETTER", "Bound", "CheckSection",
+    "DEFAULT_CONCURRENCY", "LOAD_KNOBS", "METRICS", "METRIC_BETTER", "Bound", "CapacitySection",
+    "CheckSection",
     "ConcurrencyRange", "ConfirmSection",
     "Direction", "LoadSection", "MlflowSection", "ModelSection", "Range", "Scalar",
     "SearchSection", "ServerSection", "Space", "StudySpec", "ensure_model", "load_spec",
@@ -120,6 +122,8 @@ class StudySpec(SpecModel):
     """The confirmation after the search: the best and the default re-measured."""
     check: CheckSection = Field(default_factory=CheckSection)
     """The output check: every configuration answers the default's probes as it does."""
+    capacity: CapacitySection | None = None
+    """Target traffic and price: replicas and cost per million at each trial's capacity."""
 
     _source: Path | None = PrivateAttr(default=None)
     _base_dir: Path | None = PrivateAttr(default=None)

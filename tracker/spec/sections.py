@@ -33,6 +33,7 @@ from tracker.spec.model_section import SpecModel, resolve_path
 from tracker.spec.sequence import SequenceSection
 from tracker.spec.server_options import ServerOptions, section_problems
 from tracker.spec.streaming import StreamSection
+from tracker.spec.trace import TraceProblem, parse_trace
 from tracker.spec.values import ConcurrencyRange, PosFloat, PosInt, as_list, list_or_range
 
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -175,6 +176,12 @@ class LoadSection(SpecModel):
     """Open-loop request rates (requests/s) to sweep instead of concurrency."""
     arrival: Literal["constant", "poisson"] = "constant"
     """With request_rate: constant or poisson inter-arrival times."""
+    trace: Annotated[Path | None, Field(strict=False)] = None
+    """A recorded schedule replayed open loop: gaps in us per line, or .jsonl timestamps (ms)."""
+    capacity_tolerance_pct: Annotated[float, Field(gt=0, le=50)] = 5.0
+    """objective perf_capacity: the search stops when its bracket is this close (percent)."""
+    capacity_max_probes: Annotated[int, Field(ge=2, le=50)] = 8
+    """objective perf_capacity: the most open-loop rates one configuration's search measures."""
     window_ms: PosInt = 1000
     """Length of one measurement window, in milliseconds."""
     window_requests: PosInt | None = None
@@ -255,6 +262,17 @@ class LoadSection(SpecModel):
         if not override:
             return self.model_copy(update={"models": {}})
         return LoadSection.model_validate({**self._base(), **override})
+
+    @field_validator("trace")
+    @classmethod
+    def _trace(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        value = resolve_path(value, info)
+        if value is not None:
+            try:
+                parse_trace(value)
+            except TraceProblem as exc:
+                raise problem(str(exc)) from None
+        return value
 
     @field_validator("input_data")
     @classmethod

@@ -162,7 +162,17 @@ def summary(rows: Sequence[TrialRow], objectives: Mapping[str, str],
         front = pareto_rows(rows, objectives)
         text += (f"; {len(front)} configuration{'s' if len(front) != 1 else ''} form the Pareto "
                  f"front of {' and '.join(objectives)}")
-    return text + _each_entry(best, base, entries or {}) + "."
+    return text + _each_entry(best, base, entries or {}) + _deployment(best) + "."
+
+
+def _deployment(best: TrialRow) -> str:
+    """A capacity study's replicas and cost at the best trial's capacity ("" without)."""
+    parts = []
+    if "replicas" in best.metrics:
+        parts.append(f"{best.metrics['replicas']:.0f} replicas for the target traffic")
+    if "cost_per_million" in best.metrics:
+        parts.append(f"{best.metrics['cost_per_million']:,.4g} per million inferences")
+    return f"; {' and '.join(parts)}" if parts else ""
 
 
 # ---- the report files ----------------------------------------------------------------------

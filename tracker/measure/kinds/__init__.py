@@ -14,6 +14,7 @@ from tracker.measure.kinds.priorities import Priorities
 from tracker.measure.kinds.rate import RequestRate
 from tracker.measure.kinds.sequences import Sequences
 from tracker.measure.kinds.streaming import Streaming
+from tracker.measure.kinds.trace import TraceReplay
 
 if TYPE_CHECKING:
     from tracker.spec.sections import LoadSection
@@ -21,7 +22,8 @@ if TYPE_CHECKING:
 
 #: every load kind, in the order kinds_for asks them (a later level kind wins)
 KINDS: dict[str, type[LoadKind]] = {
-    kind.name: kind for kind in (Concurrency, RequestRate, Sequences, Streaming, Priorities)}
+    kind.name: kind for kind in (Concurrency, RequestRate, TraceReplay, Sequences, Streaming,
+                                 Priorities)}
 
 
 def kinds_for(config: ModelConfig, load: LoadSection) -> tuple[LoadKind, ...]:
@@ -43,4 +45,4 @@ def level_kind(kinds: tuple[LoadKind, ...]) -> LoadKind:
 
 
 __all__ = ["KINDS", "Concurrency", "LoadKind", "Priorities", "RequestRate", "Sequences",
-           "Streaming", "kinds_for", "level_kind"]
+           "Streaming", "TraceReplay", "kinds_for", "level_kind"]
