@@ -86,22 +86,17 @@ def t(path: str, name: str) -> str:
 
 KINDS: tuple[Kind, ...] = (
     Kind("onnx", "ONNX file",
-         "A `.onnx` file: served by onnxruntime, or through the Python-backend shim on the "
-         "embedded server."),
+         "A `.onnx` file: served by onnxruntime, or by the Python-backend shim."),
     Kind("python", "Python-backend directory",
          "A model directory with its config.pbtxt and `1/model.py`, served as written."),
     Kind("autocomplete", "auto-complete directory",
-         "A Python-backend directory without config.pbtxt: Triton's auto-complete gives its "
-         "configuration."),
+         "A Python-backend directory without config.pbtxt, completed by Triton."),
     Kind("decoupled", "decoupled (streaming)",
-         "`model_transaction_policy { decoupled: true }`: each request is answered by a stream "
-         "of responses."),
+         "`model_transaction_policy { decoupled: true }`: each request answered by a stream."),
     Kind("stateful", "stateful (sequence batcher)",
-         "A sequence batcher with its control inputs: requests come in sequences under a "
-         "correlation ID."),
+         "A sequence batcher: requests come in sequences under a correlation ID."),
     Kind("stateful_decoupled", "stateful and decoupled",
-         "A sequence batcher and a decoupled transaction policy: each step of a sequence "
-         "streams its responses."),
+         "A sequence batcher and a decoupled policy: each step of a sequence streams."),
     Kind("ensemble", "ensemble",
          "An ensemble and its steps, tuned together."),
     Kind("bls", "BLS",
@@ -112,11 +107,10 @@ KINDS: tuple[Kind, ...] = (
     Kind("entries_decoupled", "several entry models, one decoupled",
          "Several entry models of which one streams."),
     Kind("file_knobs", "file knobs (`model.json`)",
-         "A model directory whose knobs are keys of a JSON file beside its model "
-         "(`model.json:KEY`)."),
+         "Knobs that are keys of a JSON file beside the model (`model.json:KEY`)."),
     Kind("config_driven", "config-driven backend (libtorch)",
          "A backend the embedded server lacks (PyTorch, TensorFlow, TensorRT, OpenVINO), read "
-         "from its config.pbtxt; it runs in docker or remote mode."),
+         "from its config.pbtxt; it runs in docker or remote mode, untested there."),
 )
 
 # ---- the columns ------------------------------------------------------------------------------
@@ -132,28 +126,30 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("check", "`tracker check`",
               "The spec and the model checked before anything starts.", "study"),
     Operation("check_outputs", "`tracker check --outputs`",
-              "The default configuration served and asked twice: which outputs are not "
-              "deterministic.", "study"),
+              "The default served and asked twice: which outputs are not deterministic (a "
+              "bare ✔: it answers the same).", "study"),
     Operation("tune", "tune, output check on",
               "`tracker tune`: every configuration answers the default's probes before it is "
               "measured.", "study"),
     Operation("paired", "paired confirmation",
               "The best and the default side by side in one server, in pairs of short "
-              "blocks.", "study"),
+              "blocks; the pairs' ratios on the parent run.", "study"),
     Operation("rounds", "rounds confirmation",
-              "The top configurations and the default re-measured in interleaved rounds.",
-              "study"),
+              "The top configurations and the default re-measured in interleaved rounds (for "
+              "a kind confirmed in pairs, with `tracker confirm --new` after them).", "study"),
     Operation("capacity", "capacity at the SLA",
               "`objectives: {perf_capacity: maximize}`: each configuration's highest open-loop "
-              "rate within the constraints, searched per trial, with replicas and cost.",
+              "rate within the constraints, with replicas and cost; on an untested kind it "
+              "would run as for an ONNX file.",
               "study"),
     Operation("report", "report.html and plots",
               "The parent run's report, trials.csv and plots.", "records"),
     Operation("resume", "resume after SIGKILL",
-              "A tuner killed with SIGKILL: its trial is failed and measured again, the study "
-              "completes.", "records"),
+              "A tuner killed with SIGKILL in its second trial and run again: that trial is "
+              "failed and measured again, the study completes.", "records"),
     Operation("mlflow_run", "`mlflow run`",
-              "The study run as an MLflow project entry point.", "records"),
+              "The study run as an MLflow project entry point, again after a kill.",
+              "records"),
     Operation("promote", "promote (register)",
               "`tracker promote`: the confirmed winner registered as a model version.",
               "serving"),
@@ -164,14 +160,15 @@ OPERATIONS: tuple[Operation, ...] = (
               "A registry stage transition or alias move deploys the version it names.",
               "serving"),
     Operation("rollback", "rollback",
-              "A version that fails to load or fails its check is rolled back: the serving "
-              "version keeps serving, and the registry's pointers stay on it.", "serving"),
+              "A version that fails to load or answers unlike its study's is rolled back: the "
+              "serving version and the registry's pointers stay.", "serving"),
     Operation("pyfunc", "`mlflow.pyfunc` predict",
-              "`mlflow.pyfunc.load_model(...).predict(...)` on the registered version.",
+              "`mlflow.pyfunc.load_model(...).predict(...)` on the registered version; where "
+              "refused, `mlflow deployments predict` answers.",
               "serving"),
     Operation("predict", "`mlflow deployments predict`",
-              "`mlflow deployments predict -t triton` (or the deployments client's predict) "
-              "against the serving Triton.", "serving"),
+              "`mlflow deployments predict -t triton` (or the client's predict) against the "
+              "serving Triton.", "serving"),
 )
 
 # ---- the tests the cells name -----------------------------------------------------------------
@@ -292,45 +289,37 @@ def walk(kind: str) -> str:
 
 # ---- the cells --------------------------------------------------------------------------------
 
-#: what a walk shows for its `mlflow run` and, for a kind confirmed in pairs, for rounds
-RUN_AGAIN = "run again with `mlflow run` after the kill"
-IN_ROUNDS_TOO = "`tracker confirm --new` in rounds after the pairs"
-
 #: no test runs the operation on the kind
 UNTESTED = Hole("untested")
 #: ``tracker check`` refuses pyfunc for a model that is not one ONNX file, saying why
 PYFUNC_LINE = "mlflow.pyfunc: refused: "
-NO_PYFUNC = Refused(PYFUNC_LINE, "no ONNX file to run in-process (a Triton backend runs the "
-                    "model); "
-                    "`mlflow deployments predict` answers instead", AFTER)
+NO_PYFUNC = Refused(PYFUNC_LINE, "no ONNX file to run in-process", AFTER)
 NO_PYFUNC_WALKED = {kind: dataclasses.replace(NO_PYFUNC, test=walk(kind))
                     for kind in ("autocomplete", "file_knobs", "stateful_decoupled")}
-NO_PYFUNC_PIPELINE = Refused(PYFUNC_LINE, "a version is a Triton repository of several "
-                             "models, which "
-                             "only Triton runs together", AFTER)
+NO_PYFUNC_PIPELINE = Refused(PYFUNC_LINE, "several models that only Triton runs together",
+                             AFTER)
 BLS_IN_ROUNDS = Refused("confirmation: in rounds, not paired: BLS model",
-                        "a BLS model's code names the models it calls, so its copy would call "
-                        "the default's", AFTER)
+                        "a BLS model's code names its callees, so its copy would call the "
+                        "default's", AFTER)
 PIPELINE_PAIRED = ("tests/study/test_confirm_pipeline.py::"
                    "test_an_ensemble_is_confirmed_in_pairs_with_its_steps_renamed")
 NO_PYTORCH = Refused(
     "'pytorch' backend",
-    "the embedded server has no pytorch backend; check names docker and remote, where it "
-    "runs (untested there)",
+    "the embedded server lacks pytorch",
     TORCHSCRIPT)
 
 
 CAPACITY_TUNED = t("study/test_tune_capacity.py",
                    "test_a_capacity_study_searches_rates_and_prices_the_capacity")
 CAPACITY_WORKS = Works((CAPACITY_TUNED,), "a trace replayed, rates bisected, replicas and cost")
-CAPACITY_UNTRIED = Hole("not tested: the search would run as for an ONNX file")
+CAPACITY_UNTRIED = Hole("untested")
 NO_CAPACITY_STATEFUL = Refused(
     "needs requests that arrive on their own",
-    "sequences at a rate wait for a free sequence slot, so the load is not open loop",
+    "sequences wait for a free slot, so the load is not open loop",
     t("study/test_tune_capacity.py", "test_check_refuses_capacity_for_a_stateful_model"))
 NO_CAPACITY_ENTRIES = Refused(
     "are judged by one score, weighted_gain",
-    "several entry models are judged by one score; a capacity is one entry's",
+    "judged by one score; a capacity is one entry's",
     t("study/test_tune_capacity.py",
       "test_several_entry_models_are_refused_a_capacity_objective"))
 
@@ -344,77 +333,76 @@ ROWS: dict[str, dict[str, Cell]] = {
     "onnx": _row({
         "capacity": CAPACITY_WORKS,
         "check": Works((ORT_THREADS, TUNE_CHECKS), "tune refuses what check refuses"),
-        "check_outputs": Works((NOISY,), "names an output that is not deterministic"),
+        "check_outputs": Works((NOISY,), "names a non-deterministic output"),
         "tune": Works((BATCH_DEPENDENT, DETERMINISTIC),
-                      "one that answers unlike the default fails unmeasured"),
-        "paired": Works((PAIRED_EQUIVALENT,), "two copies in one server, the order alternating"),
+                      "answers unlike the default: failed, unmeasured"),
+        "paired": Works((PAIRED_EQUIVALENT,), "two copies in one server, alternating"),
         "rounds": Works((ROUNDS_RESUMED,), "`tracker confirm` continues and resumes it"),
         "report": Works((MLFLOW_RUN, ROUNDS_RESUMED), "the report says what the note says"),
-        "resume": Works((KILLED_WORKER,), "two workers: the killed one's trial is retried"),
+        "resume": Works((KILLED_WORKER,), "two workers: the killed one's trial retried"),
         "mlflow_run": Works((MLFLOW_RUN, MLFLOW_RUN_URI), "from a clone or a repository URI"),
         "promote": Works((PROMOTE_SWITCH, PYFUNC), "stage and alias on the winner"),
         "deploy": Works((DEPLOY_CHECK, PROMOTE_SWITCH),
                         "an altered version is refused; no failed request"),
         "watch": Works((WATCH, WATCH_CONFLICT), "a stage or an alias; the alias wins"),
         "rollback": Works((PROMOTE_SWITCH, WATCH_ROLLBACK, FAULTS),
-                          "also after a kill; the alias moved back redeploys"),
+                          "also after a kill; moving the alias back redeploys"),
         "pyfunc": Works((PYFUNC,), "onnxruntime on CPU"),
         "predict": Works((TARGET,), "a dict, a DataFrame, the CLI's JSON"),
     }),
     "python": _row({
         "capacity": CAPACITY_UNTRIED,
         "check": Works((PYTHON_TUNED, PREPROCESS_CHECK), "its parameters are knobs"),
-        "check_outputs": Works((walk("python"),), "the default asked twice answers the same"),
+        "check_outputs": Works((walk("python"),)),
         "tune": Works((PYTHON_TUNED, FILE_KNOBS, walk("python")),
                       "its model.py as written, the output check on"),
-        "paired": Works((walk("python"),), "the pairs' ratios on the parent run"),
-        "report": Works((walk("python"),), "report.html, trials.csv and the plots"),
+        "paired": Works((walk("python"),)),
+        "report": Works((walk("python"),)),
         "promote": Works((PYTHON_TUNED, walk("python")), "deployed, and it answers"),
-        "deploy": Works((walk("python"),), "the study's probes asked before it serves"),
-        "watch": Works((walk("python"),), "an alias move deploys the version"),
-        "rollback": Works((walk("python"),), "answers unlike its study's: refused, v1 serves"),
+        "deploy": Works((walk("python"),)),
+        "watch": Works((walk("python"),)),
+        "rollback": Works((walk("python"),)),
         "pyfunc": NO_PYFUNC,
         "predict": Works((walk("python"),), "a dict of arrays"),
-        "resume": Works((walk("python"),), "killed in its second trial, run again"),
-        "rounds": Works((walk("python"),), IN_ROUNDS_TOO),
-        "mlflow_run": Works((walk("python"),), RUN_AGAIN),
+        "resume": Works((walk("python"),)),
+        "rounds": Works((walk("python"),)),
+        "mlflow_run": Works((walk("python"),)),
     }),
     "autocomplete": _row({
         "capacity": CAPACITY_UNTRIED,
         "check": Works((AUTO, AUTO_ONE_START), "inputs and outputs read from Triton"),
-        "check_outputs": Works((walk("autocomplete"),), "the default asked twice answers the same"),
+        "check_outputs": Works((walk("autocomplete"),)),
         "tune": Works((AUTO, walk("autocomplete")),
-                      "every trial built on the completed configuration"),
-        "paired": Works((walk("autocomplete"),), "the pairs' ratios on the parent run"),
-        "report": Works((walk("autocomplete"),), "report.html, trials.csv and the plots"),
+                      "trials built on the completed config"),
+        "paired": Works((walk("autocomplete"),)),
+        "report": Works((walk("autocomplete"),)),
         "promote": Works((AUTO,), "the completed config is registered"),
         "deploy": Works((AUTO, walk("autocomplete")),
-                        "the promoted version passes the check and answers"),
-        "watch": Works((walk("autocomplete"),), "an alias move deploys the version"),
-        "rollback": Works((walk("autocomplete"),),
-                          "answers unlike its study's: refused, v1 serves"),
+                        "the version passes the check and answers"),
+        "watch": Works((walk("autocomplete"),)),
+        "rollback": Works((walk("autocomplete"),)),
         "pyfunc": NO_PYFUNC_WALKED["autocomplete"],
         "predict": Works((walk("autocomplete"),), "both outputs"),
-        "resume": Works((walk("autocomplete"),), "killed in its second trial, run again"),
-        "rounds": Works((walk("autocomplete"),), IN_ROUNDS_TOO),
-        "mlflow_run": Works((walk("autocomplete"),), RUN_AGAIN),
+        "resume": Works((walk("autocomplete"),)),
+        "rounds": Works((walk("autocomplete"),)),
+        "mlflow_run": Works((walk("autocomplete"),)),
     }),
     "decoupled": _row({
         "capacity": CAPACITY_UNTRIED,
         "check": Works((STREAM_CHECK,), "says it is streamed and which metrics apply"),
-        "check_outputs": Works((walk("decoupled"),), "the default asked twice answers the same"),
+        "check_outputs": Works((walk("decoupled"),)),
         "tune": Works((STREAM_TUNED, STREAM_PROBES), "probes compared as whole streams"),
-        "paired": Works((walk("decoupled"),), "two streaming copies, the pairs' ratios"),
-        "report": Works((STREAM_TUNED,), "time to first token and inter-token latency plot"),
+        "paired": Works((walk("decoupled"),), "two streaming copies"),
+        "report": Works((STREAM_TUNED,), "time to first token and inter-token latency"),
         "promote": Works((DEPLOY_STREAM,), "its served version streams"),
         "deploy": Works((DEPLOY_STREAM,), "check and probes over a gRPC stream"),
-        "watch": Works((walk("decoupled"),), "an alias move deploys the version"),
-        "rollback": Works((DEPLOY_STREAM,), "a version that streams otherwise is refused"),
+        "watch": Works((walk("decoupled"),)),
+        "rollback": Works((DEPLOY_STREAM,), "one that streams otherwise is refused"),
         "pyfunc": NO_PYFUNC,
         "predict": Works((DEPLOY_STREAM,), "each output is its responses, stacked"),
-        "resume": Works((walk("decoupled"),), "killed in its second trial, run again"),
-        "rounds": Works((walk("decoupled"),), IN_ROUNDS_TOO),
-        "mlflow_run": Works((walk("decoupled"),), RUN_AGAIN),
+        "resume": Works((walk("decoupled"),)),
+        "rounds": Works((walk("decoupled"),)),
+        "mlflow_run": Works((walk("decoupled"),)),
     }),
     "stateful": _row({
         "capacity": NO_CAPACITY_STATEFUL,
@@ -424,20 +412,20 @@ ROWS: dict[str, dict[str, Cell]] = {
                                "asked twice, on two loads of the model"),
         "tune": Works((SEQUENCE_STUDY, *NVIDIA_SEQUENCES, DEPLOY_SEQUENCES,
                        SEQUENCE_KINDS["bcounter"]),
-                      "whole sequences; no ID used twice on one load"),
-        "paired": Works((walk("stateful"),), "the pairs' ratios on the parent run"),
-        "report": Works((walk("stateful"),), "report.html, trials.csv and the plots"),
+                      "whole sequences; no ID twice on one load"),
+        "paired": Works((walk("stateful"),)),
+        "report": Works((walk("stateful"),)),
         "promote": Works((*NVIDIA_SEQUENCES, DEPLOY_SEQUENCES), "Triton's own sequence examples"),
         "deploy": Works((DEPLOY_SEQUENCES, *NVIDIA_SEQUENCES),
-                        "whole sequences under IDs new on the server"),
-        "watch": Works((walk("stateful"),), "an alias move deploys the version"),
-        "rollback": Works((walk("stateful"),), "answers unlike its study's: refused, v1 serves"),
+                        "whole sequences, IDs new on the server"),
+        "watch": Works((walk("stateful"),)),
+        "rollback": Works((walk("stateful"),)),
         "pyfunc": NO_PYFUNC,
         "predict": Works((walk("stateful"), SEQUENCE_PREDICT),
-                         "the rows are the steps of one sequence"),
-        "resume": Works((walk("stateful"),), "killed in its second trial, run again"),
-        "rounds": Works((walk("stateful"),), IN_ROUNDS_TOO),
-        "mlflow_run": Works((walk("stateful"),), RUN_AGAIN),
+                         "rows: the steps of one sequence"),
+        "resume": Works((walk("stateful"),)),
+        "rounds": Works((walk("stateful"),)),
+        "mlflow_run": Works((walk("stateful"),)),
     }),
     "stateful_decoupled": _row({
         "capacity": NO_CAPACITY_STATEFUL,
@@ -447,113 +435,108 @@ ROWS: dict[str, dict[str, Cell]] = {
                                "each step's response stream compared"),
         "tune": Works((SEQUENCE_KINDS["dcounter"], SEQUENCE_KINDS["iterative"]),
                       "the default measured, the output check on"),
-        "paired": Works((walk("stateful_decoupled"),), "the pairs' ratios on the parent run"),
-        "report": Works((walk("stateful_decoupled"),), "report.html, trials.csv and the plots"),
+        "paired": Works((walk("stateful_decoupled"),)),
+        "report": Works((walk("stateful_decoupled"),)),
         "promote": Works((SEQUENCE_KINDS["dcounter"], SEQUENCE_KINDS["iterative"]),
                          "the served version streams each step"),
         "deploy": Works((SEQUENCE_KINDS["dcounter"], walk("stateful_decoupled")),
-                        "the study's streamed sequences asked first"),
-        "watch": Works((walk("stateful_decoupled"),), "an alias move deploys the version"),
-        "rollback": Works((walk("stateful_decoupled"),),
-                          "answers unlike its study's: refused, v1 serves"),
+                        "the streamed sequences asked first"),
+        "watch": Works((walk("stateful_decoupled"),)),
+        "rollback": Works((walk("stateful_decoupled"),)),
         "pyfunc": NO_PYFUNC_WALKED["stateful_decoupled"],
         "predict": Works((walk("stateful_decoupled"),),
-                         "the rows are the steps of one sequence, each streamed"),
-        "resume": Works((walk("stateful_decoupled"),), "killed in its second trial, run again"),
-        "mlflow_run": Works((walk("stateful_decoupled"),), RUN_AGAIN),
-        "rounds": Works((walk("stateful_decoupled"),), IN_ROUNDS_TOO),
+                         "rows: the steps of one sequence, each streamed"),
+        "resume": Works((walk("stateful_decoupled"),)),
+        "mlflow_run": Works((walk("stateful_decoupled"),)),
+        "rounds": Works((walk("stateful_decoupled"),)),
     }),
     "ensemble": _row({
         "capacity": CAPACITY_UNTRIED,
         "check": Works((PIPELINE_CHECK, DENSENET_PIPELINE), "names the steps and their knobs"),
         "tune": Works((PIPELINE_TUNED,), "per-step params, configs and time split"),
-        "paired": Works((PIPELINE_PAIRED,), "every model copied, each copy calling its own "
-                                           "steps"),
+        "paired": Works((PIPELINE_PAIRED,), "each copy calls its own steps"),
         "report": Works((PIPELINE_TUNED,), "each step's share of the latency"),
         "promote": Works((PIPELINE_TUNED, PIPELINE_PROMOTED), "every model, composing ones first"),
         "deploy": Works((PIPELINE_REFUSED, PIPELINE_PROMOTED), "the probes go to the entry"),
-        "watch": Works((PIPELINE_WATCH,), "an alias move"),
+        "watch": Works((PIPELINE_WATCH,)),
         "rollback": Works((PIPELINE_PROMOTED, PIPELINE_TARGET),
-                          "every model back on the serving version"),
+                          "every model back on the serving one"),
         "pyfunc": NO_PYFUNC_PIPELINE,
         "predict": Works((PIPELINE_TARGET,), "string outputs as JSON"),
-        "check_outputs": Works((walk("ensemble"),), "the default asked twice answers the same"),
-        "resume": Works((walk("ensemble"),), "killed in its second trial, run again"),
-        "rounds": Works((walk("ensemble"),), IN_ROUNDS_TOO),
-        "mlflow_run": Works((walk("ensemble"),), RUN_AGAIN),
+        "check_outputs": Works((walk("ensemble"),)),
+        "resume": Works((walk("ensemble"),)),
+        "rounds": Works((walk("ensemble"),)),
+        "mlflow_run": Works((walk("ensemble"),)),
     }),
     "bls": _row({
         "capacity": CAPACITY_UNTRIED,
         "check": Works((BLS, AFTER), "names the entry and its callee"),
-        "check_outputs": Works((walk("bls"),), "the default asked twice answers the same"),
-        "tune": Works((BLS,), "the callee's calls measured in the same windows"),
+        "check_outputs": Works((walk("bls"),)),
+        "tune": Works((BLS,), "the callee measured in the same windows"),
         "paired": BLS_IN_ROUNDS,
         "rounds": Works((walk("bls"),), "check says rounds and why; the study does"),
-        "report": Works((walk("bls"),), "report.html, trials.csv and the plots"),
-        "promote": Works((walk("bls"),), "the BLS model and its callee, one version"),
+        "report": Works((walk("bls"),)),
+        "promote": Works((walk("bls"),), "BLS model and callee in one version"),
         "deploy": Works((walk("bls"),), "the probes go to the BLS model"),
-        "watch": Works((walk("bls"),), "an alias move deploys the version"),
-        "rollback": Works((walk("bls"),), "answers unlike its study's: refused, v1 serves"),
+        "watch": Works((walk("bls"),)),
+        "rollback": Works((walk("bls"),)),
         "pyfunc": NO_PYFUNC_PIPELINE,
         "predict": Works((walk("bls"),), "through the BLS model to its callee"),
-        "resume": Works((walk("bls"),), "killed in its second trial, run again"),
-        "mlflow_run": Works((walk("bls"),), RUN_AGAIN),
+        "resume": Works((walk("bls"),)),
+        "mlflow_run": Works((walk("bls"),)),
     }),
     "entries": _row({
         "capacity": NO_CAPACITY_ENTRIES,
         "check": Works((JOINT, JOINT_KNOB, TWO_MODELS), "a shared load knob is refused"),
-        "check_outputs": Works((walk("entries"),), "the default asked twice answers the same"),
+        "check_outputs": Works((walk("entries"),)),
         "tune": Works((JOINT,), "Model Analyzer's weighted gain"),
         "paired": Works((JOINT, walk("entries")), "each block drives every entry of a copy"),
-        "rounds": Works((walk("entries"),), IN_ROUNDS_TOO),
+        "rounds": Works((walk("entries"),)),
         "report": Works((JOINT,), "a column and a trace per entry"),
         "promote": Works((JOINT, ENTRIES_DEPLOY), "one version holds every model"),
-        "deploy": Works((walk("entries"),), "the first entry's probes asked before it serves"),
+        "deploy": Works((walk("entries"),), "the first entry's probes asked"),
         "watch": Works((ENTRIES_DEPLOY,), "no failed request during the switch"),
-        "rollback": Works((ENTRIES_DEPLOY,), "both models back on the serving version"),
+        "rollback": Works((ENTRIES_DEPLOY,), "both models back on the serving one"),
         "pyfunc": NO_PYFUNC_PIPELINE,
         "predict": Works((ENTRIES_DEPLOY,), "each entry by its name"),
-        "resume": Works((walk("entries"),), "killed in its second trial, run again"),
-        "mlflow_run": Works((walk("entries"),), RUN_AGAIN),
+        "resume": Works((walk("entries"),)),
+        "mlflow_run": Works((walk("entries"),)),
     }),
     "entries_decoupled": _row({
         "capacity": NO_CAPACITY_ENTRIES,
         "check": Works((AFTER, walk("entries_decoupled")), "paired; no pyfunc, and why"),
-        "check_outputs": Works((walk("entries_decoupled"),),
-                               "the default asked twice answers the same"),
+        "check_outputs": Works((walk("entries_decoupled"),)),
         "tune": Works((JOINT_STREAMING, DEPLOY_STREAM_ENTRY),
-                      "the decoupled entry streamed, the other unary"),
-        "paired": Works((walk("entries_decoupled"),), "the streaming entry streamed in each block"),
-        "rounds": Works((walk("entries_decoupled"),), IN_ROUNDS_TOO),
-        "report": Works((walk("entries_decoupled"),), "report.html, trials.csv and the plots"),
+                      "one entry streamed, the other unary"),
+        "paired": Works((walk("entries_decoupled"),), "streamed in each block"),
+        "rounds": Works((walk("entries_decoupled"),)),
+        "report": Works((walk("entries_decoupled"),)),
         "promote": Works((DEPLOY_STREAM_ENTRY,), "both entries serve the version"),
         "deploy": Works((DEPLOY_STREAM_ENTRY,), "checked; the decoupled entry streams"),
-        "watch": Works((walk("entries_decoupled"),), "an alias move deploys the version"),
-        "rollback": Works((walk("entries_decoupled"),),
-                          "answers unlike its study's: refused, v1 serves"),
+        "watch": Works((walk("entries_decoupled"),)),
+        "rollback": Works((walk("entries_decoupled"),)),
         "pyfunc": NO_PYFUNC_PIPELINE,
         "predict": Works((walk("entries_decoupled"),), "the unary entry by its name"),
-        "resume": Works((walk("entries_decoupled"),), "killed in its second trial, run again"),
-        "mlflow_run": Works((walk("entries_decoupled"),), RUN_AGAIN),
+        "resume": Works((walk("entries_decoupled"),)),
+        "mlflow_run": Works((walk("entries_decoupled"),)),
     }),
     "file_knobs": _row({
         "capacity": CAPACITY_UNTRIED,
         "check": Works((FILE_KNOBS_CHECK, FILE_KNOBS_REFUSED), "the file and key checked"),
-        "check_outputs": Works((walk("file_knobs"),), "the default asked twice answers the same"),
+        "check_outputs": Works((walk("file_knobs"),)),
         "tune": Works((FILE_KNOBS, walk("file_knobs")),
-                      "each trial's copy of the file; the user's stays"),
+                      "a copy per trial; the user's file stays"),
         "paired": Works((walk("file_knobs"),), "each copy with its own file"),
-        "report": Works((walk("file_knobs"),), "report.html, trials.csv and the plots"),
+        "report": Works((walk("file_knobs"),)),
         "promote": Works((walk("file_knobs"),), "the winner's file in the version"),
-        "deploy": Works((walk("file_knobs"),), "the study's probes asked before it serves"),
-        "watch": Works((walk("file_knobs"),), "an alias move deploys the version"),
-        "rollback": Works((walk("file_knobs"),),
-                          "answers unlike its study's: refused, v1 serves"),
+        "deploy": Works((walk("file_knobs"),)),
+        "watch": Works((walk("file_knobs"),)),
+        "rollback": Works((walk("file_knobs"),)),
         "pyfunc": NO_PYFUNC_WALKED["file_knobs"],
         "predict": Works((walk("file_knobs"),), "a dict of arrays"),
-        "resume": Works((walk("file_knobs"),), "killed in its second trial, run again"),
-        "rounds": Works((walk("file_knobs"),), IN_ROUNDS_TOO),
-        "mlflow_run": Works((walk("file_knobs"),), RUN_AGAIN),
+        "resume": Works((walk("file_knobs"),)),
+        "rounds": Works((walk("file_knobs"),)),
+        "mlflow_run": Works((walk("file_knobs"),)),
     }),
     "config_driven": _row({
         "check": Works((TORCHSCRIPT,), "docker: accepted, its knobs listed; local: refused"),
@@ -619,17 +602,14 @@ def page(matrix: Mapping[tuple[str, str], Cell] = MATRIX) -> str:
         f"<!-- generated: `{COMMAND}` writes this page from tests/matrix/table.py; "
         "do not edit it by hand -->",
         "",
-        "Each row is a kind of model a study takes; each column is something you do with a "
-        "study of it. This page is generated from the matrix the test suite keeps: a test "
-        "fails when the page and the matrix disagree, and when a cell names a test that does "
-        "not exist.",
+        "Rows are the kinds of model a study takes; columns, what you do with a study of one. "
+        "The test suite keeps this matrix and checks that each cell's tests exist.",
         "",
         "- **✔**: a test runs it end to end on a real Triton, with real MLflow and Optuna "
-        "stores, and it works; the note says what the test shows.",
+        "stores; a note says what the test shows beyond [the operation](#the-operations).",
         "- **refused: why**: the step cannot exist for that kind, and `tracker check` (or the "
         "step's own command) says so before anything runs.",
-        "- **not yet: what happens**: it neither works as a tested step nor is refused yet; "
-        "the cell says what happens today.",
+        "- **not yet: what happens**: neither tested nor refused yet.",
         "",
         f"Today: {n['works']} cells ✔, {n['refused']} refused, {n['holes']} not yet.",
     ]

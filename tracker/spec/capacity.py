@@ -20,6 +20,6 @@ class CapacitySection(SpecModel):
     target_rps: Annotated[float, Field(gt=0)] | None = None
     """Requests per second the deployment must serve (sets the replicas)."""
     price_per_hour: Annotated[float, Field(ge=0)] | None = None
-    """What one replica (one server at its capacity) costs per hour, in your currency."""
+    """The price of one replica per hour, in your currency."""
     headroom_pct: Annotated[float, Field(ge=0, le=1000)] = 20.0
     """Capacity kept spare on top of target_rps, in percent."""

@@ -32,7 +32,7 @@ class OutputsCheck(SpecModel):
     """The tolerances of the output check, the outputs it leaves out, how many probes."""
 
     enabled: bool = True
-    """False (``check.outputs: false``): no output check at all."""
+    """False: no output check."""
     rtol: Annotated[float, Field(ge=0, strict=False)] = DEFAULT_RTOL
     """Relative tolerance of a floating output: ``|got - expected| <= atol + rtol x |expected|``."""
     atol: Annotated[float, Field(ge=0, strict=False)] = DEFAULT_ATOL
@@ -42,7 +42,7 @@ class OutputsCheck(SpecModel):
     probes: Annotated[int, Field(ge=1, le=64)] = DEFAULT_PROBES
     """How many probes at most: rows of load.input_data, else inputs drawn from the seed."""
     timeout_s: PosFloat = DEFAULT_PROBE_TIMEOUT_S
-    """A probe not answered in this many seconds fails the check as `timed out after N s`."""
+    """A probe not answered in this many seconds fails the check."""
 
 
 def _outputs(value: object) -> object:

@@ -42,11 +42,11 @@ class ModelSection(SpecModel):
     from its config)."""
 
     name: str | Annotated[list[str], Field(min_length=1)]
-    """Triton model name (also the default study, experiment and registered-model name); a list:
-    independent entry models served and measured together."""
+    """Triton model name (also the default study, experiment and registered model); a list:
+    entry models measured together."""
     path: Annotated[Path, Field(strict=False)]
-    """An .onnx file, a Triton model directory of any backend, or a model repository (a pipeline);
-    relative to the spec's folder."""
+    """An .onnx file, a Triton model directory of any backend, or a model repository (a
+    pipeline)."""
     config: Annotated[Path | None, Field(strict=False)] = None
     """A base config.pbtxt whose fields win over the defaults derived from the model."""
     build: Annotated[Path | None, Field(strict=False)] = None

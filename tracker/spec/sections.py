@@ -301,8 +301,8 @@ class MlflowSection(SpecModel):
     registered_model: Annotated[str, Field(min_length=1)] | None = None
     """The registered model that receives the winner (default: the model name)."""
     wait_s: Annotated[float, Field(ge=0, strict=False)] | None = None
-    """Seconds `tune` and `confirm` wait for a tracking server that does not answer before
-    they stop (default: $TRACKER_MLFLOW_WAIT_S, else 300)."""
+    """Seconds to wait for a tracking server that does not answer (default:
+    $TRACKER_MLFLOW_WAIT_S, else 300)."""
 
     def resolved_tracking_uri(self) -> str:
         """``tracking_uri``, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``."""
