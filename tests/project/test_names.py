@@ -1,8 +1,9 @@
 """Names that explain themselves: no module file name is shared by more than two files of the
 package, no module imports another module's private (``_underscore``) name, and only the spec
 and ``triton/configuration.py`` ask whether a configuration is one model (``.single``): every
-other module treats one model as the one-entry configuration. Each checker is shown to fail
-on a planted case."""
+other module treats one model as the one-entry configuration; no class name is defined in two
+modules (a reader who meets ``Verdict`` knows which one). Each checker is shown to fail on a
+planted case."""
 
 from __future__ import annotations
 
@@ -46,6 +47,20 @@ def count_askers(root: Path = PKG) -> list[str]:
     return out
 
 
+def shared_classes(root: Path = PKG) -> dict[str, list[str]]:
+    """Class name -> the modules that define it, for names defined in more than one."""
+    where: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(path.relative_to(root).as_posix())
+    return {name: mods for name, mods in sorted(where.items()) if len(mods) > 1}
+
+
+def test_no_class_name_is_defined_in_two_modules() -> None:
+    assert shared_classes() == {}
+
+
 def test_only_the_spec_and_the_configuration_ask_whether_it_is_one_model() -> None:
     assert count_askers() == []
 
@@ -70,3 +85,6 @@ def test_the_checkers_see_a_planted_case(tmp_path: Path) -> None:
     (pkg / "spec" / "ok.py").write_text("x = conf.single\n")
     (pkg / "a" / "asks.py").write_text("if conf.single:\n    pass\n")
     assert count_askers(pkg) == ["a/asks.py:1"]
+    (pkg / "a" / "one.py").write_text("class Verdict:\n    pass\n")
+    (pkg / "b" / "two.py").write_text("class Verdict:\n    pass\n")
+    assert shared_classes(pkg) == {"Verdict": ["a/one.py", "b/two.py"]}

@@ -105,7 +105,7 @@ def _endpoints(o: PaOptions) -> Endpoints:
 
 
 @dataclass(frozen=True)
-class Measured:
+class PerfRun:
     """A finished ``tracker perf-analyzer``: its levels, its run, the served config."""
 
     levels: list[Measurement]
@@ -280,7 +280,7 @@ def _log(o: PaOptions, levels: list[Measurement], config_text: str, csv_text: st
     return run_id
 
 
-def measure(argv: Sequence[str], echo: Echo) -> Measured:
+def measure(argv: Sequence[str], echo: Echo) -> PerfRun:
     """Run ``perf_analyzer ARGV`` with the tracker's client; PeerOptionError (nothing started)
     for a flag it cannot honour, TrackerError for a server or model that cannot be measured."""
     o = read_flags(argv)
@@ -293,7 +293,7 @@ def measure(argv: Sequence[str], echo: Echo) -> Measured:
     for line in summary_lines(levels, o):
         echo(line)
     run_id = _log(o, levels, config_text, csv_text)
-    return Measured(levels, run_id, config_text, reason)
+    return PerfRun(levels, run_id, config_text, reason)
 
 
-__all__ = ["Measured", "measure", "settings_lines", "summary_lines"]
+__all__ = ["PerfRun", "measure", "settings_lines", "summary_lines"]

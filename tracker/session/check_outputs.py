@@ -50,7 +50,7 @@ from tracker.session.check_stored import (
     load_reference,
     store_reference,
 )
-from tracker.session.probes import ProbeSet, Tensors, Tolerance, Verdict
+from tracker.session.probes import Comparison, ProbeSet, Tensors, Tolerance
 from tracker.trial_attrs import TrialRecord, shown_params
 from tracker.triton.client import TritonClient
 from tracker.triton.sequence import controls, is_decoupled, sends_sequences
@@ -200,7 +200,7 @@ class OutputCheck:
     parent_run_id: str
     baseline: bool
     changed: Mapping[str, object] = field(default_factory=dict)  # knobs unlike the default's
-    verdict: Verdict | None = None
+    verdict: Comparison | None = None
     skipped: str = ""
     seconds: float = 0.0  # what the check cost this trial (the reference included)
     fresh: bool = False   # the reference was made by this trial's answers one at a time
@@ -314,7 +314,7 @@ def warm_up(spec: StudySpec, model: str, asked: ProbeSet, times: list[float],
 
 def check_answers(client: probes.Infers, model: str, config: ModelConfig,
                   reference: ProbeSet, tol: Tolerance, *, alone: bool = True,
-                  times: list[float] | None = None) -> Verdict:
+                  times: list[float] | None = None) -> Comparison:
     """The probes one at a time (unless not ``alone``: the default configuration, whose
     answers one at a time are the reference; each one's seconds appended to ``times``), then
     (a model that batches) all at once; the first verdict that fails, else the one with the

@@ -35,7 +35,7 @@ from tracker.session.check_outputs import (
     warm_up,
 )
 from tracker.session.check_stored import REFERENCE_ATTR, load_reference
-from tracker.session.probes import ProbeSet, Tolerance, Verdict
+from tracker.session.probes import Comparison, ProbeSet, Tolerance
 from tracker.triton.model_config import split_params
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ class ReferenceCheck:
     spec: StudySpec
     tol: Tolerance
     reference: ProbeSet | None = None
-    verdict: Verdict | None = None
+    verdict: Comparison | None = None
     times: list[float] = field(default_factory=list)
 
     def __call__(self, server: TritonServer, model: str, config: ModelConfig) -> int:

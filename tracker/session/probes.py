@@ -173,7 +173,7 @@ class ProbeSet:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Comparison:
     """The comparison of a configuration's answers with the default's. ``max_abs_diff`` is
     the largest difference of any compared value (inf: a shape, string or error differs)."""
 
@@ -262,7 +262,7 @@ def _difference(expected: Array, got: Array, tol: Tolerance) -> tuple[bool, floa
 
 
 def compare(reference: ProbeSet, got: Sequence[Answer], tol: Tolerance,
-            how: str = "", start: int = 0) -> Verdict:
+            how: str = "", start: int = 0) -> Comparison:
     """Whether ``got`` (answers to ``reference``'s probes, the first at position ``start``)
     are the default's answers. ``how`` names how they were sent, for the message ("sent
     together")."""
@@ -295,7 +295,7 @@ def compare(reference: ProbeSet, got: Sequence[Answer], tol: Tolerance,
     if first:
         first += (f"; largest difference {largest:.3g} (allowed: atol {tol.atol:g} + "
                   f"rtol {tol.rtol:g} x |expected|)")
-    return Verdict(not first, largest, first, error)
+    return Comparison(not first, largest, first, error)
 
 
 def _shape(want: Array, have: Array) -> str:

@@ -15,7 +15,7 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 
-from tracker.spec.streaming import SpecModel
+from tracker.spec.model_section import SpecModel
 from tracker.spec.values import PosFloat
 
 #: measured on ONNX Runtime CPU (docs/tuning.md): instance counts, thread counts and batch

@@ -16,7 +16,8 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field
 
 from tracker.spec.messages import problem
-from tracker.spec.streaming import SpecModel, TokenLength
+from tracker.spec.model_section import SpecModel
+from tracker.spec.streaming import TokenLength
 
 PosInt = Annotated[int, Field(ge=1)]
 

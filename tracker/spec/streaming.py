@@ -14,15 +14,12 @@ import math
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from tracker.spec.messages import problem, show
+from tracker.spec.model_section import SpecModel
 
 PosInt = Annotated[int, Field(ge=1)]
-
-
-class SpecModel(BaseModel):  # sections.SpecModel's rules (sections.py imports this module)
-    model_config = ConfigDict(extra="forbid", strict=True, use_attribute_docstrings=True)
 
 
 def _as_length(value: object) -> object:

@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 
-class OnnxModel:
+class OnnxSession:
     """An onnxruntime session on the model file, CPU execution provider."""
 
     def __init__(self, path: str) -> None:
@@ -64,6 +64,6 @@ _NUMPY = {"tensor(float)": np.float32, "tensor(double)": np.float64,
           "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_}
 
 
-def _load_pyfunc(path: str, model_config: Any = None) -> OnnxModel:
+def _load_pyfunc(path: str, model_config: Any = None) -> OnnxSession:
     """Called by ``mlflow.pyfunc.load_model`` with the flavor's ``data`` path."""
-    return OnnxModel(path)
+    return OnnxSession(path)

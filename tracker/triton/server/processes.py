@@ -38,7 +38,7 @@ from typing import IO
 
 import psutil
 
-from tracker.triton.server.records import Record, read_record, shm_prefix, state_dir
+from tracker.triton.server.records import ServerRecord, read_record, shm_prefix, state_dir
 
 OWNER_ENV = "TRACKER_OWNER_PID"
 SERVER_ENV = "TRACKER_SERVER_ID"
@@ -238,7 +238,7 @@ def reap_leftovers() -> list[int]:
     return killed
 
 
-def _kill_confirmed(rec: Record, path: Path, timeout_s: float = 5.0) -> list[int]:
+def _kill_confirmed(rec: ServerRecord, path: Path, timeout_s: float = 5.0) -> list[int]:
     """SIGKILL the members of the record's process group that are its server's (the server
     first: it forks no stubs once gone); report the others and leave them alone."""
     killed: list[int] = []

@@ -105,7 +105,7 @@ def write_record(server_id: str, proc: subprocess.Popen[bytes]) -> Path:
 
 
 @dataclass(frozen=True)
-class Record:
+class ServerRecord:
     """A server record as :func:`write_record` writes it, read back and checked."""
 
     server_id: str
@@ -115,7 +115,7 @@ class Record:
     server_start: float
 
 
-def read_record(path: Path) -> Record:
+def read_record(path: Path) -> ServerRecord:
     """The record in ``path``; ValueError saying what is wrong when it is not one that
     :func:`write_record` could have written (or not a file of this user)."""
     server_id = path.stem
@@ -139,5 +139,5 @@ def read_record(path: Path) -> Record:
     if rec.get("shm_prefix") != shm_prefix(server_id):
         raise ValueError(f"shm_prefix must be {shm_prefix(server_id)!r}, but got "
                          f"{rec.get('shm_prefix')!r}")
-    return Record(server_id, rec["owner_pid"], float(rec["owner_start"]), rec["server_pid"],
+    return ServerRecord(server_id, rec["owner_pid"], float(rec["owner_start"]), rec["server_pid"],
                   float(rec["server_start"]))
