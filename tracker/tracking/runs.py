@@ -48,13 +48,11 @@ R = TypeVar("R")
 _MAX_VALUE = 6000  # MLflow's limit on a param/tag value length is larger; keep rows readable
 
 
-def _str(value: object) -> str:
+def tag_value(value: object) -> str:
+    """A param or tag value as MLflow gets it: redacted, cut to a readable length."""
     text = redact_text(value if isinstance(value, str) else repr(value)
                        if not isinstance(value, int | float | bool) else str(value))
     return text[:_MAX_VALUE]
-
-
-tag_value = _str  # a param or tag value as MLflow gets it: redacted, cut to a readable length
 
 
 _RESUME = "run the same command again: the study resumes"
@@ -184,7 +182,7 @@ def open_study_run(*, tracking_uri: str, experiment: str, study_name: str, stora
                     run_name=run_name or study_name, tags=tags)
         run_id = run.info.run_id
     logged = run.data.params
-    batch_params = [Param(k, _str(v)) for k, v in (params or {}).items() if k not in logged]
+    batch_params = [Param(k, tag_value(v)) for k, v in (params or {}).items() if k not in logged]
     mlflow_call("log the study run", client.log_batch, run_id,
           params=batch_params, tags=[RunTag(k, v) for k, v in tags.items()])
     study = StudyRun(client, run_id, experiment_id, study_name)
@@ -209,7 +207,7 @@ def start_trial_run(study: StudyRun, number: int, params: Mapping[str, object],
                 run_name=f"trial-{number}", tags=all_tags)
     run_id = str(run.info.run_id)
     mlflow_call("log trial params", study.client.log_batch, run_id,
-          params=[Param(k, _str(v)) for k, v in params.items()])
+          params=[Param(k, tag_value(v)) for k, v in params.items()])
     return run_id
 
 
@@ -299,7 +297,7 @@ def read_file(client: MlflowClient, run_id: str, path: str) -> bytes:
 
 def set_tags(client: MlflowClient, run_id: str, tags: Mapping[str, object]) -> None:
     mlflow_call("tag a run", client.log_batch, run_id,
-          tags=[RunTag(k, _str(v)) for k, v in tags.items()])
+          tags=[RunTag(k, tag_value(v)) for k, v in tags.items()])
 
 
 def finish_run(client: MlflowClient, run_id: str, status: str, *,
