@@ -28,9 +28,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tracker.session import check_outputs, check_stored  # noqa: E402
-from tracker.session.context import TuneOptions  # noqa: E402
-from tracker.workflow.tune import tune  # noqa: E402
+from tracker.invocation.session import TuneOptions  # noqa: E402
+from tracker.outputs import stored as check_stored  # noqa: E402
+from tracker.outputs import trials as check_outputs  # noqa: E402
+from tracker.tuning.tune import tune  # noqa: E402
 
 SPACES = {
     "quickstart": {"instance_group.count": [1, 2], "max_batch_size": [1, 32],

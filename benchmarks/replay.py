@@ -310,8 +310,8 @@ class Ours:
         from tracker.search.objective import Scoring, pick_best_level
         from tracker.search.optuna_study import make_sampler
         from tracker.search.sweep_plan import LevelPlan, incumbent_level, start_index
-        from tracker.study.trial import suggest
         from tracker.trial_attrs import TrialRecord, write_measured
+        from tracker.tuning.trial import suggest
 
         counts, batches, levels = land.axes()
         constraints = {"perf_latency_p99": {"max": land.p99_max}}

@@ -28,7 +28,7 @@ cd "$ROOT"
 # depend on it.
 exec "$VENV/bin/python" -m pytest -q -m "triton and not docker and not postgres" \
     -p no:cacheprovider --durations=10 \
-    tests/triton/test_server_shim.py tests/study/test_profile.py tests/study/test_failure_reasons.py \
-    tests/study/test_tune_study.py tests/measure/test_loadgen.py tests/triton/test_server_local.py \
+    tests/triton/test_server_shim.py tests/profile/test_profile.py tests/tuning/test_failure_reasons.py \
+    tests/tuning/test_tune_study.py tests/measure/test_loadgen.py tests/triton/test_server_local.py \
     tests/triton/test_server_contract.py tests/deploy/test_triton_target.py tests/triton/test_model_config_triton.py \
     "$@"

@@ -1,7 +1,7 @@
 """Every MLflow tag name the tracker writes (``tracker.*``, plus the ``mlflow.*`` ones it sets).
 
-A bottom-layer module (imports nothing from the package): the tuning loop (study/trial.py,
-session/conclude.py), tracking/ (runs, registry, scale-out), deploy/ (promotion, watcher) and the
+A bottom-layer module (imports nothing from the package): the tuning loop (tuning/trial.py,
+conclusion/finish.py), tracking/ (runs, registry, scale-out), deploy/ (promotion, watcher) and the
 report all name tags from here, so a reader finds what a tag means in one place.
 """
 
@@ -35,7 +35,7 @@ MODEL_ERROR = "tracker.model_error"     # logging the MLflow model failed (the t
 FAIL_REASON = "tracker.fail_reason"     # why the trial failed
 CHECK = "tracker.check"  # a trial: why its outputs were not checked; the parent: what is
 # compared (probes, outputs, tolerances, the outputs ignored)
-# the output check's reference (session/check_outputs.py): the run holding check/reference.npz
+# the output check's reference (outputs/trials.py): the run holding check/reference.npz
 # and the tolerances as JSON {rtol, atol, ignore}; a study attribute, then a version's tags
 CHECK_REFERENCE = "tracker.check_reference_run"
 CHECK_TOLERANCE = "tracker.check_tolerance"
@@ -54,7 +54,7 @@ STOP_REASON = "tracker.stop_reason"     # why the study stopped
 BEST_RUN = "tracker.best_run_id"        # the best trial's child run
 BEST_TRIAL = "tracker.best_trial"       # the best trial's number
 BEST_PARAM_PREFIX = "best."             # best.<knob>: the best trial's params
-# search.warm_start (session/warm_start.py): the earlier study's parent run id, and what was
+# search.warm_start (invocation/remembered.py): the earlier study's parent run id, and what was
 # reused from it in words (configurations queued, knobs dropped, other hardware)
 WARM_START_FROM = "tracker.warm_start_from"
 WARM_START_NOTE = "tracker.warm_start_note"

@@ -1,7 +1,7 @@
 """The study's own record of a trial: its Optuna user attributes and constraints, typed.
 
-A bottom-layer module (imports nothing from the package). The tuning loop (study/trial.py,
-study/loop.py) writes a trial's record only through the ``write_*`` functions here, and the
+A bottom-layer module (imports nothing from the package). The tuning loop (tuning/trial.py,
+tuning/loop.py) writes a trial's record only through the ``write_*`` functions here, and the
 readers (the study report and ``tracker promote`` through ``tracking.rows.trial_rows``, the
 scale-out stale-trial callback, the progress line) read it only through :meth:`TrialRecord.of`.
 """

@@ -22,8 +22,8 @@ from tracker.cli import cli
 from tracker.deploy import service, verify
 from tracker.deploy.settings import resolve_settings
 from tracker.errors import DeployError
-from tracker.session.check_stored import store_reference
-from tracker.session.probes import Answer, ProbeSet, Tolerance
+from tracker.outputs.probes import Answer, ProbeSet, Tolerance
+from tracker.outputs.stored import store_reference
 from tracker.tracking import flavor, registry
 from tracker.triton.server.local import LocalTritonServer
 

@@ -40,11 +40,11 @@ from tests.support.deploy import shared_serving as shared_serving
 from tests.support.formats import prompts_file, python_model
 from tracker import tags
 from tracker.cli import cli
-from tracker.deploy import check_request, service, verify
+from tracker.deploy import first_request, service, verify
 from tracker.deploy.settings import resolve_settings
 from tracker.errors import DeployError, ServerError
 from tracker.measure.sequence_steps import run_sequence
-from tracker.session import probes
+from tracker.outputs import probes
 from tracker.tracking import flavor, registry, runs
 from tracker.triton import model_config
 from tracker.triton.http_client import HttpTritonClient
@@ -313,19 +313,19 @@ def test_a_stateful_model_is_deployed_with_whole_sequences_under_new_ids(
     assert served.HasField("sequence_batching")
     steps = [{"INPUT0": np.array([v], dtype=np.int32)} for v in (5, 7, 9)]
     answers = run_sequence(server.endpoints.grpc or "", "counter", steps,
-                           corrid=int(check_request.fresh_id(served)))
+                           corrid=int(first_request.fresh_id(served)))
     assert [int(a["OUTPUT0"].ravel()[0]) for a in answers] == [5, 12, 21]
 
 
 def test_check_ids_are_new_and_of_the_controls_type() -> None:
     uint = model_config.parse(COUNTER_CONFIG)
-    ids = [check_request.fresh_id(uint) for _ in range(1000)]
+    ids = [first_request.fresh_id(uint) for _ in range(1000)]
     assert all(isinstance(i, int) for i in ids)
     assert ids == sorted(set(ids)) and min(ids) > probes.ID_BASE * 10**6
     text = COUNTER_CONFIG.replace(
         "sequence_batching {", 'sequence_batching { control_input [{ name: "CORRID" control '
         "[{ kind: CONTROL_SEQUENCE_CORRID data_type: TYPE_STRING }] }]")
-    string_id = check_request.fresh_id(model_config.parse(text))
+    string_id = first_request.fresh_id(model_config.parse(text))
     assert isinstance(string_id, str) and int(string_id) > ids[-1]
 
 
@@ -333,11 +333,11 @@ def test_what_the_check_sends_each_kind() -> None:
     streamer = model_config.parse(STREAMER_CONFIG.replace("@NAME@", "s"))
     counter = model_config.parse(COUNTER_CONFIG)
     echo = model_config.parse(ECHO_CONFIG.replace("@NAME@", "e"))
-    assert check_request.what_is_sent(streamer) == "checking one streamed inference"
-    assert check_request.what_is_sent(counter) == "checking one whole sequence"
-    assert check_request.what_is_sent(echo) == "checking one inference"
+    assert first_request.what_is_sent(streamer) == "checking one streamed inference"
+    assert first_request.what_is_sent(counter) == "checking one whole sequence"
+    assert first_request.what_is_sent(echo) == "checking one inference"
     for seed in range(20):  # a decoupled model's counts are never 0
-        tokens = check_request.check_inputs(streamer, seed)["MAX_TOKENS"][1]
+        tokens = first_request.check_inputs(streamer, seed)["MAX_TOKENS"][1]
         assert tokens.dtype == np.int32 and int(tokens.min()) >= 1
 
 
@@ -354,22 +354,22 @@ def test_a_decoupled_stateful_and_an_iterative_model_take_the_check_request(
             client.load_model(name)
         try:
             for _ in range(2):  # each check a new sequence: no ID is started twice
-                check_request.send(client, "dcounter", 1, dcounter)
-                check_request.send(client, "iterative", 1, iterative)
-            inputs = check_request.check_inputs(dcounter)
+                first_request.send(client, "dcounter", 1, dcounter)
+                first_request.send(client, "iterative", 1, iterative)
+            inputs = first_request.check_inputs(dcounter)
             with pytest.raises(ServerError, match="Need START flag"):  # a one-step sequence
                 stream_tensors(server.endpoints, "dcounter", inputs, outputs=["OUTPUT0"],
-                               sequence_id=check_request.fresh_id(dcounter),
+                               sequence_id=first_request.fresh_id(dcounter),
                                sequence_start=True, sequence_end=True)
             http = (server.endpoints.http or "").split("://", 1)[-1]
             with HttpTritonClient(http) as over_http, pytest.raises(
                     ServerError, match="stream over gRPC only"):  # the refusal, in words
-                check_request.send(over_http, "dcounter", 1, dcounter)
+                first_request.send(over_http, "dcounter", 1, dcounter)
         finally:  # a loaded machine can take over 30 s to stop a decoupled Python model
             for name in ("dcounter", "iterative"):
                 client.unload_model(name, wait_s=120)
-    assert check_request.what_is_sent(dcounter) == "checking one whole sequence"
-    assert check_request.what_is_sent(iterative) == "checking one streamed inference"
+    assert first_request.what_is_sent(dcounter) == "checking one whole sequence"
+    assert first_request.what_is_sent(iterative) == "checking one streamed inference"
 
 
 def _served_answers(server: LocalTritonServer, name: str, cfg: Any) -> list[int]:
@@ -380,7 +380,7 @@ def _served_answers(server: LocalTritonServer, name: str, cfg: Any) -> list[int]
                                                                                 np.int32))},
                              outputs=["OUTPUT0"])
         return [int(r["OUTPUT0"].ravel()[0]) for r in got]
-    corrid, shape = check_request.fresh_id(cfg), [1, 1] if cfg.max_batch_size else [1]
+    corrid, shape = first_request.fresh_id(cfg), [1, 1] if cfg.max_batch_size else [1]
     steps = [{"INPUT0": ("INT32", np.array([v], np.int32).reshape(shape))} for v in (5, 7, 9)]
     if name == "bcounter":
         answers = run_sequence(server.endpoints.grpc or "", name,

@@ -34,8 +34,8 @@ from tracker.deploy import journal, service
 from tracker.deploy.pointers import Pointers
 from tracker.deploy.settings import resolve_settings
 from tracker.deploy.shadow import SUFFIX
-from tracker.session import probes
-from tracker.session.probes import Answer, ProbeSet
+from tracker.outputs import probes
+from tracker.outputs.probes import Answer, ProbeSet
 from tracker.tracking import flavor, registry, runs
 from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer

@@ -343,8 +343,8 @@ def test_a_pipeline_version_that_answers_unlike_the_study_is_refused(
     import numpy as np
 
     from tracker.deploy import verify
-    from tracker.session.check_stored import store_reference
-    from tracker.session.probes import ProbeSet, Tolerance
+    from tracker.outputs.probes import ProbeSet, Tolerance
+    from tracker.outputs.stored import store_reference
 
     server, _repo = shared_serving
     names = Names("k")

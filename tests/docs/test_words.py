@@ -91,7 +91,7 @@ def test_each_word_is_caught_and_code_is_not() -> None:
             "the done-when figures\non this project's 2-core CI machine\n")
     assert [p.split(": ", 1)[0] for p in found(text)] == [
         "line 1", "line 2", "line 3", "line 4", "line 5"]
-    assert found(prose("the module `tracker/session/context.py`\n```\nsession\n```\n")) == []
+    assert found(prose("the module `tracker/invocation/session.py`\n```\nsession\n```\n")) == []
     assert found("an anchor [x](page.md#the-verdict), a colour &#35; and C# 12") == []
 
 

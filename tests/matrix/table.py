@@ -139,8 +139,7 @@ OPERATIONS: tuple[Operation, ...] = (
               "a kind confirmed in pairs, with `tracker confirm --new` after them).", "study"),
     Operation("capacity", "capacity at the SLA",
               "`objectives: {perf_capacity: maximize}`: each configuration's highest open-loop "
-              "rate within the constraints, with replicas and cost; on an untested kind it "
-              "would run as for an ONNX file.",
+              "rate within the constraints, with replicas and cost.",
               "study"),
     Operation("report", "report.html and plots",
               "The parent run's report, trials.csv and plots.", "records"),
@@ -175,21 +174,22 @@ OPERATIONS: tuple[Operation, ...] = (
 
 ORT_THREADS = t("triton/test_formats.py",
                 "test_check_refuses_ort_threads_with_a_searched_thread_count")
-TUNE_CHECKS = t("study/test_tune_check.py", "test_tune_refuses_what_check_refuses_before_any_trial")
-NOISY = t("study/test_check_outputs.py",
+TUNE_CHECKS = t("tuning/test_tune_check.py",
+                "test_tune_refuses_what_check_refuses_before_any_trial")
+NOISY = t("outputs/test_trials.py",
           "test_check_outputs_finds_an_output_that_is_not_deterministic")
-BATCH_DEPENDENT = t("study/test_check_outputs.py",
+BATCH_DEPENDENT = t("outputs/test_trials.py",
                     "test_configurations_that_batch_a_batch_dependent_model_fail_their_check")
-DETERMINISTIC = t("study/test_check_outputs.py",
+DETERMINISTIC = t("outputs/test_trials.py",
                   "test_a_deterministic_model_passes_every_configuration")
-PAIRED_EQUIVALENT = t("study/test_confirm_tune.py",
+PAIRED_EQUIVALENT = t("confirm/test_confirm_tune.py",
                       "test_a_study_where_nothing_beats_the_default_is_equivalent")
-ROUNDS_RESUMED = t("study/test_confirm_tune.py",
+ROUNDS_RESUMED = t("confirm/test_confirm_tune.py",
                    "test_tune_confirms_then_tracker_confirm_reproduces_and_resumes")
-MLFLOW_RUN = t("study/test_tune_study.py", "test_mlflow_run_one_parent_with_a_child_per_trial")
+MLFLOW_RUN = t("tuning/test_tune_study.py", "test_mlflow_run_one_parent_with_a_child_per_trial")
 MLFLOW_RUN_URI = t("project/test_mlflow_project.py",
                    "test_main_project_spec_from_a_repository_uri")
-KILLED_WORKER = t("study/test_scaleout_tune.py", "test_killed_worker_trial_is_reclaimed")
+KILLED_WORKER = t("tuning/test_scaleout_tune.py", "test_killed_worker_trial_is_reclaimed")
 PROMOTE_SWITCH = t("deploy/test_triton_target.py",
                    "test_promote_switches_without_failed_requests_and_rolls_back_a_refused_config")
 PYFUNC = t("tracking/test_mlflow_native.py",
@@ -205,45 +205,45 @@ FAULTS = t("deploy/test_faults.py",
            "test_a_fault_at_any_step_leaves_one_version_serving_everywhere")
 TARGET = t("deploy/test_triton_target.py", "test_target_create_update_get_predict_delete")
 
-PYTHON_TUNED = t("study/test_tune_formats.py",
+PYTHON_TUNED = t("tuning/test_tune_formats.py",
                  "test_python_backend_model_is_checked_tuned_promoted_and_answers")
 PREPROCESS_CHECK = t("project/test_projects.py",
                      "test_image_preprocess_checks_as_a_python_model_with_its_crop_knob")
-FILE_KNOBS = t("study/test_tune_file_knobs.py",
+FILE_KNOBS = t("tuning/test_tune_file_knobs.py",
                "test_a_key_of_the_models_json_file_is_tuned_and_acts")
 FILE_KNOBS_CHECK = t("triton/test_json_knobs.py",
                      "test_check_accepts_a_file_and_key_the_model_has")
 FILE_KNOBS_REFUSED = t("triton/test_json_knobs.py",
                        "test_check_refuses_a_file_or_key_the_model_does_not_have")
 
-AUTO = t("study/test_tune_nvidia_examples.py",
+AUTO = t("tuning/test_tune_nvidia_examples.py",
          "test_auto_complete_example_without_config_is_tuned_promoted_and_answers")
 AUTO_ONE_START = t("triton/test_autocomplete.py",
                    "test_triton_completes_both_examples_with_one_start")
 
-STREAM_CHECK = t("study/test_tune_streaming.py",
+STREAM_CHECK = t("tuning/test_tune_streaming.py",
                  "test_check_says_a_decoupled_directory_is_streamed_and_which_metrics_apply")
-STREAM_TUNED = t("study/test_tune_streaming.py",
+STREAM_TUNED = t("tuning/test_tune_streaming.py",
                  "test_a_streaming_model_is_tuned_under_a_ttft_limit")
-STREAM_PROBES = t("study/test_check_sequences.py",
+STREAM_PROBES = t("outputs/test_sequences.py",
                   "test_a_decoupled_model_is_probed_with_whole_response_streams")
 
 SEQUENCE_CHECK = t("search/test_sequence_check.py",
                    "test_check_shows_controls_sequences_and_knobs")
-SEQUENCE_STUDY = t("study/test_check_sequences.py",
+SEQUENCE_STUDY = t("outputs/test_sequences.py",
                    "test_a_study_never_ranks_a_configuration_whose_sequences_differ_best")
 NVIDIA_SEQUENCES = tuple(
-    t("study/test_tune_nvidia_examples.py",
+    t("tuning/test_tune_nvidia_examples.py",
       f"test_nvidia_sequence_model_is_tuned_promoted_and_answers_a_whole_sequence[{name}]")
     for name in ("simple_dyna_sequence", "simple_sequence"))
 SEQUENCE_PREDICT = t("measure/test_sequences.py",
                      "test_predict_sends_the_inputs_first_axis_as_the_steps_of_one_sequence")
 
-PIPELINE_CHECK = t("study/test_tune_pipeline.py",
+PIPELINE_CHECK = t("tuning/test_tune_pipeline.py",
                    "test_check_names_the_pipeline_and_refuses_bad_knobs")
 DENSENET_PIPELINE = t("project/test_projects.py",
                       "test_densenet_pipeline_builds_checks_and_its_grid_applies")
-PIPELINE_TUNED = t("study/test_tune_pipeline.py",
+PIPELINE_TUNED = t("tuning/test_tune_pipeline.py",
                    "test_ensemble_is_tuned_with_per_model_params_configs_and_split")
 PIPELINE_PROMOTED = t("deploy/test_pipeline_deploy.py",
                       "test_promote_deploys_every_model_and_rolls_every_model_back")
@@ -254,15 +254,15 @@ PIPELINE_REFUSED = t("deploy/test_pipeline_deploy.py",
 PIPELINE_WATCH = t("deploy/test_pipeline_deploy.py",
                    "test_watch_deploys_a_pipeline_when_the_alias_moves")
 
-BLS = t("study/test_tune_bls.py", "test_a_bls_model_and_its_callee_are_tuned_together")
+BLS = t("tuning/test_tune_bls.py", "test_a_bls_model_and_its_callee_are_tuned_together")
 
-JOINT = t("study/test_tune_joint.py",
+JOINT = t("tuning/test_tune_joint.py",
           "test_two_models_are_measured_together_and_the_weighted_gain_is_optimised")
-JOINT_KNOB = t("study/test_tune_joint.py", "test_several_models_refuse_a_shared_load_knob")
+JOINT_KNOB = t("tuning/test_tune_joint.py", "test_several_models_refuse_a_shared_load_knob")
 TWO_MODELS = t("project/test_projects.py", "test_two_models_builds_checks_and_its_grid_applies")
 ENTRIES_DEPLOY = t("deploy/test_entries_deploy.py",
                    "test_two_entry_models_are_one_version_switched_and_rolled_back_together")
-JOINT_STREAMING = t("study/test_tune_joint_streaming.py",
+JOINT_STREAMING = t("tuning/test_tune_joint_streaming.py",
                     "test_a_decoupled_entry_among_two_is_streamed")
 
 DEPLOY_STREAM = t("deploy/test_deploy_kinds.py",
@@ -279,7 +279,7 @@ SEQUENCE_KINDS = {name: t("deploy/test_deploy_kinds.py",
                           "test_tritons_sequence_kinds_are_checked_tuned_with_the_output_check_"
                           f"and_promoted[{name}]")
                   for name in ("bcounter", "dcounter", "iterative")}
-AFTER = t("study/test_after_search.py",
+AFTER = t("tuning/test_after_search.py",
           "test_check_says_what_the_confirmation_and_pyfunc_do_for_each_kind")
 
 
@@ -301,7 +301,7 @@ NO_PYFUNC_PIPELINE = Refused(PYFUNC_LINE, "several models that only Triton runs 
 BLS_IN_ROUNDS = Refused("confirmation: in rounds, not paired: BLS model",
                         "a BLS model's code names its callees, so its copy would call the "
                         "default's", AFTER)
-PIPELINE_PAIRED = ("tests/study/test_confirm_pipeline.py::"
+PIPELINE_PAIRED = ("tests/confirm/test_confirm_pipeline.py::"
                    "test_an_ensemble_is_confirmed_in_pairs_with_its_steps_renamed")
 NO_PYTORCH = Refused(
     "'pytorch' backend",
@@ -309,18 +309,25 @@ NO_PYTORCH = Refused(
     TORCHSCRIPT)
 
 
-CAPACITY_TUNED = t("study/test_tune_capacity.py",
+CAPACITY_TUNED = t("tuning/test_tune_capacity.py",
                    "test_a_capacity_study_searches_rates_and_prices_the_capacity")
 CAPACITY_WORKS = Works((CAPACITY_TUNED,), "a trace replayed, rates bisected, replicas and cost")
-CAPACITY_UNTRIED = Hole("untested")
+
+
+def capacity_searched(kind: str, note: str = "") -> Works:
+    """A kind's capacity cell: the parametrized capacity study of that kind's model."""
+    return Works((t("tuning/test_tune_capacity_kinds.py",
+                    f"test_each_kinds_capacity_is_searched_at_its_sla[{kind}]"),), note)
+
+
 NO_CAPACITY_STATEFUL = Refused(
     "needs requests that arrive on their own",
     "sequences wait for a free slot, so the load is not open loop",
-    t("study/test_tune_capacity.py", "test_check_refuses_capacity_for_a_stateful_model"))
+    t("tuning/test_tune_capacity.py", "test_check_refuses_capacity_for_a_stateful_model"))
 NO_CAPACITY_ENTRIES = Refused(
     "are judged by one score, weighted_gain",
     "judged by one score; a capacity is one entry's",
-    t("study/test_tune_capacity.py",
+    t("tuning/test_tune_capacity.py",
       "test_several_entry_models_are_refused_a_capacity_objective"))
 
 
@@ -351,7 +358,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "predict": Works((TARGET,), "a dict, a DataFrame, the CLI's JSON"),
     }),
     "python": _row({
-        "capacity": CAPACITY_UNTRIED,
+        "capacity": capacity_searched("python"),
         "check": Works((PYTHON_TUNED, PREPROCESS_CHECK), "its parameters are knobs"),
         "check_outputs": Works((walk("python"),)),
         "tune": Works((PYTHON_TUNED, FILE_KNOBS, walk("python")),
@@ -369,7 +376,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "mlflow_run": Works((walk("python"),)),
     }),
     "autocomplete": _row({
-        "capacity": CAPACITY_UNTRIED,
+        "capacity": capacity_searched("autocomplete"),
         "check": Works((AUTO, AUTO_ONE_START), "inputs and outputs read from Triton"),
         "check_outputs": Works((walk("autocomplete"),)),
         "tune": Works((AUTO, walk("autocomplete")),
@@ -388,7 +395,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "mlflow_run": Works((walk("autocomplete"),)),
     }),
     "decoupled": _row({
-        "capacity": CAPACITY_UNTRIED,
+        "capacity": capacity_searched("decoupled", "the SLA on time to first token"),
         "check": Works((STREAM_CHECK,), "says it is streamed and which metrics apply"),
         "check_outputs": Works((walk("decoupled"),)),
         "tune": Works((STREAM_TUNED, STREAM_PROBES), "probes compared as whole streams"),
@@ -451,7 +458,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "rounds": Works((walk("stateful_decoupled"),)),
     }),
     "ensemble": _row({
-        "capacity": CAPACITY_UNTRIED,
+        "capacity": capacity_searched("ensemble", "the SLA on the ensemble's latency"),
         "check": Works((PIPELINE_CHECK, DENSENET_PIPELINE), "names the steps and their knobs"),
         "tune": Works((PIPELINE_TUNED,), "per-step params, configs and time split"),
         "paired": Works((PIPELINE_PAIRED,), "each copy calls its own steps"),
@@ -469,7 +476,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "mlflow_run": Works((walk("ensemble"),)),
     }),
     "bls": _row({
-        "capacity": CAPACITY_UNTRIED,
+        "capacity": capacity_searched("bls"),
         "check": Works((BLS, AFTER), "names the entry and its callee"),
         "check_outputs": Works((walk("bls"),)),
         "tune": Works((BLS,), "the callee measured in the same windows"),
@@ -521,7 +528,7 @@ ROWS: dict[str, dict[str, Cell]] = {
         "mlflow_run": Works((walk("entries_decoupled"),)),
     }),
     "file_knobs": _row({
-        "capacity": CAPACITY_UNTRIED,
+        "capacity": capacity_searched("file_knobs"),
         "check": Works((FILE_KNOBS_CHECK, FILE_KNOBS_REFUSED), "the file and key checked"),
         "check_outputs": Works((walk("file_knobs"),)),
         "tune": Works((FILE_KNOBS, walk("file_knobs")),

@@ -214,22 +214,22 @@ def test_the_generator_takes_an_option_for_no_page(tmp_path: Path, monkeypatch: 
 # ---- the checker sees what is wrong -----------------------------------------------------------
 
 def test_the_checker_fails_on_a_planted_missing_test() -> None:
-    real = table.t("study/test_tune_study.py",
+    real = table.t("tuning/test_tune_study.py",
                    "test_refused_config_fails_the_trial_and_the_study_goes_on")
     planted: dict[tuple[str, str], Cell] = {
-        ("onnx", "tune"): Works((real, table.t("study/test_tune_study.py", "test_nope"))),
-        ("onnx", "report"): Works((table.t("study/test_gone.py", "test_report"),)),
+        ("onnx", "tune"): Works((real, table.t("tuning/test_tune_study.py", "test_nope"))),
+        ("onnx", "report"): Works((table.t("tuning/test_gone.py", "test_report"),)),
         ("onnx", "rounds"): Works((f"{real}[a-b]",)),   # an id of a test without parameters
         ("onnx", "paired"): Works(()),
-        ("onnx", "check"): Works(("tests/study/test_tune_study.py",)),
+        ("onnx", "check"): Works(("tests/tuning/test_tune_study.py",)),
         ("bls", "pyfunc"): Refused("no such refusal words", "planted", real),
-        ("bls", "deploy"): Refused("x", "planted", table.t("study/test_tune_study.py",
+        ("bls", "deploy"): Refused("x", "planted", table.t("tuning/test_tune_study.py",
                                                            "test_missing")),
     }
     found = problems(planted)
     assert len(found) == 7, found
     assert any("onnx x tune" in p and "no test function test_nope" in p for p in found)
-    assert any("onnx x report" in p and "no file tests/study/test_gone.py" in p for p in found)
+    assert any("onnx x report" in p and "no file tests/tuning/test_gone.py" in p for p in found)
     assert any("onnx x rounds" in p and "not parametrized" in p for p in found)
     assert any("onnx x paired: works, but names no test" in p for p in found)
     assert any("onnx x check" in p and "not of the form" in p for p in found)

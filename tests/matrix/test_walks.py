@@ -60,8 +60,8 @@ from tests.deploy.test_deploy_kinds import (
     STREAMER,
     STREAMER_CONFIG,
 )
-from tests.study.test_tune_file_knobs import CONFIG as SLEEPER_CONFIG
-from tests.study.test_tune_file_knobs import MODEL as SLEEPER
+from tests.tuning.test_tune_file_knobs import CONFIG as SLEEPER_CONFIG
+from tests.tuning.test_tune_file_knobs import MODEL as SLEEPER
 from tests.support.deploy import module_server as module_server  # the fixtures, re-exported
 from tests.support.deploy import shared_serving as shared_serving
 from tests.support.formats import prompts_file, python_model, python_scale_model
@@ -71,7 +71,7 @@ from tracker.cli import cli
 from tracker.deploy import service, verify
 from tracker.deploy.settings import resolve_settings
 from tracker.errors import DeployError
-from tracker.session import probes
+from tracker.outputs import probes
 from tracker.tracking import registry, runs
 from tracker.triton.server.local import LocalTritonServer
 

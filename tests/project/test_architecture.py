@@ -15,12 +15,12 @@ _DOTTED = re.compile(r"(?<![\w.])(tracker(?:\.\w+)+)")
 
 
 def missing_paths(text: str, root: Path = REPO) -> list[str]:
-    """Paths (``tracker/study/loop.py``, ``tracker/triton/server/``) that do not exist."""
+    """Paths (``tracker/tuning/loop.py``, ``tracker/triton/server/``) that do not exist."""
     return sorted({p for p in _PATH.findall(text) if not (root / p).exists()})
 
 
 def missing_names(text: str) -> list[str]:
-    """Dotted names (``tracker.study.trial.record_result``) that do not resolve: the longest
+    """Dotted names (``tracker.tuning.trial.record_result``) that do not resolve: the longest
     importable module prefix, then attributes."""
     bad = set()
     for name in set(_DOTTED.findall(text)):
@@ -62,12 +62,12 @@ def test_every_module_is_on_the_map() -> None:
 
 
 def test_the_checks_see_what_is_wrong(tmp_path: Path) -> None:
-    text = ("`tracker/study/loop.py`, `tracker/study/nothing.py`, "
-            "`tracker.study.trial.record_result`, `tracker.study.trial.no_such_function`, "
+    text = ("`tracker/tuning/loop.py`, `tracker/study/nothing.py`, "
+            "`tracker.tuning.trial.record_result`, `tracker.tuning.trial.no_such_function`, "
             "`tracker.no_such_module.f`")
     assert missing_paths(text) == ["tracker/study/nothing.py"]
     assert missing_names(text) == ["tracker.no_such_module.f",
-                                   "tracker.study.trial.no_such_function"]
+                                   "tracker.tuning.trial.no_such_function"]
     (tmp_path / "tracker" / "a").mkdir(parents=True)
     (tmp_path / "tracker" / "a" / "b.py").write_text("")
     (tmp_path / "tracker" / "a" / "__init__.py").write_text("")

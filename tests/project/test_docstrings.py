@@ -1,6 +1,6 @@
 """Every module opens with a docstring that says what it holds, and what it names exists.
 
-A module docstring (and docs/architecture.md) that names a file (``tracker/study/trial.py``,
+A module docstring (and docs/architecture.md) that names a file (``tracker/tuning/trial.py``,
 ``search/sweep_plan.py``, ``trial.py``), a module or attribute (``tracker.search.optuna_study``)
 or a Sphinx role (``:func:`pick_best_level```) that is gone misleads the next reader: renames
 and splits must carry the docstrings along. The checks are shown to fail on each kind.
@@ -112,21 +112,21 @@ def test_architecture_map_names_files_that_exist() -> None:
 
 
 def test_the_checks_see_what_is_gone(tmp_path: Path) -> None:
-    pkg = tmp_path / "tracker" / "study"
+    pkg = tmp_path / "tracker" / "tuning"
     pkg.mkdir(parents=True)
     (pkg / "trial.py").write_text("")
-    text = ("one trial: trial.py, study/trial.py, tracker/study/trial.py, <model>/1/model.py, "
+    text = ("one trial: trial.py, tuning/trial.py, tracker/tuning/trial.py, <model>/1/model.py, "
             "model.py; gone: pipeline.py, measure/multi.py, tracker/confirm_sequence.py, "
             "docs/model-config.md")
     assert missing_files(text, pkg, tmp_path) == [
         "docs/model-config.md", "measure/multi.py", "pipeline.py",
         "tracker/confirm_sequence.py"]
     assert missing_files("docs/model-config.md", REPO) == []
-    text = ("tracker.workflow.tune.tune, tracker.search.optuna_study, tracker.deploy.status "
-            "(a tag), tracker.search.study, tracker.session.joint.pick_best_joint_level")
+    text = ("tracker.tuning.tune.tune, tracker.search.optuna_study, tracker.deploy.status "
+            "(a tag), tracker.search.study, tracker.candidate.entries.pick_best_joint_level")
     assert missing_modules(text, {"tracker.deploy.status"}) == [
-        "tracker.search.study", "tracker.session.joint.pick_best_joint_level"]
+        "tracker.candidate.entries.pick_best_joint_level", "tracker.search.study"]
     tree = ast.parse("import mlflow\nclass A:\n    def take(self): ...\ndef f(): ...\nX = 1\n")
     text = (":func:`f`, :meth:`A.take`, :data:`X`, :class:`mlflow.MlflowClient`, "
-            ":func:`gone`, :meth:`A.give`, :class:`~tracker.session.context.Interrupted`")
+            ":func:`gone`, :meth:`A.give`, :class:`~tracker.invocation.session.Interrupted`")
     assert missing_roles(text, tree) == ["A.give", "gone"]

@@ -30,10 +30,12 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("triton",),                       # Triton itself: configs, repositories, client, servers
     ("measure",),                      # load and measurement
     ("search", "tracking"),            # Optuna's side; MLflow's side
-    ("session",),                      # one study's session, one measured configuration, the
-                                       # output check, the conclusion
-    ("study", "confirm", "deploy"),    # the search loop; the confirmation; deployment
-    ("workflow",),                     # commands that chain the steps
+    ("invocation",),                   # what one command invocation sets up: the session
+    ("candidate",),                    # one candidate configuration served and measured
+    ("outputs",),                      # the output check
+    ("conclusion",),                   # the end of a study: report, best trial, summary
+    ("confirm", "deploy", "profile"),  # the confirmation; deployment; tracker profile
+    ("tuning",),                       # tracker tune: the loop, one trial, then confirm
     ("peers",),                        # Model Analyzer's commands, run as studies
     ("cli",),                          # the command line
 )
@@ -45,10 +47,10 @@ ALSO_FORBIDDEN: dict[str, tuple[str, ...]] = {
     "tracker.tracking": ("tracker.triton.server", "tracker.triton.client",
                          "tracker.measure.loadgen"),
     "tracker.deploy": ("tracker.search", "tracker.measure"),
-    "tracker.session.measured": ("tracker.triton.server.local", "tracker.triton.server.docker",
+    "tracker.candidate.measurement": ("tracker.triton.server.local", "tracker.triton.server.docker",
                                  "tracker.triton.server.remote"),
-    "tracker.session.model_store": ("tracker.triton.server", "tracker.measure"),
-    "tracker.session.progress": ("tracker.",),
+    "tracker.candidate.model_store": ("tracker.triton.server", "tracker.measure"),
+    "tracker.invocation.progress": ("tracker.",),
     "tracker.cli.params": ("tracker.",),
     "tracker": ("tracker.",),  # the package's __init__
 }
@@ -156,21 +158,21 @@ def test_checker_sees_a_violation(tmp_path: Path) -> None:
     """The checker itself must be able to fail: an upward import is flagged for its layer,
     a module outside every layer is flagged, a spec helper importing the spec root is."""
     fake = tmp_path / "x.py"
-    fake.write_text("from tracker.search import space\nimport tracker.study.loop\n")
+    fake.write_text("from tracker.search import space\nimport tracker.tuning.loop\n")
     names = _imports(fake)
-    assert "tracker.search" in names and "tracker.study.loop" in names
+    assert "tracker.search" in names and "tracker.tuning.loop" in names
     assert violations(fake, "tracker.measure.fake") == [
-        "tracker.search", "tracker.search.space", "tracker.study.loop"]
+        "tracker.search", "tracker.search.space", "tracker.tuning.loop"]
     assert violations(fake, "tracker.cli") == []
     assert violations(fake, "tracker.brand_new") == ["tracker.brand_new has no layer"]
     helper = tmp_path / "h.py"
     helper.write_text("from tracker.spec import StudySpec\n")
     assert violations(helper, "tracker.spec.checks") == ["from tracker.spec import ..."]
-    # packages of one tier never import each other: the search loop and the confirmation
+    # packages of one tier never import each other: the deploy and the confirmation
     peer = tmp_path / "p.py"
     peer.write_text("def f():\n    from tracker.confirm import rounds\n")
-    assert violations(peer, "tracker.study.loop") == ["tracker.confirm", "tracker.confirm.rounds"]
-    assert violations(peer, "tracker.workflow.tune") == []
+    assert violations(peer, "tracker.deploy.steps") == ["tracker.confirm", "tracker.confirm.rounds"]
+    assert violations(peer, "tracker.tuning.tune") == []
     root = tmp_path / "r.py"
     root.write_text("from tracker.errors import SpecError\n")
     assert violations(root, "tracker.tags") == ["tracker.errors", "tracker.errors.SpecError"]

@@ -4,7 +4,7 @@ trial reclaimed by heartbeat and retried, duplicates measured once, the cross-pr
 
 The workers here are tests/support/scaleout_worker.py (the tuner's ask/tell loop with a sleep
 in place of Triton); the same rules with `tracker tune` and Triton are in
-tests/study/test_scaleout_tune.py.
+tests/tuning/test_scaleout_tune.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The study storage's wait for a database that went away (tracker/search/storage.py): which
 errors are a lost connection, the bounded wait and its message, and a call that runs again.
 A real PostgreSQL restarted under two `tracker tune` workers is
-tests/study/test_scaleout_tune.py; here a closed port and a real sqlite database."""
+tests/tuning/test_scaleout_tune.py; here a closed port and a real sqlite database."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ def write_spec(folder: Path, model: Path, space: dict[str, Any], *, n_trials: in
         "objectives": {"perf_throughput": "maximize"},
         "constraints": {"perf_latency_p99": {"max": 1000}},
         "search": {"sampler": sampler, "n_trials": n_trials, "seed": 3, "space": space},
-        "confirm": {"enabled": False},  # tests/study/test_confirm_tune.py turns it on
+        "confirm": {"enabled": False},  # tests/confirm/test_confirm_tune.py turns it on
     }
     for section, values in extra.items():
         spec.setdefault(section, {}).update(values)

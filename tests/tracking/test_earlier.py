@@ -1,5 +1,5 @@
 """Earlier studies read back from a real MLflow sqlite store (tracker/tracking/earlier.py) for
-``search.warm_start``, and the refusals of an incompatible one (tracker/session/warm_start.py).
+``search.warm_start``, and the refusals of an incompatible one (tracker/invocation/remembered.py).
 The studies are written with the tracker's own writers (tracking/runs.py, registry.py)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from mlflow import MlflowClient
 from tests.support.tune import build_quickstart
 from tracker import tags
 from tracker.errors import StudyError, TrackingError
+from tracker.invocation import remembered
+from tracker.invocation.session import spec_configuration
 from tracker.search.warm_start import signature
-from tracker.session import warm_start
-from tracker.session.context import spec_configuration
 from tracker.spec import load_spec
 from tracker.tracking import registry, runs
 from tracker.tracking.earlier import Current, find_study
@@ -114,14 +114,14 @@ def spec_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _resolve(spec_file: Path, uri: str, which: str) -> warm_start.Resolved:
+def _resolve(spec_file: Path, uri: str, which: str) -> remembered.Resolved:
     text = spec_file.read_text().replace("WHICH", which)
     path = spec_file.with_name(f"study-{abs(hash(which))}.yaml")
     path.write_text(text)
     spec = load_spec(path)
     conf = spec_configuration(spec)
-    dists, base = warm_start.space_of(spec, conf)
-    return warm_start.resolve(spec, conf, MlflowClient(uri), (dists, base.params),
+    dists, base = remembered.space_of(spec, conf)
+    return remembered.resolve(spec, conf, MlflowClient(uri), (dists, base.params),
                               "sqlite:///y.db", {tags.GPU_NAMES: "none"})
 
 

@@ -24,9 +24,9 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
 from tests.support.tune import TRACKER, build_quickstart, env_for, write_spec
+from tracker.candidate.model_store import CONFIGURATION_DIR
 from tracker.cli import cli
 from tracker.search.optuna_study import best_trials
-from tracker.session.model_store import CONFIGURATION_DIR
 from tracker.tracking import flavor, model_files, runs, view
 
 KNOBS = ("instance_group.count", "parameters.intra_op_thread_count")

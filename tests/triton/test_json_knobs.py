@@ -1,6 +1,6 @@
 """Knobs kept in a JSON file of the model directory (``model.json:KEY``): the spec's form, the
 check against the model's files, and the trial's copy of the file. No server here; the
-end-to-end study is tests/study/test_tune_file_knobs.py."""
+end-to-end study is tests/tuning/test_tune_file_knobs.py."""
 
 from __future__ import annotations
 

@@ -52,12 +52,12 @@ def check_command(spec_path: Path, outputs: bool) -> None:
     Builds the model first when the spec's `model.build` script has not made it yet.
     Exit status 1, with one line per problem, when the spec is invalid.
     """
-    from tracker.session import warm_start
-    from tracker.session.check_default import probe_default, static_check
-    from tracker.session.context import spec_configuration
-    from tracker.session.study_check import check_study
+    from tracker.invocation import remembered
+    from tracker.invocation.session import spec_configuration
+    from tracker.outputs.default import probe_default, static_check
     from tracker.spec import ensure_model, load_spec
     from tracker.triton.server.modes import make_server
+    from tracker.tuning.preflight import check_study
 
     spec = load_spec(spec_path)
     if not spec.model.path.exists() and spec.model.build is not None:
@@ -66,7 +66,7 @@ def check_command(spec_path: Path, outputs: bool) -> None:
     conf = spec_configuration(spec)  # starts Triton once for a model it auto-completes
     server = make_server(spec.server)  # constructed, never started
     click.echo(check_study(spec, conf, server))
-    warm = warm_start.for_check(spec, conf, server)  # search.warm_start: what is reused
+    warm = remembered.for_check(spec, conf, server)  # search.warm_start: what is reused
     if warm:
         click.echo(warm)
     click.echo(static_check(spec, conf))
@@ -74,7 +74,7 @@ def check_command(spec_path: Path, outputs: bool) -> None:
         click.echo(probe_default(spec_path))
 
 
-# -- tuning studies (tracker/study/, docs/tuning.md) --
+# -- tuning studies (tracker/tuning/, docs/tuning.md) --
 @cli.command("tune")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 # (each two-word option also as --word_word: what `mlflow run -P word_word=...` appends)
@@ -122,9 +122,9 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
                  use_perf_analyzer: bool) -> None:
     """Run (or resume) the tuning study of SPEC: one MLflow child run per trial under the
     study's parent run. Ctrl-C stops cleanly (exit 130); the same command resumes."""
+    from tracker.invocation.session import TuneOptions
     from tracker.lifecycle import Interrupted
-    from tracker.session.context import TuneOptions
-    from tracker.workflow.tune import tune
+    from tracker.tuning.tune import tune
 
     options = TuneOptions(
         n_trials=n_trials, timeout_s=timeout_s, study_name=_blank(study_name),
@@ -211,7 +211,7 @@ def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
     from tracker.lifecycle import Interrupted
     from tracker.measure.csvio import write_csv
     from tracker.measure.report import table
-    from tracker.session.profile import profile
+    from tracker.profile.command import profile
     from tracker.triton.model_config import parse_assignment
 
     texts = [*assignments, *set_all.split()]

@@ -5,5 +5,5 @@ again, on the study's server, until the verdict (:mod:`tracker.verdict`) decides
 - :mod:`~tracker.confirm.rounds`: the rounds design, and which design a study gets
 - :mod:`~tracker.confirm.command`: ``tracker confirm`` on a finished study
 
-Never imports :mod:`tracker.study` (the search loop), nor the search loop this package.
+Never imports :mod:`tracker.tuning` (the search loop), nor the search loop this package.
 """

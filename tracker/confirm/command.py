@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from tracker import tags
 from tracker.confirm.rounds import run, settings_of
 from tracker.errors import TrackerError
-from tracker.session.context import Session, StudyContext, TuneOptions
+from tracker.invocation.session import Session, StudyContext, TuneOptions
 from tracker.spec import load_spec
 from tracker.tracking import outbox, patience
 from tracker.verdict import record as confirmed
@@ -37,7 +37,7 @@ def confirm_session(spec_path: str | Path, *, study_name: str | None = None,
                     storage: str | None = None, interrupted: str = "",
                     wait: patience.Wait | None = None) -> Iterator[tuple[StudyContext, Run]]:
     """The study of SPEC, its parent run and the spec's server as a confirmation's
-    :class:`~tracker.session.context.StudyContext` (and the parent's MLflow run), inside the
+    :class:`~tracker.invocation.session.StudyContext` (and the parent's MLflow run), inside the
     session's guard: Ctrl-C becomes Interrupted (``interrupted`` added to its message), and
     the server is stopped and the work folder removed on the way out. ``tracker confirm`` runs
     one confirmation in it; benchmarks/verdict_stability.py runs its A/A confirmations in
@@ -45,9 +45,9 @@ def confirm_session(spec_path: str | Path, *, study_name: str | None = None,
     study kept for MLflow are written first."""
     import optuna
 
+    from tracker.candidate.measurement import resolve_serving
+    from tracker.invocation.progress import Progress
     from tracker.search.storage import make_storage
-    from tracker.session.measured import resolve_serving
-    from tracker.session.progress import Progress
     from tracker.tracking import runs
     from tracker.tracking.scaleout import PARENT_RUN_ATTR
 
@@ -96,7 +96,7 @@ def confirm_study(spec_path: str | Path, *, study_name: str | None = None,
     up to ``rounds`` rounds in all (a finished one of the same configurations too; ``new``:
     start a new one), then rewrite the study's report with the verdict. The search is not run
     again. Given ``rounds``, no budget stops it before them (the budget applies otherwise)."""
-    from tracker.session.conclude import spec_argument
+    from tracker.conclusion.finish import spec_argument
 
     with patience.waiting(patience.wait_seconds(None), _say) as wait:
         try:
@@ -115,7 +115,7 @@ def _say(text: str) -> None:
 def _confirm(spec_path: str | Path, study_name: str | None, storage: str | None,
              rounds: int | None, top_k: int | None, new: bool,
              wait: patience.Wait) -> ConfirmResult:
-    from tracker.session.conclude import finish_study
+    from tracker.conclusion.finish import finish_study
     from tracker.tracking import runs
 
     with confirm_session(spec_path, study_name=study_name, storage=storage, wait=wait,

@@ -40,21 +40,21 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tracker.candidate import entries as joint
+from tracker.candidate.measurement import serve_options
+from tracker.candidate.values import configs, file_values
 from tracker.errors import TrackerError
 from tracker.measure.entry import EntryLoad
 from tracker.measure.sweep import sweep
 from tracker.metrics import CAPACITY, RELATIVE, fmt
 from tracker.search.objective import Scoring, pick_best_level
-from tracker.session import joint
-from tracker.session.measured import serve_options
-from tracker.session.values import configs, file_values
 from tracker.triton.formats.ensemble import renamed
 from tracker.triton.repository import TrialRepository, write_model
 from tracker.verdict.record import JOINT, LATENCY, Reading, RoundEntry
 
 if TYPE_CHECKING:
+    from tracker.invocation.session import StudyContext
     from tracker.measure.types import SweepLevel
-    from tracker.session.context import StudyContext
     from tracker.tracking.rows import TrialRow
     from tracker.triton.model_config import ModelConfig
 

@@ -26,15 +26,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tracker.candidate import entries as joint
+from tracker.candidate.measurement import ConfigFailed, measure_configuration
+from tracker.candidate.values import configs, file_values, server_values
 from tracker.confirm import paired
 from tracker.errors import MeasurementError, TrackerError
+from tracker.invocation.session import StudyContext
 from tracker.metrics import CAPACITY, RELATIVE, fmt
+from tracker.outputs.standalone import study_check
 from tracker.search.objective import DERIVED
-from tracker.session import joint
-from tracker.session.check_reference import study_check
-from tracker.session.context import StudyContext
-from tracker.session.measured import ConfigFailed, measure_configuration
-from tracker.session.values import configs, file_values, server_values
 from tracker.tracking.rows import TrialRow, trial_rows
 from tracker.verdict import record as confirmed
 from tracker.verdict import stats as confirm_stats
@@ -78,7 +78,7 @@ class Measured:
 def measure_one(ctx: StudyContext, params: dict[str, Any], *, baseline: bool, level: float,
                 label: str, model_levels: Mapping[str, float] | None = None) -> Measured:
     """One configuration at one level through the one measurement path a trial and ``tracker
-    profile`` take (:func:`tracker.session.measured.measure_configuration`), on the study's
+    profile`` take (:func:`tracker.candidate.measurement.measure_configuration`), on the study's
     server, in
     at most :data:`WINDOWS` windows (several entry models: each at its own ``model_levels``),
     its outputs checked first. Raises TrackerError (the pipeline's reason) when a step fails."""

@@ -2,7 +2,7 @@
 in the serving Triton under a shadow name (``<model>.candidate``), an ensemble's steps
 pointing at the shadows of its composing models, and checked there: READY, one request per
 entry (when its inputs are numbers; streamed to a decoupled model, a whole sequence to a
-stateful one: :mod:`tracker.deploy.check_request`), and the study's output check
+stateful one: :mod:`tracker.deploy.first_request`), and the study's output check
 (:mod:`tracker.deploy.verify`, on the first entry, whose probes the study made; a decoupled
 model's probes stream, a stateful model's are whole sequences). Clients call the served
 names, so until the switch the version that served before answers every request.
@@ -78,7 +78,7 @@ def check(pub: Publisher, plan: list[Model], version: int, journal: Journal,
     """Load the shadows (``beside`` loads a model called by name under its own name), check
     them, and remove them. Each entry gets the check's request (one inference, a streamed
     one for a decoupled model, a whole sequence for a stateful one:
-    :mod:`tracker.deploy.check_request`); ``output_check`` asks ``first`` (the first entry,
+    :mod:`tracker.deploy.first_request`); ``output_check`` asks ``first`` (the first entry,
     served as the deployment's name: the one the study's probes were made for; default the
     first entry in ``plan``). Raises :class:`~tracker.deploy.steps.StepFailed`."""
     by_name = called_by_name(plan)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from tracker.deploy import check_request
+from tracker.deploy import first_request
 from tracker.errors import ServerError
 from tracker.tracking.flavor import model_digest
 from tracker.triton import model_config
@@ -149,6 +149,6 @@ def check_inference(client: ControlClient, name: str, version: int,
     the model takes requests: one inference, one streamed inference (a decoupled model) or
     a whole sequence under a new correlation ID (a stateful model; :mod:`check_request`)."""
     try:
-        check_request.send(client, name, version, served)
+        first_request.send(client, name, version, served)
     except ServerError as exc:
-        raise StepFailed(check_request.what_is_sent(served), exc.reason) from exc
+        raise StepFailed(first_request.what_is_sent(served), exc.reason) from exc

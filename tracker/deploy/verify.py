@@ -23,14 +23,14 @@ from mlflow.exceptions import MlflowException
 from tracker import tags
 from tracker.deploy import steps
 from tracker.errors import DeployError, TrackingError
-from tracker.session import probes
-from tracker.session.probes import ProbeSet, Tolerance
+from tracker.outputs import probes
+from tracker.outputs.probes import ProbeSet, Tolerance
 from tracker.tracking import registry, runs
 
 if TYPE_CHECKING:
     from tracker.deploy.transport import ControlClient
 
-ARTIFACT = probes.ARTIFACT  # where the study stores it (session/check_stored.py)
+ARTIFACT = probes.ARTIFACT  # where the study stores it (outputs/stored.py)
 STEP = "comparing its answers with the study's reference"
 Verify = Callable[["ControlClient", str, int], None]
 

@@ -93,9 +93,9 @@ def _resumes(plan: Plan, argv: Sequence[str]) -> bool:
 
 def _checked(paths: Sequence[Path]) -> list[StudySpec]:
     """Every spec loaded and checked as ``tracker check`` checks it; no server started."""
-    from tracker.session.context import spec_configuration
-    from tracker.session.study_check import check_study
+    from tracker.invocation.session import spec_configuration
     from tracker.triton.server.modes import make_server
+    from tracker.tuning.preflight import check_study
 
     specs = []
     for path in paths:
@@ -133,7 +133,7 @@ _Outputs = tuple[list[ma_outputs.Row], dict[str, str], list[Path], list[str]]
 def _outputs(plan: Plan, specs: Sequence[StudySpec], *, write_variants: bool) -> _Outputs:
     """Every study's rows (variants written when ``write_variants``), summary sentences,
     summary reports, and the best variants."""
-    from tracker.session.context import spec_configuration
+    from tracker.invocation.session import spec_configuration
 
     rows: list[ma_outputs.Row] = []
     sentences: dict[str, str] = {}
@@ -159,7 +159,7 @@ def profile(argv: Sequence[str], cwd: Path, echo: Echo) -> Profiled:
     """Run ``model-analyzer profile`` ARGV as studies; raises PeerOptionError (nothing
     started) for what cannot be honoured, TrackerError for a failed study, and
     :class:`tracker.lifecycle.Interrupted` after Ctrl-C (the same command resumes)."""
-    from tracker.workflow.tune import tune
+    from tracker.tuning.tune import tune
 
     options, config = read_options(argv)
     plan = translate(options, cwd)

@@ -14,7 +14,7 @@ recorded twice:
   the winning trial was measured with, plus its production config.
 
 This module does the MLflow side only; the lock and the study attribute are the caller's
-(:mod:`tracker.session.model_store`).
+(:mod:`tracker.candidate.model_store`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """One request to a decoupled (streaming) model, its whole response stream read back: what a
-probe of such a model gets (tracker/session/probes.py, ``send_stream``).
+probe of such a model gets (tracker/outputs/probes.py, ``send_stream``).
 
 Each call opens its own gRPC client and stream (a tritonclient stream belongs to one client,
 and probes sent together run in threads of their own), asks for an empty final response
