@@ -12,7 +12,7 @@ PARENT = "mlflow.parentRunId"
 RUN_NAME = "mlflow.runName"
 NOTE = "mlflow.note.content"            # the run's description: a summary or why it failed
 # MLflow's own tags that say what ran (commit, repository, entry point, user): a launcher's
-# run under `mlflow run` hands them to the study's run (tracking/launcher.py)
+# run under `mlflow run` hands them to the study's run (tracking/mlflow_run.py)
 PROVENANCE = ("mlflow.source.", "mlflow.project.", "mlflow.gitRepoURL", "mlflow.user")
 
 # ---- every run (tracking/runs.py) ---------------------------------------------------------
@@ -64,7 +64,7 @@ MODEL_SIGNATURE = "tracker.model_signature"
 # ---- scale-out (tracking/scaleout.py) -------------------------------------------------------
 DEAD_WORKER = "tracker.dead_worker"     # a trial run failed because its worker died
 STUDY_RUN_ID = "tracker.study_run_id"   # a worker's own run (or confirm's): the parent
-LAUNCHER = "tracker.launcher_run_id"    # `mlflow run`'s own run, elsewhere (tracking/launcher.py)
+LAUNCHER = "tracker.launcher_run_id"    # `mlflow run`'s own run, elsewhere (tracking/mlflow_run.py)
 
 # ---- the model registry (tracking/registry.py, deploy/) -------------------------------------
 MODEL_FLAVOR = "tracker.flavor"

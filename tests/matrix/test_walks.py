@@ -60,12 +60,12 @@ from tests.deploy.test_deploy_kinds import (
     STREAMER,
     STREAMER_CONFIG,
 )
-from tests.tuning.test_tune_file_knobs import CONFIG as SLEEPER_CONFIG
-from tests.tuning.test_tune_file_knobs import MODEL as SLEEPER
 from tests.support.deploy import module_server as module_server  # the fixtures, re-exported
 from tests.support.deploy import shared_serving as shared_serving
 from tests.support.formats import prompts_file, python_model, python_scale_model
 from tests.support.pipeline import bls_repository, ensemble_repository
+from tests.tuning.test_tune_file_knobs import CONFIG as SLEEPER_CONFIG
+from tests.tuning.test_tune_file_knobs import MODEL as SLEEPER
 from tracker import tags
 from tracker.cli import cli
 from tracker.deploy import service, verify

@@ -1,9 +1,10 @@
-"""Names that explain themselves: no module file name is shared by more than two files of the
-package, no module imports another module's private (``_underscore``) name, and only the spec
-and ``triton/configuration.py`` ask whether a configuration is one model (``.single``): every
-other module treats one model as the one-entry configuration; no class name is defined in two
-modules (a reader who meets ``Verdict`` knows which one). Each checker is shown to fail on a
-planted case."""
+"""Names that explain themselves: no package is named after a layer rather than what it
+holds; a module file name is used once unless the two files are one concept in parallel places
+(:data:`PARALLEL`); no module imports another module's private (``_underscore``) name; only the
+spec and ``triton/configuration.py`` ask whether a configuration is one model (``.single``):
+every other module treats one model as the one-entry configuration; no class name is defined in
+two modules (a reader who meets ``Verdict`` knows which one). Each checker is shown to fail on
+a planted case."""
 
 from __future__ import annotations
 
@@ -12,13 +13,34 @@ from collections import Counter
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[2] / "tracker"
-MAX_SAME_NAME = 2
+
+#: file names used twice, each pair one concept in two places (at most two files each)
+PARALLEL: dict[str, str] = {
+    "base.py": "a family's base class: the launch modes' (triton/server), the formats'",
+    "capacity.py": "capacity: its spec section (spec/) and the rate search (search/)",
+    "command.py": "a package's command: tracker confirm, tracker profile",
+    "priorities.py": "request priorities: their load (measure/) and their load kind",
+    "sequence.py": "sequences: the spec's section and Triton's sequence batcher (triton/)",
+    "streaming.py": "streaming: the spec's section and its load kind",
+    "trace.py": "a traffic trace: the spec's section and its load kind",
+}
+#: names that say where a package sits, not what it holds
+LAYER_WORDS = ("session", "workflow", "common", "core", "util", "utils", "helpers", "misc",
+               "lib", "shared", "services", "layer", "base", "stuff")
 
 
-def shared_names(root: Path = PKG, limit: int = MAX_SAME_NAME) -> dict[str, int]:
-    """File name -> how many modules carry it, for names used by more than ``limit``."""
+def shared_names(root: Path = PKG, parallel: dict[str, str] = PARALLEL) -> dict[str, int]:
+    """File name -> how many modules carry it, for names used twice and not listed in
+    ``parallel``, or used more than twice."""
     counts = Counter(p.name for p in root.rglob("*.py") if p.name != "__init__.py")
-    return {name: n for name, n in sorted(counts.items()) if n > limit}
+    return {name: n for name, n in sorted(counts.items())
+            if n > 2 or (n == 2 and name not in parallel)}
+
+
+def layer_named(root: Path = PKG) -> list[str]:
+    """The packages named after a layer (:data:`LAYER_WORDS`)."""
+    return sorted(p.parent.relative_to(root).as_posix() for p in root.rglob("__init__.py")
+                  if p.parent != root and p.parent.name in LAYER_WORDS)
 
 
 def private_imports(root: Path = PKG) -> list[str]:
@@ -65,8 +87,13 @@ def test_only_the_spec_and_the_configuration_ask_whether_it_is_one_model() -> No
     assert count_askers() == []
 
 
-def test_no_module_name_is_used_by_more_than_two_files() -> None:
+def test_a_module_name_is_used_once_or_by_two_parallel_files() -> None:
     assert shared_names() == {}
+    assert set(PARALLEL) <= {p.name for p in PKG.rglob("*.py")}, "a PARALLEL name is gone"
+
+
+def test_no_package_is_named_after_a_layer() -> None:
+    assert layer_named() == []
 
 
 def test_no_private_name_is_imported_across_modules() -> None:
@@ -80,6 +107,12 @@ def test_the_checkers_see_a_planted_case(tmp_path: Path) -> None:
         (pkg / sub / "stats.py").write_text("")
     (pkg / "a" / "user.py").write_text("from tracker.b.stats import _secret, public\n")
     assert shared_names(pkg) == {"stats.py": 3}
+    (pkg / "c" / "stats.py").unlink()
+    assert shared_names(pkg) == {"stats.py": 2}
+    assert shared_names(pkg, {"stats.py": "planted"}) == {}
+    (pkg / "session").mkdir()
+    (pkg / "session" / "__init__.py").write_text("")
+    assert layer_named(pkg) == ["session"]
     assert private_imports(pkg) == ["a/user.py: tracker.b.stats._secret"]
     (pkg / "spec").mkdir()
     (pkg / "spec" / "ok.py").write_text("x = conf.single\n")

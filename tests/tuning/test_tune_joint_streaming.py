@@ -12,8 +12,8 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from tests.tuning.test_tune_streaming import CONFIG, MODEL
 from tests.support.tune import all_runs
+from tests.tuning.test_tune_streaming import CONFIG, MODEL
 from tracker import tags
 from tracker.invocation.session import TuneOptions
 from tracker.tracking import runs

@@ -1,5 +1,5 @@
 """`tracker tune --perf-analyzer`: every trial measured by the perf_analyzer on PATH (here the
-stand-in of tests/measure/test_perf_analyzer.py, which speaks its command line and writes its
+stand-in of tests/measure/test_pa_load.py, which speaks its command line and writes its
 CSV; no perf_analyzer binary exists on these machines), with load.perf_analyzer_flags passed
 through, and the same metrics logged as with the built-in client."""
 
@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from mlflow import MlflowClient
 
-from tests.measure.test_perf_analyzer import fake_pa  # noqa: F401  (the fixture)
+from tests.measure.test_pa_load import fake_pa  # noqa: F401  (the fixture)
 from tracker.cli import cli
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "projects" / "quickstart"

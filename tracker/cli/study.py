@@ -210,7 +210,7 @@ def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
     The server is stopped at the end, also on errors and Ctrl-C."""
     from tracker.lifecycle import Interrupted
     from tracker.measure.csvio import write_csv
-    from tracker.measure.report import table
+    from tracker.measure.sweep_text import table
     from tracker.profile.command import profile
     from tracker.triton.model_config import parse_assignment
 

@@ -170,7 +170,7 @@ def _perf_analyzer(endpoints: Endpoints, entries: Mapping[str, EntryLoad],
                    constraints: Mapping[str, object] | None, sampler: Sampler,
                    on_level: Callable[[SweepLevel], None] | None,
                    plan: LevelPlanner | None) -> SweepResult:
-    from tracker.measure.perf_analyzer import PerfAnalyzer
+    from tracker.measure.pa_load import PerfAnalyzer
 
     (name, entry), *others = entries.items()
     if others or entry.models:

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from tracker.errors import MeasurementError
 from tracker.measure.goodput import goodput
 from tracker.measure.kinds.load_kind import LATENCY
-from tracker.measure.stats import summarize_latencies
+from tracker.measure.percentiles import summarize_latencies
 from tracker.measure.types import Measurement, StepSplit
 from tracker.triton.statistics import ServerStats
 

@@ -3,7 +3,7 @@
 The configuration is the model's default config, or the default with field paths set
 (``instance_group.count=2``). The run (``MLFLOW_RUN_ID`` under ``mlflow run`` when it is in the
 spec's experiment or one the user chose, else a new one in the spec's experiment:
-tracking/launcher.py) gets the assignments as params, the headline metrics at the best
+tracking/mlflow_run.py) gets the assignments as params, the headline metrics at the best
 concurrency that meets the constraints, the sweep (``sweep/<metric>``, step = concurrency),
 ``config.pbtxt`` (what the server loaded), ``perf.csv`` and ``server.log`` (and
 ``production_config.pbtxt`` when the shim served it): the artifacts of a trial
@@ -27,7 +27,7 @@ from tracker.measure.host import machine_tags
 from tracker.measure.types import LoadClient, Measurement
 from tracker.outputs.standalone import profile_check
 from tracker.search.objective import LevelChoice
-from tracker.tracking import launcher, runs
+from tracker.tracking import mlflow_run, runs
 from tracker.triton import model_config
 from tracker.triton.formats import json_knobs
 
@@ -70,14 +70,14 @@ def _profile(session: Session, values: Mapping[str, object], levels: Sequence[fl
         raise ModelError("; ".join(f"{key}: {why}" for key, why in refused))
     cfgs = conf.apply(values)  # every model's config (<model>/<field path> for several)
     client = session.client
-    placed = launcher.place(client, spec.experiment_name, what="profile")
+    placed = mlflow_run.place(client, spec.experiment_name, what="profile")
     run_id = placed.run_id
     if not run_id:
         exp = client.get_experiment_by_name(spec.experiment_name)
         exp_id = exp.experiment_id if exp else client.create_experiment(spec.experiment_name)
         run_id = client.create_run(exp_id, run_name=f"profile-{spec.model.label}",
                                    tags={runs.ROLE: "profile"}).info.run_id
-    launcher.settle(client, placed, run_id, study=spec.study_name)
+    mlflow_run.settle(client, placed, run_id, study=spec.study_name)
     client.log_batch(run_id, params=[Param(k, str(v)) for k, v in values.items()],
                      tags=[RunTag(runs.ROLE, "profile")])  # also on `mlflow run`'s own run
     status = "FAILED"

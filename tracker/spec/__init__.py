@@ -43,7 +43,7 @@ from tracker.spec.sections import (
     ServerSection,
 )
 from tracker.spec.server_options import study_problems
-from tracker.spec.values import Bound, ConcurrencyRange, Range, Scalar
+from tracker.spec.shapes import Bound, ConcurrencyRange, Range, Scalar
 from tracker.spec.yaml_loader import load_yaml
 
 __all__ = [

@@ -16,7 +16,7 @@ from typing import Annotated
 from pydantic import BeforeValidator, Field
 
 from tracker.spec.model_section import SpecModel
-from tracker.spec.values import PosFloat
+from tracker.spec.shapes import PosFloat
 
 #: measured on ONNX Runtime CPU (docs/tuning.md): instance counts, thread counts and batch
 #: sizes moved float32 outputs by at most ~1e-6 relative; these leave a wide margin

@@ -11,7 +11,7 @@ from typing import Annotated
 from pydantic import AfterValidator, Field
 
 from tracker.spec.messages import problem, show
-from tracker.spec.values import PosInt
+from tracker.spec.shapes import PosInt
 
 #: how far the shares may sum from 1 (written as decimals, 0.1 + 0.2 is not 0.3)
 TOLERANCE = 1e-6

@@ -30,7 +30,7 @@ from tracker.spec.fields import config_field
 from tracker.spec.messages import Problems, join_path, problem, show
 from tracker.spec.model_section import SpecModel
 from tracker.spec.server_options import server_field, server_knob
-from tracker.spec.values import PosFloat, PosInt, Range, Scalar, as_list, list_or_range
+from tracker.spec.shapes import PosFloat, PosInt, Range, Scalar, as_list, list_or_range
 
 if TYPE_CHECKING:
     SamplerName: TypeAlias = str

@@ -32,9 +32,9 @@ from tracker.spec.messages import Problems, problem, show
 from tracker.spec.model_section import SpecModel, resolve_path
 from tracker.spec.sequence import SequenceSection
 from tracker.spec.server_options import ServerOptions, section_problems
+from tracker.spec.shapes import ConcurrencyRange, PosFloat, PosInt, as_list, list_or_range
 from tracker.spec.streaming import StreamSection
 from tracker.spec.trace import TraceProblem, parse_trace
-from tracker.spec.values import ConcurrencyRange, PosFloat, PosInt, as_list, list_or_range
 
 DEFAULT_CONCURRENCY: tuple[int, ...] = (1, 2, 4, 8, 16)
 

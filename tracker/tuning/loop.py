@@ -44,7 +44,7 @@ from tracker.search.storage import make_storage, storage_lock, worker_identity
 from tracker.search.warm_start import WarmPlan
 from tracker.search.workers import ask_within_budget, budget, heartbeat
 from tracker.spec import StudySpec
-from tracker.tracking import launcher, outbox, patience, runs
+from tracker.tracking import mlflow_run, outbox, patience, runs
 from tracker.tracking.machine import record_machine
 from tracker.tracking.scaleout import (
     PARENT_RUN_ATTR,
@@ -92,11 +92,11 @@ def _open_parent(study: optuna.Study, storage: optuna.storages.RDBStorage, spec:
                 if own and own != joined.run_id:
                     mark_worker_run(joined, own, worker_tags)
                 return joined, False
-        placed = launcher.place(patience.client(uri), spec.experiment_name)
+        placed = mlflow_run.place(patience.client(uri), spec.experiment_name)
         parent = runs.open_study_run(tracking_uri=uri, experiment=spec.experiment_name,
                                      study_name=name, storage=storage_url,
                                      run_name=name, params=params, run_id=placed.run_id)
-        launcher.settle(parent.client, placed, parent.run_id, study=name)
+        mlflow_run.settle(parent.client, placed, parent.run_id, study=name)
         if known and known != parent.run_id:
             runs.mark_unfinished(parent.client, [str(known)], "KILLED")
         study.set_user_attr(PARENT_RUN_ATTR, parent.run_id)

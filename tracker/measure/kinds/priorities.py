@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from tracker.errors import MeasurementError
 from tracker.measure.kinds.load_kind import LATENCY, Ints, LoadKind, Payload
+from tracker.measure.percentiles import summarize_latencies
 from tracker.measure.priorities import level_of
-from tracker.measure.stats import summarize_latencies
 from tracker.metrics import priority_metric
 
 if TYPE_CHECKING:

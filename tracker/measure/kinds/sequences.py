@@ -40,6 +40,7 @@ from tracker.errors import MeasurementError
 from tracker.measure.kinds.concurrency import Concurrency
 from tracker.measure.kinds.load_kind import Ints, Level, LoadKind, Slots
 from tracker.measure.kinds.rate import LATE_NS, RequestRate
+from tracker.measure.percentiles import summarize_latencies
 from tracker.measure.sequence_steps import (
     CorrelationIds,
     SequencePlan,
@@ -47,7 +48,6 @@ from tracker.measure.sequence_steps import (
     sequence_samples,
     with_sequence,
 )
-from tracker.measure.stats import summarize_latencies
 
 if TYPE_CHECKING:
     from tracker.measure.inputs import Sample

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from tracker.measure.kinds.load_kind import Ints, LoadKind
-from tracker.measure.stats import summarize_latencies
+from tracker.measure.percentiles import summarize_latencies
 from tracker.measure.stream import StreamRecord, TokenCount, stream_rule
 
 if TYPE_CHECKING:

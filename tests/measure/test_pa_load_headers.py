@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tracker.measure.loadgen import Level
-from tracker.measure.perf_analyzer import PerfAnalyzer
+from tracker.measure.pa_load import PerfAnalyzer
 from tracker.redact import redact_text
 from tracker.spec import LoadSection
 from tracker.triton.endpoints import Endpoints

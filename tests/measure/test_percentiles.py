@@ -7,7 +7,7 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from tracker.errors import MeasurementError
-from tracker.measure.stats import percentile_index, percentiles, summarize_latencies
+from tracker.measure.percentiles import percentile_index, percentiles, summarize_latencies
 from tracker.triton.statistics import ServerStats, stats_from_json, stats_from_proto
 
 

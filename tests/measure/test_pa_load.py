@@ -14,7 +14,7 @@ import pytest
 
 from tests.support.levels import pick
 from tracker.errors import MeasurementError
-from tracker.measure.perf_analyzer import PerfAnalyzer
+from tracker.measure.pa_load import PerfAnalyzer
 from tracker.measure.sweep import EntryLoad, sweep
 from tracker.spec import LoadSection
 from tracker.triton import model_config
