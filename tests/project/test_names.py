@@ -23,6 +23,7 @@ PARALLEL: dict[str, str] = {
     "sequence.py": "sequences: the spec's section and Triton's sequence batcher (triton/)",
     "streaming.py": "streaming: the spec's section and its load kind",
     "trace.py": "a traffic trace: the spec's section and its load kind",
+    "transport.py": "gRPC or HTTP: the load's requests (measure/), a deployment's (deploy/)",
 }
 #: names that say where a package sits, not what it holds
 LAYER_WORDS = ("session", "workflow", "common", "core", "util", "utils", "helpers", "misc",
