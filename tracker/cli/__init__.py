@@ -1,4 +1,6 @@
-"""`tracker ...`: the command line. Turns every TrackerError and OSError into a one-line message
+"""The command line: `tracker ...`.
+
+Turns every TrackerError and OSError into a one-line message
 and exit status 1 (tracker/cli/group.py).
 
 Each command parses its options, fills defaults from the spec where one is given (promote

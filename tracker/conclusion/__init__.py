@@ -1,2 +1,3 @@
-"""The end of a study invocation: :mod:`~tracker.conclusion.finish` writes the report, the
-best trial and the summary on the parent run (the search's and the confirmation's end)."""
+"""The end of a study: the report, the best trial and the parent run's summary.
+
+:mod:`~tracker.conclusion.finish` writes them at the search's and the confirmation's end."""

@@ -1,5 +1,7 @@
-"""The confirmation: after the search, the best few configurations and the default measured
-again, on the study's server, until the verdict (:mod:`tracker.verdict`) decides.
+"""The confirmation: the best and the default measured again until the verdict.
+
+After the search, the best few configurations and the default are measured again, on the
+study's server, until the verdict (:mod:`tracker.verdict`) decides.
 
 - :mod:`~tracker.confirm.paired`: the paired design (best and default side by side)
 - :mod:`~tracker.confirm.rounds`: the rounds design, and which design a study gets

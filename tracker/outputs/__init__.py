@@ -1,5 +1,6 @@
-"""The output check: does a configuration compute what the default configuration computes
-(docs/output-check.md).
+"""The output check: does a configuration compute what the default computes.
+
+See docs/output-check.md.
 
 - :mod:`~tracker.outputs.probes`: probe sets, tolerances and the comparison (streamed answers
   come from :mod:`tracker.triton.stream_probe`)

@@ -1,2 +1,3 @@
-"""``tracker profile`` (:mod:`~tracker.profile.command`): one configuration measured over the
-spec's load sweep, as one MLflow run."""
+"""``tracker profile``: one configuration measured over the load sweep, as one run.
+
+:mod:`~tracker.profile.command` logs it as one MLflow run."""

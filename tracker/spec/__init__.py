@@ -1,5 +1,7 @@
-"""The study spec: one YAML file says which model to tune, on which server, how to measure it,
-what to optimise under which constraints, and where results go. See docs/spec.md.
+"""The study spec: which model, which server, how to measure, what to optimise.
+
+One YAML file says which model to tune, on which server, how to measure it, what to optimise
+under which constraints, and where results go. See docs/spec.md.
 
 ``load_spec(path)`` reads and validates it; every problem becomes one line of a
 :class:`~tracker.errors.SpecError` naming the field path and the bad value (an unknown key gets
