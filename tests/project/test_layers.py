@@ -63,7 +63,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 
 
 #: the spec package's helpers never import its root (tracker/spec/__init__.py imports them)
-SPEC_HELPERS = ("tracker.spec.sections", "tracker.spec.checks", "tracker.spec.messages",
+SPEC_HELPERS = ("tracker.spec.sections", "tracker.spec.space_rules", "tracker.spec.messages",
                 "tracker.spec.fields", "tracker.spec.model_section", "tracker.spec.search_section")
 
 
@@ -167,7 +167,7 @@ def test_checker_sees_a_violation(tmp_path: Path) -> None:
     assert violations(fake, "tracker.brand_new") == ["tracker.brand_new has no layer"]
     helper = tmp_path / "h.py"
     helper.write_text("from tracker.spec import StudySpec\n")
-    assert violations(helper, "tracker.spec.checks") == ["from tracker.spec import ..."]
+    assert violations(helper, "tracker.spec.space_rules") == ["from tracker.spec import ..."]
     # packages of one tier never import each other: the deploy and the confirmation
     peer = tmp_path / "p.py"
     peer.write_text("def f():\n    from tracker.confirm import rounds\n")

@@ -31,7 +31,6 @@ from tracker import metrics as catalog
 from tracker.errors import ModelError, SpecError
 from tracker.spec.capacity import CapacitySection
 from tracker.spec.check_section import CheckSection
-from tracker.spec.checks import LOAD_KNOBS
 from tracker.spec.fields import closest
 from tracker.spec.locate import locate_spec
 from tracker.spec.messages import Problems, messages, problem, show
@@ -46,6 +45,7 @@ from tracker.spec.sections import (
 )
 from tracker.spec.server_options import study_problems
 from tracker.spec.shapes import Bound, ConcurrencyRange, Range, Scalar
+from tracker.spec.space_rules import LOAD_KNOBS
 from tracker.spec.yaml_loader import load_yaml
 
 __all__ = [

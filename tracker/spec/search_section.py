@@ -20,17 +20,17 @@ from pydantic import (
 
 from tracker.samplers import NAMES as SAMPLER_NAMES
 from tracker.samplers import SAMPLERS
-from tracker.spec.checks import (
-    check_knob,
-    check_space_value_shape,
-    knob_path,
-    knob_value_problems,
-)
 from tracker.spec.fields import config_field
 from tracker.spec.messages import Problems, join_path, problem, show
 from tracker.spec.model_section import SpecModel
 from tracker.spec.server_options import server_field, server_knob
 from tracker.spec.shapes import PosFloat, PosInt, Range, Scalar, as_list, list_or_range
+from tracker.spec.space_rules import (
+    check_knob,
+    check_space_value_shape,
+    knob_path,
+    knob_value_problems,
+)
 
 if TYPE_CHECKING:
     SamplerName: TypeAlias = str

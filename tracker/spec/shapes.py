@@ -9,9 +9,9 @@ from typing import Annotated, TypeAlias
 
 from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
-from tracker.spec.checks import check_range, parse_number
 from tracker.spec.messages import problem
 from tracker.spec.model_section import SpecModel
+from tracker.spec.space_rules import check_range, parse_number
 
 PosInt = Annotated[int, Field(ge=1)]
 PosFloat = Annotated[float, Field(gt=0)]

@@ -1,6 +1,7 @@
 """The verdict: whether a configuration beats the default, and the words that say so.
 
-The statistics that decide it, and the words, tags and metrics that say so. Pure numbers and records, measuring nothing.
+The statistics that decide it, and the words, tags and metrics that say so. Pure numbers
+and records, measuring nothing.
 
 - :mod:`~tracker.verdict.anytime`: anytime-valid 95% intervals
 - :mod:`~tracker.verdict.stats`: per-configuration intervals, paired improvements, the verdict
