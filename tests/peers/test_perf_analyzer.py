@@ -163,6 +163,7 @@ REFUSED = [
     (["-m", "add", "--binary-search", "--concurrency-range", "1:8"],
      "--binary-search needs -l/--latency-threshold"),
     (["-m", "add", "--binary-search", "-l", "5"], "--binary-search needs --concurrency-range"),
+    (["-m", "add", "-l", "abc"], "-l/--latency-threshold 'abc': a number of milliseconds"),
     (["-m", "add", "--request-intervals", "/no/such.txt", "--request-rate-range", "10"],
      "--request-intervals and --request-rate-range exclude each other"),
     (["-m", "add", "--request-intervals", "/no/such.txt"], "--request-intervals: cannot read"),

@@ -216,6 +216,13 @@ def _check_schedule(o: PaOptions) -> None:
     """--request-intervals stands alone; --binary-search needs -l and a range to bisect."""
     ranges = [f for f, k in (("--concurrency-range", "concurrency_range"),
                              ("--request-rate-range", "rate_range")) if k in o.values]
+    threshold = o.get("latency_threshold")
+    try:
+        if threshold and float(threshold) <= 0:
+            raise ValueError(threshold)
+    except ValueError:
+        raise PeerOptionError(f"-l/--latency-threshold {threshold!r}: a number of "
+                              "milliseconds above 0") from None
     if "request_intervals" in o.values and ranges:
         raise PeerOptionError(f"--request-intervals and {ranges[0]} exclude each other: the "
                               "file is the schedule")
