@@ -107,7 +107,7 @@ def test_the_kind_applies_to_a_load_with_priorities_and_refuses_a_stateful_model
     load = LoadSection(priorities=SHARES, protocol="http")
     (kind,) = [k for k in kinds_for(cfg, load) if isinstance(k, Priorities)]
     assert kind == Priorities(priority_levels=(1, 2), protocol="http")
-    assert not kind.perf_analyzer
+    assert "priority" in kind.perf_analyzer_lacks
     cfg.sequence_batching.SetInParent()
     with pytest.raises(MeasurementError, match="stateful"):
         kinds_for(cfg, load)

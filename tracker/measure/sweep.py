@@ -177,11 +177,11 @@ def _perf_analyzer(endpoints: Endpoints, entries: Mapping[str, EntryLoad],
         raise MeasurementError("perf_analyzer drives one model alone, but the sweep measures "
                                f"{[*entries, *entry.models]} together (a pipeline's split or "
                                "several entry models need the builtin load client)")
-    refused = [k.name for k in entry.kinds() if not k.perf_analyzer]
+    refused = [k for k in entry.kinds() if k.perf_analyzer_lacks]
     if refused:
-        raise MeasurementError(f"load kind {refused[0]!r} is measured by the built-in load "
-                               "generator only: perf_analyzer's CSV has no time to first "
-                               "token or inter-token latency (a streaming, decoupled model)")
+        raise MeasurementError(f"load kind {refused[0].name!r} is measured by the built-in load "
+                               f"generator only: perf_analyzer lacks "
+                               f"{refused[0].perf_analyzer_lacks}")
     binary = shutil.which("perf_analyzer")
     if binary is None:
         raise MeasurementError("load client 'perf_analyzer' needs the perf_analyzer binary "

@@ -120,7 +120,8 @@ class LoadKind:
     metrics: ClassVar[tuple[str, ...]] = ()     # catalog metrics it adds
     shown: ClassVar[tuple[str, ...]] = ()       # of those, the view's first columns
     plotted: ClassVar[tuple[str, ...]] = ()     # of those, drawn against the level
-    perf_analyzer: ClassVar[bool] = True        # perf_analyzer's CSV can carry it
+    #: why perf_analyzer cannot measure this kind (its CSV or its schedule lacks it); "" if it can
+    perf_analyzer_lacks: ClassVar[str] = ""
 
     @classmethod
     def of(cls, config: ModelConfig, load: LoadSection) -> LoadKind | None:

@@ -35,7 +35,7 @@ class Priorities(LoadKind):
 
     name: ClassVar[str] = "priorities"
     fields: ClassVar[tuple[str, ...]] = ("priority",)
-    perf_analyzer: ClassVar[bool] = False   # perf_analyzer sends every request at one level
+    perf_analyzer_lacks: ClassVar[str] = "a mix of priority levels (it sends every request at one)"
     priority_levels: tuple[int, ...] = ()
     protocol: str = "grpc"
 

@@ -35,7 +35,8 @@ class Streaming(LoadKind):
         "perf_time_to_first_token_p50", "perf_inter_token_latency_p50")
     plotted: ClassVar[tuple[str, ...]] = ("perf_time_to_first_token_p99",
                                           "perf_inter_token_latency_p50")
-    perf_analyzer: ClassVar[bool] = False   # its CSV has no time to first token
+    perf_analyzer_lacks: ClassVar[str] = ("time to first token and inter-token latency "
+                                          "in its CSV")
     count: TokenCount = field(default_factory=TokenCount)
 
     @classmethod

@@ -47,7 +47,7 @@ _ONE = Trace((1,), (-1,), (0,))  # a placeholder: one request (of() reads the re
 class TraceReplay(LoadKind):
     name: ClassVar[str] = "trace"
     level_key: ClassVar[str | None] = "request_rate"
-    perf_analyzer: ClassVar[bool] = False   # the built-in generator replays it
+    perf_analyzer_lacks: ClassVar[str] = "a trace's batch sizes and input rows per request"
     trace: Trace = _ONE
     processes: int = 1
     process: int = 0
