@@ -20,7 +20,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,14 +141,23 @@ def stop_reason(study: optuna.Study, spec: StudySpec, started: float,
     return ""
 
 
-def _best_text(study: optuna.Study, spec: StudySpec) -> str:
+def best_text(study: optuna.Study, objectives: Mapping[str, str]) -> str:
+    """The progress line's best: the front's point best on the first objective, as
+    ``tracker promote`` picks without a confirmation, and how many more are on the front."""
     best = optuna_study.best_trials(study)
     if not best:
         return "none feasible yet"
-    metric = next(iter(spec.objectives))
-    value = TrialRecord.of(best[0]).metrics.get(metric)
+    metric, direction = next(iter(objectives.items()))
+    sign = 1.0 if direction == "maximize" else -1.0
+
+    def first(trial: optuna.trial.FrozenTrial) -> float:
+        value = TrialRecord.of(trial).metrics.get(metric)
+        return sign * value if isinstance(value, float) else float("-inf")
+
+    top = max(best, key=first)
+    value = TrialRecord.of(top).metrics.get(metric)
     shown = fmt(metric, value) if isinstance(value, float) else "?"
-    return f"trial {best[0].number} ({metric} {shown})" + (
+    return f"trial {top.number} ({metric} {shown})" + (
         f" +{len(best) - 1} on the front" if len(best) > 1 else "")
 
 
@@ -383,7 +392,7 @@ def _loop(ctx: StudyContext, storage: optuna.storages.RDBStorage, worker_id: str
             raise
         ctx.progress.trial(outcome.number, outcome.params, state=outcome.state,
                            metrics=outcome.metrics, feasible=outcome.feasible,
-                           best=_best_text(study, spec), note=outcome.note,
+                           best=best_text(study, spec.objectives), note=outcome.note,
                            complete=budget(study).complete)
         remembered.follow(study, storage, warm, spec)  # the earlier study's next, if it holds
 
