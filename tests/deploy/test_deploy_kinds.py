@@ -48,6 +48,7 @@ from tracker.outputs import probes
 from tracker.tracking import flavor, registry, runs
 from tracker.triton import model_config
 from tracker.triton.http_client import HttpTritonClient
+from tracker.triton.infer import Request
 from tracker.triton.server.local import LocalTritonServer
 from tracker.triton.stream_probe import stream_tensors
 
@@ -210,10 +211,9 @@ def _tune_and_promote(spec: Path) -> str:
 
 
 def _tokens(server: LocalTritonServer, name: str) -> list[int]:
-    got = stream_tensors(server.endpoints, name, {"PROMPT": ("INT32", PROMPT),
-                                                  "MAX_TOKENS": ("INT32", np.array([3],
-                                                                                   np.int32))},
-                         outputs=["TOKEN"])
+    got = stream_tensors(server.endpoints, Request(
+        name, {"PROMPT": ("INT32", PROMPT), "MAX_TOKENS": ("INT32", np.array([3], np.int32))},
+        ["TOKEN"]))
     return [int(r["TOKEN"].ravel()[0]) for r in got]
 
 
@@ -293,7 +293,7 @@ def test_a_decoupled_entry_among_two_is_deployed_and_streams(
     assert reference.stream and reference.outputs == ["TOKEN"]  # the first entry's probes
     assert _tokens(server, "jstreamer") == [10, 11, 12]
     x = np.array([1, 2, 3, 4], dtype=np.float32)
-    answer = server.client().infer_tensors("jecho", {"X": ("FP32", x)}, outputs=["Y"])
+    answer = server.client().infer_tensors(Request("jecho", {"X": ("FP32", x)}, ["Y"]))
     np.testing.assert_array_equal(answer["Y"], x)
     assert _ready(server, "jstreamer") == ["1"] and _ready(server, "jecho") == ["1"]
 
@@ -358,9 +358,9 @@ def test_a_decoupled_stateful_and_an_iterative_model_take_the_check_request(
                 first_request.send(client, "iterative", 1, iterative)
             inputs = first_request.check_inputs(dcounter)
             with pytest.raises(ServerError, match="Need START flag"):  # a one-step sequence
-                stream_tensors(server.endpoints, "dcounter", inputs, outputs=["OUTPUT0"],
-                               sequence_id=first_request.fresh_id(dcounter),
-                               sequence_start=True, sequence_end=True)
+                stream_tensors(server.endpoints, Request(
+                    "dcounter", inputs, ["OUTPUT0"], sequence_id=first_request.fresh_id(dcounter),
+                    sequence_start=True, sequence_end=True))
             http = (server.endpoints.http or "").split("://", 1)[-1]
             with HttpTritonClient(http) as over_http, pytest.raises(
                     ServerError, match="stream over gRPC only"):  # the refusal, in words
@@ -376,9 +376,8 @@ def _served_answers(server: LocalTritonServer, name: str, cfg: Any) -> list[int]
     """What the serving Triton answers a new sequence of 5, 7, 9 (the iterative model: one
     request counting down from 3)."""
     if name == "iterative":
-        got = stream_tensors(server.endpoints, name, {"INPUT0": ("INT32", np.array([3],
-                                                                                np.int32))},
-                             outputs=["OUTPUT0"])
+        got = stream_tensors(server.endpoints, Request(
+            name, {"INPUT0": ("INT32", np.array([3], np.int32))}, ["OUTPUT0"]))
         return [int(r["OUTPUT0"].ravel()[0]) for r in got]
     corrid, shape = first_request.fresh_id(cfg), [1, 1] if cfg.max_batch_size else [1]
     steps = [{"INPUT0": ("INT32", np.array([v], np.int32).reshape(shape))} for v in (5, 7, 9)]
@@ -388,8 +387,9 @@ def _served_answers(server: LocalTritonServer, name: str, cfg: Any) -> list[int]
         return [int(a["OUTPUT0"].ravel()[0]) for a in answers]
     out = []
     for j, step in enumerate(steps):
-        got = stream_tensors(server.endpoints, name, step, outputs=["OUTPUT0"],
-                             sequence_id=corrid, sequence_start=j == 0, sequence_end=j == 2)
+        got = stream_tensors(server.endpoints, Request(
+            name, step, ["OUTPUT0"], sequence_id=corrid, sequence_start=j == 0,
+            sequence_end=j == 2))
         out += [int(r["OUTPUT0"].ravel()[0]) for r in got]
     return out
 

@@ -14,6 +14,7 @@ import pytest
 from tracker.errors import MeasurementError
 from tracker.outputs import probes
 from tracker.outputs.probes import ProbeSet, Tolerance
+from tracker.triton.infer import Request
 
 TOL = Tolerance(rtol=1e-4, atol=1e-5)
 
@@ -92,7 +93,7 @@ def test_sequence_and_stream_probe_sets_keep_their_kind_and_their_steps() -> Non
     """A stateful model's probe is its steps stacked (requests: the steps); a decoupled
     model's answer is its responses stacked, or flattened end to end when their shapes
     differ; both kinds survive storage."""
-    from tracker.triton.stream_probe import joined
+    from tracker.triton.infer import joined
 
     steps = np.arange(3, dtype=np.int32).reshape(3, 1, 1)
     seq = ProbeSet([{"IN": ("INT32", steps)}], ["SUM"], [{"SUM": steps.astype(np.int64)}],
@@ -126,8 +127,9 @@ def test_an_interrupt_while_the_requests_are_handed_out_does_not_hang(
 
     def run() -> None:
         try:
-            probes.ask(None, "m", [{"IN": ("FP32", np.zeros((1, 2), np.float32))}] * 2,  # type: ignore[arg-type]
-                       ["OUT"], together=True, send=lambda *a: {})
+            probes.ask(None, Request("m", {}, ["OUT"]),  # type: ignore[arg-type]
+                       [{"IN": ("FP32", np.zeros((1, 2), np.float32))}] * 2, together=True,
+                       send=lambda *a: {})
         except BaseException as exc:
             raised.append(exc)
 
@@ -148,5 +150,6 @@ def test_requests_that_cannot_all_start_fail_with_the_cause(
 
     monkeypatch.setattr(probes, "ThreadPoolExecutor", OneThread)
     with pytest.raises(MeasurementError, match=r"did not all start within 0\.2 s"):
-        probes.ask(None, "m", [{"IN": ("FP32", np.zeros((1, 2), np.float32))}] * 2,  # type: ignore[arg-type]
-                   ["OUT"], together=True, send=lambda *a: {})
+        probes.ask(None, Request("m", {}, ["OUT"]),  # type: ignore[arg-type]
+                   [{"IN": ("FP32", np.zeros((1, 2), np.float32))}] * 2, together=True,
+                   send=lambda *a: {})

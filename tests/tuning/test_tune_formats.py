@@ -18,6 +18,7 @@ from tracker.cli import cli
 from tracker.triton import model_config
 from tracker.triton.client import TritonClient
 from tracker.triton.endpoints import Endpoints
+from tracker.triton.infer import Request
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton
@@ -88,5 +89,5 @@ def test_python_backend_model_is_checked_tuned_promoted_and_answers(
     endpoints = Endpoints.from_urls(server.endpoints.grpc)
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     with TritonClient(endpoints) as triton:
-        out = triton.infer_tensors("pyscale", {"INPUT0": ("FP32", x)}, outputs=("OUTPUT0",))
+        out = triton.infer_tensors(Request("pyscale", {"INPUT0": ("FP32", x)}, ("OUTPUT0",)))
     np.testing.assert_allclose(out["OUTPUT0"], x * scale)

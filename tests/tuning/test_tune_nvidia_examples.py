@@ -26,6 +26,7 @@ from tracker.measure.sequence_steps import run_sequence
 from tracker.triton import model_config
 from tracker.triton.client import TritonClient
 from tracker.triton.endpoints import Endpoints
+from tracker.triton.infer import Request
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton
@@ -103,9 +104,9 @@ def test_auto_complete_example_without_config_is_tuned_promoted_and_answers(
     a = np.arange(8, dtype=np.float32).reshape(2, 4)
     b = np.full((2, 4), 0.5, dtype=np.float32)
     with TritonClient(Endpoints.from_urls(server.endpoints.grpc)) as triton:
-        out = triton.infer_tensors("batch_auto_complete",
-                                   {"INPUT0": ("FP32", a), "INPUT1": ("FP32", b)},
-                                   outputs=("OUTPUT0", "OUTPUT1"))
+        out = triton.infer_tensors(Request("batch_auto_complete",
+                                           {"INPUT0": ("FP32", a), "INPUT1": ("FP32", b)},
+                                           ("OUTPUT0", "OUTPUT1")))
     np.testing.assert_allclose(out["OUTPUT0"], a + b)
     np.testing.assert_allclose(out["OUTPUT1"], a - b)
 

@@ -20,6 +20,7 @@ from tracker.cli import cli
 from tracker.triton import model_config
 from tracker.triton.client import TritonClient
 from tracker.triton.endpoints import Endpoints
+from tracker.triton.infer import Request
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton
@@ -130,5 +131,5 @@ def test_ensemble_is_tuned_with_per_model_params_configs_and_split(
         assert model_config.load(served_repo / m / "config.pbtxt").name == m
     image = np.arange(16, dtype=np.uint8).reshape(1, 16)
     with TritonClient(Endpoints.from_urls(server.endpoints.grpc)) as triton:
-        out = triton.infer_tensors("pipe", {"IMAGE": ("UINT8", image)}, outputs=("LABEL",))
+        out = triton.infer_tensors(Request("pipe", {"IMAGE": ("UINT8", image)}, ("LABEL",)))
     assert out["LABEL"].dtype == object and out["LABEL"].reshape(-1)[0]  # a label, as bytes

@@ -21,6 +21,7 @@ A failure raises :class:`~tracker.deploy.steps.StepFailed` naming what was sent.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -28,12 +29,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tracker.triton.client import example_inputs
+from tracker.triton.infer import Request, answer, sequence_answers
 from tracker.triton.sequence import controls, is_decoupled, sends_sequences
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-    from tracker.deploy.transport import ControlClient
+    from tracker.triton.infer import InferClient
 
 Array = np.ndarray[Any, Any]
 Tensors = dict[str, tuple[str, Array]]
@@ -73,24 +75,13 @@ def what_is_sent(cfg: ModelConfig) -> str:
     return "checking one streamed inference" if is_decoupled(cfg) else "checking one inference"
 
 
-def send(client: ControlClient, name: str, version: int, cfg: ModelConfig) -> None:
+def send(client: InferClient, name: str, version: int, cfg: ModelConfig) -> None:
     """The check's request(s) to ``version`` of ``name`` (the module docstring); ServerError
     with Triton's message when one fails."""
-    outputs = [o.name for o in cfg.output]
+    request = Request(name, check_inputs(cfg), [o.name for o in cfg.output], version)
     if not sends_sequences(cfg):
-        tensors = check_inputs(cfg)
-        if is_decoupled(cfg):
-            client.stream_tensors(name, tensors, version=version, outputs=outputs)
-        else:
-            client.infer_tensors(name, tensors, version=version, outputs=outputs)
+        answer(client, request, is_decoupled(cfg))
         return
-    corrid = fresh_id(cfg)
-    for j in range(STEPS):
-        start, end = j == 0, j == STEPS - 1
-        tensors = check_inputs(cfg, seed=j)
-        if is_decoupled(cfg):  # each step streamed (gRPC only: an HTTP client says so)
-            client.stream_tensors(name, tensors, version=version, outputs=outputs,
-                                  sequence_id=corrid, sequence_start=start, sequence_end=end)
-        else:
-            client.infer_tensors(name, tensors, version=version, outputs=outputs,
-                                 sequence_id=corrid, sequence_start=start, sequence_end=end)
+    # each step of a decoupled model streamed (gRPC only: an HTTP client says so)
+    sequence_answers(client, dataclasses.replace(request, sequence_id=fresh_id(cfg)),
+                     [check_inputs(cfg, seed=j) for j in range(STEPS)], is_decoupled(cfg))

@@ -20,6 +20,7 @@ a first axis.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -29,13 +30,13 @@ from tritonclient.grpc import model_config_pb2
 from tracker.errors import DeployError
 from tracker.triton import sequence
 from tracker.triton.client import DTYPES
-from tracker.triton.stream_probe import joined
+from tracker.triton.infer import Request, answer, sequence_answers
 
 if TYPE_CHECKING:
     import pandas as pd
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-    from tracker.deploy.transport import ControlClient
+    from tracker.triton.infer import ControlClient
 
 Array = np.ndarray[Any, Any]
 
@@ -113,24 +114,14 @@ def infer_version(client: ControlClient, name: str, config: ModelConfig,
     types = {i.name: DTYPES[model_config_pb2.DataType.Name(i.data_type)][0]
              for i in config.input}
     tensors = {inp_name: (types[inp_name], array) for inp_name, array in arrays.items()}
-    outputs = [o.name for o in config.output]
+    request = Request(name, tensors, [o.name for o in config.output], version)
     decoupled = sequence.is_decoupled(config)
     if not sequence.sends_sequences(config):
-        if decoupled:
-            return joined(client.stream_tensors(name, tensors, version=version,
-                                                outputs=outputs), outputs)
-        return client.infer_tensors(name, tensors, version=version, outputs=outputs)
-    steps, corrid = _steps(config, tensors), sequence.one_step_id(config)
-    answers = []
-    for j, step in enumerate(steps):
-        start, end = j == 0, j == len(steps) - 1
-        answers.append(joined(client.stream_tensors(
-            name, step, version=version, outputs=outputs, sequence_id=corrid,
-            sequence_start=start, sequence_end=end), outputs) if decoupled else
-            client.infer_tensors(name, step, version=version, outputs=outputs,
-                                 sequence_id=corrid, sequence_start=start, sequence_end=end))
+        return answer(client, request, decoupled)
+    answers = sequence_answers(client, dataclasses.replace(
+        request, sequence_id=sequence.one_step_id(config)), _steps(config, tensors), decoupled)
     together = np.concatenate if decoupled or config.max_batch_size > 0 else np.stack
-    return {out: together([a[out] for a in answers]) for out in outputs}
+    return {out: together([a[out] for a in answers]) for out in request.outputs}
 
 
 Tensors = dict[str, tuple[str, Array]]

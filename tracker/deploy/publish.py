@@ -30,7 +30,7 @@ from tracker.tracking.flavor import is_model_name, validate_model_name
 from tracker.triton.formats.base import backend_of
 
 if TYPE_CHECKING:
-    from tracker.deploy.transport import ControlClient
+    from tracker.triton.infer import ControlClient
 
 
 SERVING_MODES: tuple[str, ...] = CHOICES

@@ -28,9 +28,10 @@ from tracker.deploy.pointers import Pointers
 from tracker.deploy.publish import META_FILE, DeploymentState, Publisher, PublishResult
 from tracker.deploy.settings import TargetSettings
 from tracker.deploy.steps import StepFailed
-from tracker.deploy.transport import ControlClient, make_client
+from tracker.deploy.transport import make_client
 from tracker.errors import DeployError, ServerError
 from tracker.tracking import flavor, foreign, registry
+from tracker.triton.infer import ControlClient
 
 FLAVOR = flavor.FLAVOR_NAME
 _REGISTRY_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:/(?P<version>\d+)|@(?P<alias>[^/]+))/?$")

@@ -30,7 +30,7 @@ from tracker import lifecycle
 from tracker.deploy import steps
 from tracker.deploy.plan import Model, load_with_fallback, stage_into, write_config
 from tracker.errors import ServerError
-from tracker.triton.formats.ensemble import PLATFORM
+from tracker.triton.formats.ensemble import PLATFORM, renamed
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
@@ -57,15 +57,6 @@ def called_by_name(plan: list[Model]) -> set[str]:
                if m.production.platform == PLATFORM
                for step in m.production.ensemble_scheduling.step}
     return {m.name for m in plan if not m.entry and m.name not in stepped}
-
-
-def _shadow_config(served: ModelConfig, shadow: str, version: int,
-                   shadows: dict[str, str]) -> ModelConfig:
-    cfg = steps.with_policy(served, shadow, [version])
-    for step in cfg.ensemble_scheduling.step:
-        step.model_name = shadows.get(step.model_name, step.model_name)
-        step.model_version = -1
-    return cfg
 
 
 def _numeric_inputs(cfg: ModelConfig) -> bool:
@@ -118,7 +109,8 @@ def _load_shadow(pub: Publisher, model: Model, version: int, journal: Journal,
         scratch = Undo(name=shadow, existed=False, old_text=None, serving_before=[])
         model.served = stage_into(shadow_dir, model, version, scratch,
                                   lambda: journal.save(pub.repository))
-        write_config(shadow_dir, _shadow_config(model.served, shadow, version, shadows))
+        write_config(shadow_dir, renamed(steps.with_policy(model.served, shadow, [version]),
+                                         shadow, shadows, any_version=True))
 
     restage()
     load_with_fallback(pub, model, shadow, version, restage,

@@ -26,8 +26,8 @@ from tracker.triton.formats.base import backend_of
 from tracker.triton.server.logs import error_messages, log_since, log_size
 
 if TYPE_CHECKING:
-    from tracker.deploy.transport import ControlClient
     from tracker.tracking.flavor import TritonModelDir
+    from tracker.triton.infer import ControlClient
 
 STAGING = ".staging-"
 MISSING_BACKEND = "unable to find backend library"

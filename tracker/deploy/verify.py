@@ -28,7 +28,7 @@ from tracker.outputs.probes import ProbeSet, Tolerance
 from tracker.tracking import registry, runs
 
 if TYPE_CHECKING:
-    from tracker.deploy.transport import ControlClient
+    from tracker.triton.infer import ControlClient
 
 ARTIFACT = probes.ARTIFACT  # where the study stores it (outputs/stored.py)
 STEP = "comparing its answers with the study's reference"

@@ -2,8 +2,8 @@
 
 See docs/output-check.md.
 
-- :mod:`~tracker.outputs.probes`: probe sets, tolerances and the comparison (streamed answers
-  come from :mod:`tracker.triton.stream_probe`)
+- :mod:`~tracker.outputs.probes`: probe sets, tolerances and the comparison (requests are sent
+  through :mod:`tracker.triton.infer`)
 - :mod:`~tracker.outputs.trials`: the check of a study's trials
 - :mod:`~tracker.outputs.stored`: the default's answers, stored once with the study
 - :mod:`~tracker.outputs.default`: ``tracker check --outputs``, the default asked twice

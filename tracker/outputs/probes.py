@@ -26,18 +26,20 @@ lifetime (Triton's ``sequence_py``) never sees a start for an ID it holds.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from tracker.errors import MeasurementError, TrackerError
+from tracker.triton.infer import InferClient, Request, answer, joined, sequence_answers
 
 Array = np.ndarray[Any, Any]
 Tensors = dict[str, tuple[str, Array]]   # input name -> (Triton datatype, array)
@@ -47,23 +49,8 @@ HEAD = 4                                 # values shown of an expected/got array
 COPIES = 8                               # each probe sent this many times when together
 
 
-class Infers(Protocol):
-    """What :func:`ask` needs of a client (TritonClient, HttpTritonClient, the deploy one)."""
-
-    def infer_tensors(self, name: str, tensors: Mapping[str, tuple[str, Array]], *,
-                      version: int | None = None, outputs: Sequence[str] = (),
-                      sequence_id: int | str = 0, sequence_start: bool | None = None,
-                      sequence_end: bool | None = None) -> dict[str, Array]: ...
-
-    def stream_tensors(self, name: str, tensors: Mapping[str, tuple[str, Array]], *,
-                       version: int | None = None,
-                       outputs: Sequence[str] = (), sequence_id: int | str = 0,
-                       sequence_start: bool = False,
-                       sequence_end: bool = False) -> list[dict[str, Array]]: ...
-
-
 BARRIER_S = 60.0  # the longest the requests sent together wait for each other to start
-Send = Callable[[Infers, str, Tensors, Sequence[str], "int | None", int], dict[str, Array]]
+Send = Callable[[InferClient, Request, int], dict[str, Array]]  # a probe at a position
 #: the correlation ID of the sequence probe at position ``k`` of an ask is ``ID_BASE + k``:
 #: the same in the default's answers and in every trial's, so that a model whose outputs
 #: depend on the ID (Triton's simple_dyna_sequence adds it on the last step) is compared with
@@ -72,52 +59,36 @@ Send = Callable[[Infers, str, Tensors, Sequence[str], "int | None", int], dict[s
 ID_BASE = 1_000_001
 
 
-def send_one(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str],
-             version: int | None, position: int = 0) -> dict[str, Array]:
+def send_one(client: InferClient, request: Request, position: int = 0) -> dict[str, Array]:
     """One probe as one request."""
-    return client.infer_tensors(model, tensors, version=version, outputs=outputs)
+    return client.infer_tensors(request)
 
 
-def send_stream(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str],
-                version: int | None, position: int = 0) -> dict[str, Array]:
+def send_stream(client: InferClient, request: Request, position: int = 0) -> dict[str, Array]:
     """One probe of a decoupled model: one request, its whole response stream as one answer
     (every response's outputs stacked on a first axis)."""
-    from tracker.triton.stream_probe import joined
-
-    return joined(client.stream_tensors(model, tensors, version=version, outputs=outputs),
-                  outputs)
+    return answer(client, request, stream=True)
 
 
 def _sequence_sender(ids: str, stream: bool) -> Send:
-    def send(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str],
-             version: int | None, position: int = 0) -> dict[str, Array]:
-        return send_sequence(client, model, tensors, outputs, version, corrid=ID_BASE + position,
+    def send(client: InferClient, request: Request, position: int = 0) -> dict[str, Array]:
+        return send_sequence(client, request, corrid=ID_BASE + position,
                              string_ids=ids == "string", stream=stream)
     return send
 
 
-def send_sequence(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str],
-                  version: int | None, *, corrid: int = ID_BASE, string_ids: bool = False,
-                  stream: bool = False) -> dict[str, Array]:
+def send_sequence(client: InferClient, request: Request, *, corrid: int = ID_BASE,
+                  string_ids: bool = False, stream: bool = False) -> dict[str, Array]:
     """One probe as one whole sequence: step ``j`` is every input's ``[j]``, sent under
     correlation ID ``corrid`` (``string_ids``: as a decimal string); the outputs of the steps
     stacked on a first axis. ``stream`` (a decoupled model): each step is streamed, and the
-    answer is every step's responses in order (:func:`~tracker.triton.stream_probe.joined`
-    of the steps' own)."""
-    from tracker.triton.stream_probe import joined
-
-    steps = len(next(iter(tensors.values()))[1])
-    sequence_id: int | str = str(corrid) if string_ids else corrid
-    answers = []
-    for j in range(steps):
-        step = {n: (dt, a[j]) for n, (dt, a) in tensors.items()}
-        begin, end = j == 0, j == steps - 1
-        answers.append(joined(client.stream_tensors(
-            model, step, version=version, outputs=outputs, sequence_id=sequence_id,
-            sequence_start=begin, sequence_end=end), outputs) if stream else
-            client.infer_tensors(model, step, version=version, outputs=outputs,
-                                 sequence_id=sequence_id, sequence_start=begin,
-                                 sequence_end=end))
+    answer is every step's responses in order (:func:`~tracker.triton.infer.joined` of the
+    steps' own)."""
+    tensors, outputs = request.tensors, request.outputs
+    steps = [{n: (dt, a[j]) for n, (dt, a) in tensors.items()}
+             for j in range(len(next(iter(tensors.values()))[1]))]
+    answers = sequence_answers(client, dataclasses.replace(
+        request, sequence_id=str(corrid) if string_ids else corrid), steps, stream)
     return joined(answers, outputs) if stream else {
         out: np.stack([a[out] for a in answers]) for out in outputs}
 
@@ -158,7 +129,7 @@ class ProbeSet:
         for a sequence set (so no correlation ID is used twice), else 0."""
         return len(self.inputs) if self.sequence else 0
 
-    def ask(self, client: Infers, model: str, *, version: int | None = None,
+    def ask(self, client: InferClient, model: str, *, version: int | None = None,
             together: bool = False, times: list[float] | None = None,
             every_position: bool = False, start: int | None = None) -> list[Answer]:
         """:func:`ask` with this set's probes, sent as they were made (whole sequences), from
@@ -166,7 +137,7 @@ class ProbeSet:
         ``every_position``: one at a time at each of :meth:`positions` (the reference)."""
         asked = self.positions() if every_position else self.inputs
         begin = start if start is not None else self.together_from() if together else 0
-        return ask(client, model, asked, self.outputs, version=version,
+        return ask(client, Request(model, {}, self.outputs, version), asked,
                    together=together, times=times, start=begin,
                    send=_sequence_sender(self.sequence, self.stream) if self.sequence
                    else send_stream if self.stream else send_one)
@@ -183,18 +154,18 @@ class Comparison:
     error: str = ""   # the configuration's first error answer where the default answered
 
 
-def _answer(client: Infers, model: str, tensors: Tensors, outputs: Sequence[str],
-            version: int | None, send: Send, position: int) -> Answer:
+def _answer(client: InferClient, request: Request, send: Send, position: int) -> Answer:
     try:
-        return send(client, model, tensors, outputs, version, position)
+        return send(client, request, position)
     except TrackerError as err:
         return f"error: {err}"
 
 
-def ask(client: Infers, model: str, probes: Sequence[Tensors], outputs: Sequence[str], *,
-        version: int | None = None, together: bool = False, send: Send = send_one,
-        times: list[float] | None = None, start: int = 0) -> list[Answer]:
-    """The answers of ``model`` to ``probes``: one after another (each one's seconds
+def ask(client: InferClient, asked: Request, probes: Sequence[Tensors], *,
+        together: bool = False, send: Send = send_one, times: list[float] | None = None,
+        start: int = 0) -> list[Answer]:
+    """The answers to ``probes``, each sent as ``asked`` (its model, outputs and version)
+    with the probe's inputs: one after another (each one's seconds
     appended to ``times``), or (``together``) each probe :data:`COPIES` times, every
     request in its own thread, all released at once, so that they reach the server's
     scheduler within microseconds of each other and the instances are busy while the rest
@@ -204,7 +175,8 @@ def ask(client: Infers, model: str, probes: Sequence[Tensors], outputs: Sequence
         answers = []
         for k, p in enumerate(probes):
             started = time.perf_counter()
-            answers.append(_answer(client, model, p, outputs, version, send, start + k))
+            answers.append(_answer(client, dataclasses.replace(asked, tensors=p), send,
+                                   start + k))
             if times is not None:
                 times.append(time.perf_counter() - started)
         return answers
@@ -217,7 +189,7 @@ def ask(client: Infers, model: str, probes: Sequence[Tensors], outputs: Sequence
         except threading.BrokenBarrierError as err:
             raise MeasurementError(f"the {len(requests)} probe requests sent together did "
                                    f"not all start within {BARRIER_S:g} s") from err
-        return _answer(client, model, requests[k], outputs, version, send, start + k)
+        return _answer(client, dataclasses.replace(asked, tensors=requests[k]), send, start + k)
 
     pool = ThreadPoolExecutor(max_workers=len(requests), thread_name_prefix="probe")
     try:
@@ -329,12 +301,12 @@ def dumps(probes: ProbeSet) -> bytes:
         meta["inputs"].append([[name, dt] for name, (dt, _) in tensors.items()])
         for j, (_, array) in enumerate(tensors.values()):
             arrays[f"in_{i}_{j}"] = _stored(array)
-    for i, answer in enumerate(probes.answers):
-        if isinstance(answer, str):
-            meta["errors"][str(i)] = answer
+    for i, got in enumerate(probes.answers):
+        if isinstance(got, str):
+            meta["errors"][str(i)] = got
             continue
         for j, out in enumerate(probes.outputs):
-            arrays[f"out_{i}_{j}"] = _stored(answer[out])
+            arrays[f"out_{i}_{j}"] = _stored(got[out])
     arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
     from tracker.spec import StudySpec
+    from tracker.triton.infer import InferClient
     from tracker.triton.model_config import ModelConfig
     from tracker.triton.server.base import TritonServer
 
@@ -243,7 +244,7 @@ class OutputCheck:
         if not self.verdict.passed:
             raise OutputsDiffer(self.message())
 
-    def _reference(self, client: probes.Infers, model: str, config: ModelConfig,
+    def _reference(self, client: InferClient, model: str, config: ModelConfig,
                    tol: Tolerance) -> ProbeSet | None:
         if not self.baseline:
             return find_reference(self.study, self.client)
@@ -280,7 +281,7 @@ class OutputCheck:
         return {tags.CHECK: f"not checked: {self.skipped}"} if self.skipped else {}
 
 
-def answers_of(spec: StudySpec, client: probes.Infers, model: str, config: ModelConfig,
+def answers_of(spec: StudySpec, client: InferClient, model: str, config: ModelConfig,
                times: list[float] | None = None) -> ProbeSet:
     """The probes made for ``config`` and the served ``model``'s answers, one at a time
     (each one's seconds appended to ``times``): the reference when it is the default."""
@@ -312,7 +313,7 @@ def warm_up(spec: StudySpec, model: str, asked: ProbeSet, times: list[float],
     return done, seconds
 
 
-def check_answers(client: probes.Infers, model: str, config: ModelConfig,
+def check_answers(client: InferClient, model: str, config: ModelConfig,
                   reference: ProbeSet, tol: Tolerance, *, alone: bool = True,
                   times: list[float] | None = None) -> Comparison:
     """The probes one at a time (unless not ``alone``: the default configuration, whose

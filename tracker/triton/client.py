@@ -15,13 +15,14 @@ import contextlib
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tracker.errors import ModelLoadError, ServerError, TrackerError
 from tracker.triton.endpoints import Endpoints
+from tracker.triton.infer import Request
 from tracker.triton.statistics import ServerStats, stats_from_proto
 
 if TYPE_CHECKING:
@@ -71,10 +72,21 @@ def example_inputs(config: ModelConfig, batch_size: int = 1,
     return out
 
 
-def sequence_flag(given: bool | None, sequence_id: int | str) -> bool:
-    """A sequence flag of a request: as ``given``, else on for a request of a sequence (a
-    one-step sequence), off for any other."""
-    return bool(sequence_id) if given is None else given
+def response_outputs(result: Any, request: Request) -> dict[str, np.ndarray[Any, Any]]:
+    """Each of ``request.outputs`` from tritonclient's ``result`` (gRPC or HTTP) by name;
+    ServerError when one is missing or malformed."""
+    got: dict[str, np.ndarray[Any, Any]] = {}
+    for out in request.outputs:
+        try:
+            value = result.as_numpy(out)
+        except ValueError as exc:  # e.g. an empty tensor where a shape was promised
+            raise ServerError(f"output {out!r} of {request.model!r} is malformed: {exc}") \
+                from exc
+        if value is None:
+            raise ServerError(f"output {out!r} of {request.model!r} is missing from the "
+                              "response")
+        got[out] = value
+    return got
 
 
 @contextlib.contextmanager
@@ -165,50 +177,28 @@ class TritonClient:
         transport's name for :meth:`model_ready`)."""
         return self.model_ready(name, version)
 
-    def infer_tensors(self, name: str, tensors: Mapping[str, tuple[str, np.ndarray[Any, Any]]],
-                      *, version: int | None = None, outputs: Sequence[str] = (),
-                      sequence_id: int | str = 0, sequence_start: bool | None = None,
-                      sequence_end: bool | None = None) -> dict[str, np.ndarray[Any, Any]]:
-        """One request: ``tensors`` is name -> (Triton datatype, array); every name in
-        ``outputs`` must come back; with ``sequence_id`` (a stateful model) it is a step of
-        that sequence, by default a one-step sequence (``sequence_start``/``sequence_end``
-        unset: both flags on). Raises :class:`ServerError` with Triton's message."""
+    def infer_tensors(self, request: Request) -> dict[str, np.ndarray[Any, Any]]:
+        """One request (:class:`~tracker.triton.infer.Request`): its outputs by name.
+        Raises :class:`ServerError` with Triton's message."""
         import tritonclient.grpc as grpcclient
 
-        request = []
-        for inp_name, (datatype, array) in tensors.items():
+        inputs = []
+        for inp_name, (datatype, array) in request.tensors.items():
             tensor = grpcclient.InferInput(inp_name, list(array.shape), datatype)
             tensor.set_data_from_numpy(array)
-            request.append(tensor)
-        wanted = [grpcclient.InferRequestedOutput(o) for o in outputs]
-        with triton_errors(f"inference on {name!r} failed"):
-            result = self.grpc.infer(name, request, model_version="" if version is None
-                                     else str(version), outputs=wanted or None,
-                                     **self._call, sequence_id=sequence_id,
-                                     sequence_start=sequence_flag(sequence_start, sequence_id),
-                                     sequence_end=sequence_flag(sequence_end, sequence_id))
-        got: dict[str, np.ndarray[Any, Any]] = {}
-        for out in outputs:
-            try:
-                value = result.as_numpy(out)
-            except ValueError as exc:  # e.g. an empty tensor where a shape was promised
-                raise ServerError(f"output {out!r} of {name!r} is malformed: {exc}") from exc
-            if value is None:
-                raise ServerError(f"output {out!r} of {name!r} is missing from the response")
-            got[out] = value
-        return got
+            inputs.append(tensor)
+        wanted = [grpcclient.InferRequestedOutput(o) for o in request.outputs]
+        with triton_errors(f"inference on {request.model!r} failed"):
+            result = self.grpc.infer(request.model, inputs, model_version="" if request.version
+                                     is None else str(request.version),
+                                     outputs=wanted or None, **self._call, **request.sequence())
+        return response_outputs(result, request)
 
-    def stream_tensors(self, name: str, tensors: Mapping[str, tuple[str, np.ndarray[Any, Any]]],
-                       *, version: int | None = None, outputs: Sequence[str] = (),
-                       sequence_id: int | str = 0, sequence_start: bool = False,
-                       sequence_end: bool = False) -> list[dict[str, np.ndarray[Any, Any]]]:
-        """One request to a decoupled model, its whole response stream (stream_probe.py);
-        ``sequence_id`` (a stateful model): a step of that sequence, with its flags."""
+    def stream_tensors(self, request: Request) -> list[dict[str, np.ndarray[Any, Any]]]:
+        """One request to a decoupled model, its whole response stream (stream_probe.py)."""
         from tracker.triton.stream_probe import stream_tensors
 
-        return stream_tensors(self.endpoints, name, tensors, version=version, outputs=outputs,
-                              timeout_s=self.timeout_s, sequence_id=sequence_id,
-                              sequence_start=sequence_start, sequence_end=sequence_end)
+        return stream_tensors(self.endpoints, request, self.timeout_s)
 
     # -- model control -------------------------------------------------------------------
     def load_model(self, name: str, config: ModelConfig | None = None) -> None:
@@ -296,30 +286,10 @@ class TritonClient:
         ``inputs`` (random ones shaped after ``config`` where not given); returns every
         output declared in ``config``. ServerError with Triton's message when the request
         fails or an output is missing or malformed."""
-        import tritonclient.grpc as grpcclient
-
-        examples = example_inputs(config)
-        req = []
-        for inp_name, (triton_type, data) in examples.items():
-            array = np.asarray(inputs[inp_name]) if inputs and inp_name in inputs else data
-            tensor = grpcclient.InferInput(inp_name, list(array.shape), triton_type)
-            tensor.set_data_from_numpy(array)
-            req.append(tensor)
-        outputs = [grpcclient.InferRequestedOutput(o.name) for o in config.output]
-        with triton_errors(f"inference on model {name!r} failed"):
-            result = self.grpc.infer(name, req, model_version="" if version is None
-                                     else str(version), outputs=outputs or None,
-                                     **self._call)
-        out: dict[str, np.ndarray[Any, Any]] = {}
-        for o in config.output:
-            try:
-                value = result.as_numpy(o.name)
-            except ValueError as exc:  # e.g. an empty tensor where a shape was promised
-                raise ServerError(f"output {o.name!r} of {name!r} is malformed: {exc}") from exc
-            if value is None:
-                raise ServerError(f"output {o.name!r} of {name!r} is missing from the response")
-            out[o.name] = value
-        return out
+        tensors = {k: (dt, np.asarray(inputs[k]) if inputs and k in inputs else data)
+                   for k, (dt, data) in example_inputs(config).items()}
+        return self.infer_tensors(Request(name, tensors, [o.name for o in config.output],
+                                          version))
 
     infer_once = infer  # the name the server tests use
 

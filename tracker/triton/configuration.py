@@ -21,7 +21,7 @@ from typing import Protocol
 
 from tracker.errors import ConfigError, ModelError
 from tracker.triton import model_config
-from tracker.triton.formats import json_knobs, load_model_info
+from tracker.triton.formats import ModelSource, json_knobs, load_model_info
 from tracker.triton.formats.base import CONFIG_FILE, pyfunc_problem
 from tracker.triton.formats.ensemble import PLATFORM, steps_of
 from tracker.triton.model_config import ModelConfig, ModelInfo
@@ -305,13 +305,9 @@ class _Reader:
         self.order.append(name)
 
 
-class _ModelSection(Protocol):
+class _ModelSection(ModelSource, Protocol):
     @property
     def names(self) -> list[str]: ...
-    @property
-    def path(self) -> Path: ...
-    @property
-    def config(self) -> Path | None: ...
     @property
     def composing(self) -> list[str]: ...
 

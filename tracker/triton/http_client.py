@@ -2,21 +2,20 @@
 address only (NVIDIA's mlflow-triton plugin settings name the HTTP endpoint, ``TRITON_URL``).
 
 :class:`HttpTritonClient` has the methods of :class:`tracker.triton.client.TritonClient` that a
-deployment uses (``repository_index``, ``load_model``, ``unload_model``, ``model_config``,
-``model_ready``, ``version_ready``, ``infer_tensors``), with the same errors: a
+deployment uses (:class:`tracker.triton.infer.ControlClient`), with the same errors: a
 :class:`ServerError`, or a :class:`ModelLoadError` whose message is Triton's own.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tracker.errors import ModelLoadError, ServerError
-from tracker.triton.client import sequence_flag, triton_errors
+from tracker.triton.client import response_outputs, triton_errors
+from tracker.triton.infer import Request
 from tracker.triton.tls import Security
 
 if TYPE_CHECKING:
@@ -107,45 +106,25 @@ class HttpTritonClient:
             return bool(self.http.is_model_ready(name, "" if version is None else str(version),
                                                  headers=self._headers))
 
-    def stream_tensors(self, name: str, tensors: Mapping[str, tuple[str, Array]], *,
-                       version: int | None = None, outputs: Sequence[str] = (),
-                       sequence_id: int | str = 0, sequence_start: bool = False,
-                       sequence_end: bool = False) -> list[dict[str, Array]]:
+    def stream_tensors(self, request: Request) -> list[dict[str, Array]]:
         """A decoupled model's response stream: not over HTTP (ServerError)."""
-        raise ServerError(f"model {name!r} is decoupled: its responses stream over gRPC only, "
-                          f"but this client speaks HTTP to {self.address} (use protocol grpc)")
+        raise ServerError(f"model {request.model!r} is decoupled: its responses stream over "
+                          f"gRPC only, but this client speaks HTTP to {self.address} (use "
+                          "protocol grpc)")
 
-    def infer_tensors(self, name: str, tensors: Mapping[str, tuple[str, Array]], *,
-                      version: int | None = None,
-                      outputs: Sequence[str] = (),
-                      sequence_id: int | str = 0, sequence_start: bool | None = None,
-                      sequence_end: bool | None = None) -> dict[str, Array]:
-        """One request: ``tensors`` is name -> (Triton datatype, array); every name in
-        ``outputs`` must come back. Raises :class:`ServerError` with Triton's message.
-        ``sequence_id`` (a stateful model): the request is a step of that sequence, by
-        default a whole sequence of one step (start and end flags unset: both on)."""
+    def infer_tensors(self, request: Request) -> dict[str, Array]:
+        """One request (:class:`~tracker.triton.infer.Request`): its outputs by name.
+        Raises :class:`ServerError` with Triton's message."""
         import tritonclient.http as httpclient
 
-        request = []
-        for inp_name, (datatype, array) in tensors.items():
+        inputs = []
+        for inp_name, (datatype, array) in request.tensors.items():
             tensor = httpclient.InferInput(inp_name, list(array.shape), datatype)
             tensor.set_data_from_numpy(array, binary_data=True)
-            request.append(tensor)
-        wanted = [httpclient.InferRequestedOutput(o, binary_data=True) for o in outputs]
-        with triton_errors(f"inference on {name!r} failed"):
-            result = self.http.infer(name, request, model_version="" if version is None
-                                     else str(version), outputs=wanted or None,
-                                     headers=self._headers,
-                                     sequence_id=sequence_id,
-                                     sequence_start=sequence_flag(sequence_start, sequence_id),
-                                     sequence_end=sequence_flag(sequence_end, sequence_id))
-        got: dict[str, Array] = {}
-        for out in outputs:
-            try:
-                value = result.as_numpy(out)
-            except ValueError as exc:
-                raise ServerError(f"output {out!r} of {name!r} is malformed: {exc}") from exc
-            if value is None:
-                raise ServerError(f"output {out!r} of {name!r} is missing from the response")
-            got[out] = value
-        return got
+            inputs.append(tensor)
+        wanted = [httpclient.InferRequestedOutput(o, binary_data=True) for o in request.outputs]
+        with triton_errors(f"inference on {request.model!r} failed"):
+            result = self.http.infer(request.model, inputs, model_version="" if request.version
+                                     is None else str(request.version), outputs=wanted or None,
+                                     headers=self._headers, **request.sequence())
+        return response_outputs(result, request)

@@ -1,5 +1,5 @@
 """One request to a decoupled (streaming) model, its whole response stream read back: what a
-probe of such a model gets (tracker/outputs/probes.py, ``send_stream``).
+probe of such a model gets (:func:`tracker.triton.infer.answer` with ``stream``).
 
 Each call opens its own gRPC client and stream (a tritonclient stream belongs to one client,
 and probes sent together run in threads of their own), asks for an empty final response
@@ -13,32 +13,30 @@ from __future__ import annotations
 
 import queue
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tracker.errors import ServerError
 from tracker.triton.endpoints import Endpoints
 
+if TYPE_CHECKING:
+    from tracker.triton.infer import Request
+
 Array = np.ndarray[Any, Any]
 FINAL = "triton_final_response"
 
 
-def stream_tensors(endpoints: Endpoints, name: str, tensors: Mapping[str, tuple[str, Array]],
-                   *, version: int | None = None, outputs: Sequence[str] = (),
-                   timeout_s: float = 30.0, sequence_id: int | str = 0,
-                   sequence_start: bool = False,
-                   sequence_end: bool = False) -> list[dict[str, Array]]:
-    """Send ``tensors`` to decoupled model ``name`` over gRPC and read its stream to the
-    end: each response's ``outputs`` by name. ``sequence_id`` (a stateful model): the
-    request is a step of that sequence, with the start/end flags given. ServerError with
-    Triton's message when the request or a response fails, or the stream does not end within
-    ``timeout_s``."""
+def stream_tensors(endpoints: Endpoints, request: Request,
+                   timeout_s: float = 30.0) -> list[dict[str, Array]]:
+    """Send ``request`` to its decoupled model over gRPC and read the stream to the end: each
+    response's ``request.outputs`` by name. ServerError with Triton's message when the
+    request or a response fails, or the stream does not end within ``timeout_s``."""
     import tritonclient.grpc as grpcclient
 
     got: queue.Queue[tuple[Any, Any]] = queue.Queue()
-    security = endpoints.security
+    name, security = request.model, endpoints.security
     client = grpcclient.InferenceServerClient(endpoints.grpc, **security.grpc_client_kwargs())
     ended = False
     try:
@@ -46,18 +44,18 @@ def stream_tensors(endpoints: Endpoints, name: str, tensors: Mapping[str, tuple[
             client.start_stream(callback=lambda result, error: got.put((result, error)),
                                 headers=security.http_headers() or None)
             inputs = []
-            for inp_name, (datatype, array) in tensors.items():
+            for inp_name, (datatype, array) in request.tensors.items():
                 tensor = grpcclient.InferInput(inp_name, list(array.shape), datatype)
                 tensor.set_data_from_numpy(array)
                 inputs.append(tensor)
             client.async_stream_infer(
-                name, inputs, model_version="" if version is None else str(version),
-                outputs=[grpcclient.InferRequestedOutput(o) for o in outputs] or None,
-                enable_empty_final_response=True, sequence_id=sequence_id,
-                sequence_start=sequence_start, sequence_end=sequence_end)
+                name, inputs, model_version="" if request.version is None
+                else str(request.version), enable_empty_final_response=True,
+                outputs=[grpcclient.InferRequestedOutput(o) for o in request.outputs] or None,
+                **request.sequence())
         except Exception as exc:  # InferenceServerException, grpc.RpcError, OSError, ...
             raise ServerError(f"streaming inference on {name!r} failed: {exc}") from exc
-        answers = _read(got, name, outputs, time.monotonic() + timeout_s, timeout_s)
+        answers = _read(got, name, request.outputs, time.monotonic() + timeout_s, timeout_s)
         ended = True
         return answers
     finally:
@@ -91,19 +89,3 @@ def _output(result: Any, name: str, out: str) -> Array:
     if value is None:
         raise ServerError(f"output {out!r} of {name!r} is missing from a streamed response")
     return np.asarray(value)
-
-
-def joined(responses: Sequence[Mapping[str, Array]], outputs: Sequence[str]) -> dict[str, Array]:
-    """A stream's responses as one answer: each output's values of every response stacked on
-    a first axis (responses of one shape), else flattened end to end; so the number of
-    responses and every value are compared."""
-    out: dict[str, Array] = {}
-    for name in outputs:
-        parts = [np.asarray(r[name]) for r in responses]
-        if not parts:
-            out[name] = np.empty((0,))
-        elif len({p.shape for p in parts}) == 1:
-            out[name] = np.stack(parts)
-        else:
-            out[name] = np.concatenate([p.ravel() for p in parts])
-    return out

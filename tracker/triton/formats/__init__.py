@@ -32,7 +32,9 @@ FORMATS: tuple[ModelFormat, ...] = (
 )
 
 
-class _ModelLike(Protocol):
+class ModelSource(Protocol):
+    """Where a spec's model section finds a model: its name, path and base config."""
+
     @property
     def name(self) -> str | list[str]: ...
     @property
@@ -83,7 +85,7 @@ def load_model_info(path: Path, name: str, base_config: Path | None = None) -> M
     return detect(path, base).read(path, name, base)
 
 
-def model_info(model: _ModelLike) -> ModelInfo:
+def model_info(model: ModelSource) -> ModelInfo:
     """ModelInfo for a spec's ``model`` section (its first entry model, read from a model
     file or directory; a repository's models: tracker.triton.configuration)."""
     name = model.name if isinstance(model.name, str) else model.name[0]

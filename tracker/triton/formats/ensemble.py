@@ -39,15 +39,19 @@ def steps_of(cfg: ModelConfig) -> list[str]:
     return list(dict.fromkeys(str(s.model_name) for s in cfg.ensemble_scheduling.step))
 
 
-def renamed(cfg: ModelConfig, name: str, names: Mapping[str, str]) -> ModelConfig:
+def renamed(cfg: ModelConfig, name: str, names: Mapping[str, str], *,
+            any_version: bool = False) -> ModelConfig:
     """A copy of ``cfg`` named ``name`` whose ensemble steps call ``names[model]`` instead
     of ``model`` (a step whose model is not in ``names`` keeps it): a pipeline served twice in
-    one server, each copy calling its own steps."""
+    one server, each copy calling its own steps. ``any_version``: every step calls whichever
+    version of its model is loaded (``model_version: -1``)."""
     copy = type(cfg)()
     copy.CopyFrom(cfg)
     copy.name = name
     for step in copy.ensemble_scheduling.step:
         step.model_name = names.get(step.model_name, step.model_name)
+        if any_version:
+            step.model_version = -1
     return copy
 
 
