@@ -96,6 +96,7 @@ def main() -> None:
         from tracker.deploy import service
         from tracker.deploy.settings import resolve_settings
         from tracker.errors import DeployError
+        from tracker.spec import ServerSection
         from tracker.tracking import flavor, registry
         from tracker.triton.server.local import LocalTritonServer
 
@@ -114,7 +115,7 @@ def main() -> None:
         repo = tmp / "serving"
         repo.mkdir()
         rows: list[dict[str, float]] = []
-        with LocalTritonServer(startup_timeout_s=60) as server:
+        with LocalTritonServer(ServerSection(startup_timeout_s=60)) as server:
             server.start(repo, explicit=True)
             settings = resolve_settings("triton", {"url": server.endpoints.grpc,
                                                    "repository": str(repo),

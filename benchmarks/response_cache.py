@@ -39,7 +39,7 @@ def main() -> None:
 
     from tracker.measure.monitors import TritonMetricsMonitor
     from tracker.measure.sweep import EntryLoad, sweep
-    from tracker.spec import LoadSection, ensure_model, load_spec
+    from tracker.spec import LoadSection, ServerSection, ensure_model, load_spec
     from tracker.spec.load_repeat import RepeatSection
     from tracker.triton import model_config
     from tracker.triton.formats import model_info
@@ -56,7 +56,7 @@ def main() -> None:
     print(f"quickstart model (default config) on the wheel's Triton with a {CACHE_BYTES >> 20} "
           f"MB response cache, concurrency {args.concurrency}, {args.rounds} rounds; load "
           f"average before: {out['load_before']}")
-    server = LocalTritonServer(strategy="reload")
+    server = LocalTritonServer(ServerSection(strategy="reload"))
     with tempfile.TemporaryDirectory(prefix="cache-bench-") as tmp, server:
         repos = {k: write_repository(Path(tmp) / k, info, cfg, serving="python")
                  for k, cfg in configs.items()}

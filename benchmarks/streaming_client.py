@@ -150,6 +150,7 @@ def main() -> None:
     levels = [int(v) for v in args.levels.split(",")]
     load_start = os.getloadavg()
 
+    from tracker.spec import ServerSection
     from tracker.triton import model_config
     from tracker.triton.server.local import LocalTritonServer
 
@@ -160,7 +161,7 @@ def main() -> None:
     (repo / MODEL / "config.pbtxt").write_text(text)
     config = model_config.parse(text)
     try:
-        with LocalTritonServer(startup_timeout_s=120) as server:
+        with LocalTritonServer(ServerSection(startup_timeout_s=120)) as server:
             server.start(repo)
             url = server.endpoints.grpc
             assert url is not None

@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests.support.docker_host
 
-from tracker.spec import ensure_model, load_spec  # noqa: E402
+from tracker.spec import ServerSection, ensure_model, load_spec  # noqa: E402
 from tracker.triton import model_config  # noqa: E402
 from tracker.triton.formats import model_info  # noqa: E402
 from tracker.triton.repository import write_repository  # noqa: E402
@@ -109,7 +109,7 @@ def main() -> None:
         workdir = Path(tmp)
         info = quickstart()
         local = run({"local restart": LocalTritonServer,
-                     "local reload": lambda: LocalTritonServer(strategy="reload")},
+                     "local reload": lambda: LocalTritonServer(ServerSection(strategy="reload"))},
                     info, workdir, args.trials)
         restart, reload = local["local restart"], local["local reload"]
         docker_s = None
@@ -117,8 +117,8 @@ def main() -> None:
         if found is not None:
             tag, daemon = found
             try:
-                times = run({"docker restart": lambda: DockerTritonServer(image=tag)}, info,
-                            workdir, args.docker_trials)["docker restart"]
+                made = {"docker restart": lambda: DockerTritonServer(ServerSection(image=tag))}
+                times = run(made, info, workdir, args.docker_trials)["docker restart"]
                 docker_s = statistics.median(times)
             finally:
                 daemon.stop()  # type: ignore[attr-defined]

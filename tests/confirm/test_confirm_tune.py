@@ -29,7 +29,7 @@ from tests.support.tune import (
 )
 from tracker.cli import cli
 from tracker.confirm import paired
-from tracker.deploy.promote import promote
+from tracker.deploy.promote import Release, promote
 from tracker.errors import DeployError
 from tracker.invocation.session import TuneOptions
 from tracker.tags import STUDY_RUN_ID
@@ -237,7 +237,7 @@ def test_a_study_where_nothing_beats_the_default_is_equivalent(
     study = optuna.load_study(study_name="quick", storage=optuna.storages.RDBStorage(storage))
     with pytest.raises(DeployError, match="the verdict is equivalent"):
         promote(study, objectives={"perf_throughput": "maximize"}, constraints=None,
-                registered_model="quick", deployment_name="quick")
+                release=Release("quick", "quick"))
 
 
 def test_rounds_asked_for_by_name_are_not_cut_short_by_the_budget(

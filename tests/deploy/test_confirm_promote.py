@@ -14,7 +14,8 @@ import pytest
 
 from tests.support import models
 from tests.support.deploy import NAME, V1, trial_model_dir
-from tracker.deploy.promote import promote
+from tracker.deploy.choose import Ask
+from tracker.deploy.promote import Release, promote
 from tracker.errors import DeployError
 from tracker.tracking import flavor
 from tracker.verdict import record as confirmed
@@ -62,8 +63,7 @@ def test_promote_takes_the_confirmed_choice_and_tags_its_interval(
     study = _study(tmp_path, [100.0, 150.0, 130.0])   # trial 1 was lucky in the search
     _confirm(study, {0: [100.0, 98.0, 101.0, 99.0, 100.0], 1: [101.0, 99.0, 100.0, 98.0, 101.0],
                      2: [120.0, 119.0, 122.0, 119.5, 120.5]})
-    done = promote(study, objectives=OBJ, constraints=None, registered_model="reg",
-                   deployment_name=NAME)
+    done = promote(study, objectives=OBJ, constraints=None, release=Release("reg", NAME))
     assert done.trial == 2
     tags = _tags("reg", done.version)
     assert tags[confirmed.VERDICT_TAG] == "better"
@@ -81,10 +81,9 @@ def test_a_study_that_keeps_the_default_is_refused_unless_forced(
     study = _study(tmp_path, [100.0, 150.0])
     _confirm(study, table)
     with pytest.raises(DeployError, match=rf"the verdict is {word} .*--force"):
-        promote(study, objectives=OBJ, constraints=None, registered_model="reg",
-                deployment_name=NAME)
+        promote(study, objectives=OBJ, constraints=None, release=Release("reg", NAME))
     assert not mlflow.MlflowClient().search_registered_models()
-    forced = promote(study, objectives=OBJ, constraints=None, registered_model="reg",
-                     deployment_name=NAME, force=True)
+    forced = promote(study, objectives=OBJ, constraints=None, release=Release("reg", NAME),
+                     ask=Ask(force=True))
     assert forced.trial == 1
     assert _tags("reg", forced.version)[confirmed.VERDICT_TAG] == word

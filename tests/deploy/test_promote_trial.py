@@ -21,7 +21,8 @@ from optuna.trial import TrialState
 from tests.support import models
 from tests.support.deploy import NAME, V1, V2, trial_model_dir
 from tracker.cli import cli
-from tracker.deploy.promote import promote
+from tracker.deploy.choose import Ask
+from tracker.deploy.promote import Release, promote
 from tracker.errors import DeployError
 from tracker.tracking import flavor
 from tracker.verdict import record as confirmed
@@ -186,10 +187,10 @@ def test_a_trial_chosen_by_hand_needs_no_force_and_carries_no_verdict(
                                                          (101.0, 110.0))]})
     one = {"perf_throughput": "maximize"}
     with pytest.raises(DeployError, match=r"the verdict is inconclusive .*--trial N"):
-        promote(study, objectives=one, constraints=None, registered_model="reg-confirmed",
-                deployment_name=NAME, log=lambda line: None)
-    done = promote(study, objectives=one, constraints=None, registered_model="reg-confirmed",
-                   deployment_name=NAME, trial=1, log=lambda line: None)
+        promote(study, objectives=one, constraints=None, release=Release("reg-confirmed", NAME),
+                log=lambda line: None)
+    done = promote(study, objectives=one, constraints=None, release=Release("reg-confirmed", NAME),
+                   ask=Ask(1), log=lambda line: None)
     tags = mlflow.MlflowClient(front.uri).get_model_version("reg-confirmed",
                                                             str(done.version)).tags
     assert (done.trial, tags["tracker.chosen_by"]) == (1, "hand (--trial 1)")

@@ -16,6 +16,7 @@ from tests.support import disks, models
 from tests.support.deploy import NAME, V1, Study
 from tracker.cli import cli
 from tracker.deploy.publish import LOCK_FILE
+from tracker.spec import ServerSection
 from tracker.triton.server.local import LocalTritonServer
 
 pytestmark = pytest.mark.triton
@@ -26,7 +27,7 @@ REG = "ro-reg"
 def read_only_serving(tmp_path: Path, mlflow_uri: str,
                       monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     with disks.read_only_folder(tmp_path / "serving") as repo:
-        server = LocalTritonServer(startup_timeout_s=60)
+        server = LocalTritonServer(ServerSection(startup_timeout_s=60))
         with server:
             server.start(repo, explicit=True)
             monkeypatch.setenv("TRACKER_TRITON_URL", server.endpoints.grpc)

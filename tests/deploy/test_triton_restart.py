@@ -27,6 +27,7 @@ from tests.support.deploy import V1, V2, _point_at, trial_model_dir
 from tracker.deploy import journal, switch
 from tracker.deploy.settings import resolve_settings
 from tracker.deploy.watch import NAME_TAG, Watcher
+from tracker.spec import ServerSection
 from tracker.tracking import flavor, registry
 from tracker.triton.server import processes
 from tracker.triton.server.local import LocalTritonServer
@@ -41,8 +42,8 @@ class Pod:
     def __init__(self, repo: Path) -> None:
         http, grpc, metrics = free_ports(3)
         self.repo = repo
-        self.server = LocalTritonServer(http_port=http, grpc_port=grpc, metrics_port=metrics,
-                                         startup_timeout_s=60)
+        self.server = LocalTritonServer(ServerSection(
+            http_port=http, grpc_port=grpc, metrics_port=metrics, startup_timeout_s=60))
 
     def kill(self) -> None:
         """SIGKILL to the server's process group (its Python backend stubs too)."""

@@ -178,7 +178,7 @@ def test_promote_refuses_a_study_without_a_feasible_trial(tmp_path: Path, mlflow
     with pytest.raises(DeployError, match="no feasible complete trial"):
         promote_mod.promote(study, objectives={"perf_throughput": "maximize"},
                             constraints={"perf_latency_p99": Bound(max=1)},
-                            registered_model="r", deployment_name="r")
+                            release=promote_mod.Release("r", "r"))
 
 
 def test_promote_picks_the_best_feasible_trial_and_needs_its_logged_model(
@@ -192,14 +192,14 @@ def test_promote_picks_the_best_feasible_trial_and_needs_its_logged_model(
     _trial(study, 100.0)
     with pytest.raises(DeployError, match=f"run {bare_run} names no stored model file"):
         promote_mod.promote(study, objectives={"perf_throughput": "maximize"}, constraints={},
-                            registered_model="r", deployment_name="r")
+                            release=promote_mod.Release("r", "r"))
     _trial(study, 400.0)
     with pytest.raises(DeployError, match="trial 3 of study 's' has no MLflow run"):
         promote_mod.promote(study, objectives={"perf_throughput": "maximize"}, constraints={},
-                            registered_model="r", deployment_name="r")
+                            release=promote_mod.Release("r", "r"))
     with pytest.raises(DeployError, match="one path component"):
         promote_mod.promote(study, objectives={"perf_throughput": "maximize"}, constraints={},
-                            registered_model="r", deployment_name="../r")
+                            release=promote_mod.Release("r", "../r"))
     assert flavor.MODEL_ARTIFACT_PATH == "model"
 
 

@@ -16,6 +16,7 @@ from tests.support.nvml import METRICS, MIG_UUIDS, UUIDS, Proc, StandInNvml, fou
 from tracker.measure import host
 from tracker.measure.monitor_sampler import Sampler
 from tracker.measure.monitors import default_monitors, memory_scope
+from tracker.spec import ServerSection
 from tracker.tracking.machine import record_machine
 from tracker.triton.gpus import Gpu, GpuSet
 from tracker.triton.server.local import LocalTritonServer
@@ -76,7 +77,7 @@ def test_two_servers_each_see_only_their_own_gpus(trees: tuple[Tree, Tree], metr
     a, b = trees
     # the stubs (children of the servers' roots) hold GPU memory beside a foreign process
     nvml = four_gpus(own={UUIDS[1]: [Proc(a.stub, 700.0)], MIG_UUIDS[0]: [Proc(b.stub, 400.0)]})
-    on_one = LocalTritonServer(gpus=[1])
+    on_one = LocalTritonServer(ServerSection(gpus=[1]))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", MIG_UUIDS[0])
     on_mig = LocalTritonServer()
 
@@ -102,7 +103,7 @@ def test_two_servers_each_see_only_their_own_gpus(trees: tuple[Tree, Tree], metr
 
 def test_whole_device_memory_when_nvml_cannot_split_it(trees: tuple[Tree, Tree]) -> None:
     a, b = trees
-    gpus = LocalTritonServer(gpus=[1]).gpu_set(four_gpus())
+    gpus = LocalTritonServer(ServerSection(gpus=[1])).gpu_set(four_gpus())
     s, scope = sample(gpus, None, [a.root], four_gpus(accounting=False))
     assert (s["gpu_used_memory"], scope) == (pytest.approx(23_000.0), "device")
     hidden = four_gpus(own={UUIDS[1]: [Proc(a.stub, None)]})  # usedGpuMemory unavailable
@@ -136,7 +137,7 @@ def test_triton_metrics_alone_give_the_servers_series(metrics_url: str) -> None:
 
 def test_machine_tags_describe_the_servers_gpus() -> None:
     nvml = four_gpus()
-    tags = host.machine_tags(LocalTritonServer(gpus=[1]).gpu_set(nvml), nvml)
+    tags = host.machine_tags(LocalTritonServer(ServerSection(gpus=[1])).gpu_set(nvml), nvml)
     assert tags[host.GPU_UUIDS] == UUIDS[1] and tags[host.GPU_COUNT] == "1"
     assert tags[host.GPU_NAMES] == "NVIDIA H100 80GB HBM3"
     assert tags[host.GPU_DEVICE + UUIDS[1]] == (
@@ -167,7 +168,7 @@ def test_parent_run_gathers_the_workers_machines(mlflow_uri: str,
     nvml = four_gpus()
     client = MlflowClient(mlflow_uri)
     run = client.create_run(client.create_experiment("machines")).info.run_id
-    first = host.machine_tags(LocalTritonServer(gpus=[1]).gpu_set(nvml), nvml)
+    first = host.machine_tags(LocalTritonServer(ServerSection(gpus=[1])).gpu_set(nvml), nvml)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", MIG_UUIDS[0])
     second = host.machine_tags(LocalTritonServer().gpu_set(nvml), nvml)
     record_machine(client, run, first)

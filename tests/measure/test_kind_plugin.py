@@ -20,7 +20,7 @@ from tracker.measure.kinds import KINDS, LoadKind, kinds_for
 from tracker.measure.kinds.concurrency import Concurrency
 from tracker.measure.kinds.load_kind import Level, Slots
 from tracker.measure.sweep import EntryLoad, sweep
-from tracker.spec import LoadSection
+from tracker.spec import LoadSection, ServerSection
 from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
 
@@ -98,7 +98,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServ
     (repo / "echo" / "1").mkdir(parents=True)
     (repo / "echo" / "1" / "model.py").write_text(CODE)
     (repo / "echo" / "config.pbtxt").write_text(CONFIG)
-    with LocalTritonServer(startup_timeout_s=90) as srv:
+    with LocalTritonServer(ServerSection(startup_timeout_s=90)) as srv:
         srv.start(repo)
         yield srv
 

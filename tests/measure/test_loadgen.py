@@ -19,7 +19,7 @@ from tests.support.levels import pick
 from tracker.errors import MeasurementError
 from tracker.measure.monitors import default_monitors
 from tracker.measure.sweep import EntryLoad, sweep
-from tracker.spec import LoadSection
+from tracker.spec import LoadSection, ServerSection
 from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
 
@@ -145,7 +145,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServ
         (repo / name / "config.pbtxt").write_text(
             f'name: "{name}" backend: "python"\n'
             f'instance_group [{{ count: 1 kind: KIND_CPU }}]\n{cfg}\n')
-    with LocalTritonServer(startup_timeout_s=90) as srv:
+    with LocalTritonServer(ServerSection(startup_timeout_s=90)) as srv:
         srv.start(repo)
         yield srv
 

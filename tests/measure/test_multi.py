@@ -13,7 +13,7 @@ from tracker.feasibility import for_models
 from tracker.measure.sweep import EntryLoad, sweep
 from tracker.metrics import WEIGHTED_GAIN
 from tracker.search.objective import Scoring, pick_best_level, weighted_gain
-from tracker.spec import LoadSection
+from tracker.spec import LoadSection, ServerSection
 from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
 
@@ -49,7 +49,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServ
         (repo / name / "config.pbtxt").write_text(
             f'name: "{name}" backend: "python"\n'
             f'instance_group [{{ count: 1 kind: KIND_CPU }}]\n{IO}')
-    with LocalTritonServer(startup_timeout_s=90) as srv:
+    with LocalTritonServer(ServerSection(startup_timeout_s=90)) as srv:
         srv.start(repo)
         yield srv
 

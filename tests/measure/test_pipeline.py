@@ -13,7 +13,7 @@ from tracker import metrics as catalog
 from tracker.errors import MeasurementError
 from tracker.feasibility import named_violations
 from tracker.measure.sweep import EntryLoad, sweep
-from tracker.spec import LoadSection
+from tracker.spec import LoadSection, ServerSection
 from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
 
@@ -61,7 +61,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServ
             f'output [{{ name: "{out}" data_type: TYPE_FP32 dims: [4] }}]\n')
     (repo / "ensemble" / "1").mkdir(parents=True)
     (repo / "ensemble" / "config.pbtxt").write_text(ENSEMBLE)
-    with LocalTritonServer(startup_timeout_s=90) as srv:
+    with LocalTritonServer(ServerSection(startup_timeout_s=90)) as srv:
         srv.start(repo)
         yield srv
 

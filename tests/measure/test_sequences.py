@@ -41,7 +41,7 @@ from tracker.measure.sequence_steps import (
 from tracker.measure.sweep import sweep
 from tracker.measure.transport import make_transport
 from tracker.measure.windows import WindowSettings
-from tracker.spec import LoadSection
+from tracker.spec import LoadSection, ServerSection
 from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
 
@@ -171,7 +171,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServ
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "1" / "model.py").write_text(MODEL_PY.get(name, ACC))
         (repo / name / "config.pbtxt").write_text(text)
-    with LocalTritonServer(startup_timeout_s=90) as srv:
+    with LocalTritonServer(ServerSection(startup_timeout_s=90)) as srv:
         srv.start(repo)
         yield srv
 

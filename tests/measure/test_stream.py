@@ -23,7 +23,7 @@ from tracker.errors import MeasurementError
 from tracker.measure.kinds.streaming import inter_token_ns
 from tracker.measure.sweep import EntryLoad, sweep
 from tracker.measure.types import Measurement
-from tracker.spec import LoadSection
+from tracker.spec import LoadSection, ServerSection
 from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
 
@@ -94,7 +94,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServ
         (repo / name / "config.pbtxt").write_text(
             f'name: "{name}" backend: "python"\n'
             f'instance_group [{{ count: 2 kind: KIND_CPU }}]\n{IO}\n')
-    with LocalTritonServer(startup_timeout_s=90) as srv:
+    with LocalTritonServer(ServerSection(startup_timeout_s=90)) as srv:
         srv.start(repo)
         yield srv
 

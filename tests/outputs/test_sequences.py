@@ -29,7 +29,7 @@ from tracker.outputs import probes
 from tracker.outputs import trials as check_outputs
 from tracker.outputs.probes import ProbeSet, Tolerance
 from tracker.outputs.trials import check_answers, make_probes, sequence_kind
-from tracker.spec import StudySpec, parse_spec
+from tracker.spec import ServerSection, StudySpec, parse_spec
 from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
 from tracker.tuning.tune import tune
@@ -135,7 +135,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalTritonServ
     _write_model(repo, "mix_plain", {"dynamic_batching.max_queue_delay_microseconds": 100})
     _stream_model(repo, "stream3", 3)
     _stream_model(repo, "stream2", 2)
-    with LocalTritonServer(startup_timeout_s=90) as srv:
+    with LocalTritonServer(ServerSection(startup_timeout_s=90)) as srv:
         srv.start(repo)
         yield srv
 

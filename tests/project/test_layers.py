@@ -30,8 +30,8 @@ TIERS: tuple[tuple[str, ...], ...] = (
     ("triton",),                       # Triton itself: configs, repositories, client, servers
     ("measure",),                      # load and measurement
     ("search", "tracking"),            # Optuna's side; MLflow's side
-    ("invocation",),                   # what one command invocation sets up: the session
     ("candidate",),                    # one candidate configuration served and measured
+    ("invocation",),                   # what one command invocation sets up: the session
     ("outputs",),                      # the output check
     ("conclusion",),                   # the end of a study: report, best trial, summary
     ("confirm", "deploy", "profile"),  # the confirmation; deployment; tracker profile

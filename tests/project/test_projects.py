@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from tracker.cli import cli
-from tracker.spec import load_spec
+from tracker.spec import ServerSection, load_spec
 from tracker.triton import model_config
 from tracker.triton.formats import model_info
 from tracker.triton.formats.onnx import from_onnx
@@ -241,7 +241,7 @@ def test_stateful_rnn_answers_its_frames_file_as_one_sequence(tmp_path: Path) ->
 
     repo, out = tmp_path / "repo", tmp_path / "out.json"
     shutil.copytree(PROJECTS / "stateful_rnn" / "rnn", repo / "rnn")
-    with LocalTritonServer(startup_timeout_s=60) as server:
+    with LocalTritonServer(ServerSection(startup_timeout_s=60)) as server:
         server.start(repo)
         proc = subprocess.run(
             [str(Path(sys.executable).parent / "mlflow"), "deployments", "predict", "-t",

@@ -17,6 +17,7 @@ import numpy as np
 import optuna
 import pytest
 
+from tracker.spec import ServerSection
 from tracker.tracking import flavor
 from tracker.triton import model_config
 from tracker.triton.formats.onnx import from_onnx
@@ -115,7 +116,7 @@ def serving(tmp_path: Path, mlflow_uri: str,
     """A Triton of this test's own, over an empty repository."""
     repo = tmp_path / "serving-repo"
     repo.mkdir()
-    server = LocalTritonServer(startup_timeout_s=60)
+    server = LocalTritonServer(ServerSection(startup_timeout_s=60))
     with server:
         server.start(repo, explicit=True)
         _point_at(monkeypatch, server, repo)
@@ -128,7 +129,7 @@ def module_server(
     """One Triton for a whole test module (stopped at its end, failures included); its tests
     deploy under different names."""
     repo = tmp_path_factory.mktemp("serving-repo")
-    server = LocalTritonServer(startup_timeout_s=60)
+    server = LocalTritonServer(ServerSection(startup_timeout_s=60))
     with server:
         server.start(repo, explicit=True)
         yield server, repo

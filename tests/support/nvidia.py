@@ -19,6 +19,7 @@ import pytest
 from mlflow.models import Model
 from onnx import TensorProto, helper
 
+from tracker.spec import ServerSection
 from tracker.triton.server.local import LocalTritonServer
 
 #: the config.pbtxt of the plugin's example model, as users log it (no name, version policy)
@@ -105,7 +106,7 @@ def nvidia_serving(tmp_path: Path, mlflow_uri: str,
     repo.mkdir()
     for name in [n for n in os.environ if n.startswith("TRACKER_TRITON_")]:
         monkeypatch.delenv(name)
-    with LocalTritonServer(startup_timeout_s=60) as server:
+    with LocalTritonServer(ServerSection(startup_timeout_s=60)) as server:
         server.start(repo, explicit=True)
         http = server.endpoints.http
         assert http is not None

@@ -9,7 +9,7 @@ from pathlib import Path
 from tracker.measure.types import Measurement, SweepLevel
 from tracker.metrics import WEIGHTED_GAIN
 from tracker.search.objective import Scoring, pick_best_level
-from tracker.tracking.report import best_row, shown, summary, trials_csv, write_report
+from tracker.tracking.report import ReportText, best_row, shown, summary, trials_csv, write_report
 from tracker.tracking.rows import TrialRow, entry_names
 from tracker.triton.configuration import Configuration
 
@@ -68,7 +68,7 @@ def test_trials_csv_has_a_line_per_trial_with_params_and_metrics() -> None:
 
 
 def test_report_files_png_and_html_without_network(tmp_path: Path) -> None:
-    files = write_report(ROWS, MAX, P99, tmp_path, entries=ONE, title="densenet")
+    files = write_report(ROWS, MAX, P99, tmp_path, entries=ONE, words=ReportText("densenet"))
     for name in ("history", "tradeoff", "parallel"):
         png = files[f"plots/{name}.png"].read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
@@ -113,8 +113,8 @@ def test_the_report_says_the_confirmed_outcome_with_figures_rounded(tmp_path: Pa
             row(3, 31.891234, 8.0, count=3, confirmed=(21.16, 20.28, 23.01),
                 confirmed_p99=295.3)]
     said = "In 11 measurements across 2 configurations, inconclusive after 3 interleaved rounds"
-    files = write_report(rows, MAX, P99, tmp_path, entries=ONE, text=said,
-                         caption="confirmed: inconclusive after 3 rounds, default kept")
+    files = write_report(rows, MAX, P99, tmp_path, entries=ONE, words=ReportText(
+        text=said, caption="confirmed: inconclusive after 3 rounds, default kept"))
     report = files["report.html"].read_text()
     assert said in report and "better than the default" not in report
     assert "20.279010845156158" not in report and "<td>20.28</td>" in report

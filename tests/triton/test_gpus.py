@@ -11,6 +11,7 @@ import pytest
 from tests.support.nvml import METRICS as BASE_METRICS
 from tests.support.nvml import MIG_UUIDS, UUIDS, Dev, StandInNvml, four_gpus, serve_text
 from tracker.errors import GpuError, ServerError, TrackerError
+from tracker.spec import ServerSection
 from tracker.triton.gpus import Gpu, GpuSet
 from tracker.triton.server.docker import DockerTritonServer, device_requests
 from tracker.triton.server.gpu_sets import cuda_gpu_set, docker_gpu_set, reported_gpu_set
@@ -137,7 +138,7 @@ def metrics_url() -> Iterator[str]:
 def test_every_server_says_which_gpus_it_was_given(monkeypatch: pytest.MonkeyPatch,
                                                    metrics_url: str) -> None:
     nvml = four_gpus()
-    local = LocalTritonServer(gpus=[1])
+    local = LocalTritonServer(ServerSection(gpus=[1]))
     assert local.gpu_env() == {"CUDA_VISIBLE_DEVICES": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert uuids(local.gpu_set(nvml)) == [UUIDS[1]]
     # spec indices are nvidia-smi's on a mixed machine too (PCI_BUS_ID is set for them)
@@ -146,8 +147,8 @@ def test_every_server_says_which_gpus_it_was_given(monkeypatch: pytest.MonkeyPat
     inherits = LocalTritonServer()
     assert local.gpu_env()["CUDA_VISIBLE_DEVICES"] == "1" and inherits.gpu_env() == {}
     assert uuids(inherits.gpu_set(nvml)) == [MIG_UUIDS[0]]
-    assert uuids(LocalTritonServer(gpus="all").gpu_set(nvml)) == [MIG_UUIDS[0]]
-    assert uuids(DockerTritonServer(gpus=[2]).gpu_set(nvml)) == [UUIDS[2]]
+    assert uuids(LocalTritonServer(ServerSection(gpus="all")).gpu_set(nvml)) == [MIG_UUIDS[0]]
+    assert uuids(DockerTritonServer(ServerSection(gpus=[2])).gpu_set(nvml)) == [UUIDS[2]]
     assert uuids(DockerTritonServer().gpu_set(nvml)) == []
     remote = RemoteTritonServer("127.0.0.1:1", metrics_url=metrics_url)
     assert uuids(remote.gpu_set(nvml))[:4] == UUIDS
@@ -155,9 +156,9 @@ def test_every_server_says_which_gpus_it_was_given(monkeypatch: pytest.MonkeyPat
     gone = RemoteTritonServer("127.0.0.1:1", metrics_url="http://127.0.0.1:9/metrics").gpu_set()
     assert not gone and "unreadable" in gone.source
     with pytest.raises(GpuError, match="this machine has 4 GPUs"):
-        LocalTritonServer(gpus=[4]).gpu_set(nvml)
+        LocalTritonServer(ServerSection(gpus=[4])).gpu_set(nvml)
     with pytest.raises(ServerError):  # a Docker request of nonsense is refused before NVML
-        DockerTritonServer(gpus="two")  # type: ignore[arg-type]
+        DockerTritonServer(ServerSection.model_construct(gpus="two"))  # past the spec's check
 
 
 def test_nvml_failing_to_list_devices_is_a_clear_error() -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import models
+from tracker.spec import ServerSection
 from tracker.triton import model_config
 from tracker.triton.formats.onnx import from_onnx
 from tracker.triton.server.local import LocalTritonServer
@@ -57,7 +58,7 @@ def test_triton_accepts_derived_and_applied_configs(tmp_path: Path) -> None:
         (repo / name / "1").mkdir(parents=True)
         (repo / name / "1" / "model.py").write_text(NULL_MODEL)
         model_config.save(served, repo / name / "config.pbtxt")
-    with LocalTritonServer(startup_timeout_s=60) as server:
+    with LocalTritonServer(ServerSection(startup_timeout_s=60)) as server:
         server.start(repo)
         base = server.endpoints.http
         assert base is not None

@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from tracker.errors import ModelLoadError, ServerError, ServerStartError
+from tracker.spec import ServerSection
 from tracker.triton import model_config
 from tracker.triton.client import TritonClient
 from tracker.triton.repository import TrialRepository, write_repository
@@ -85,12 +86,12 @@ def mode(request: pytest.FixtureRequest, tmp_path: Path, quickstart_info: model_
          _no_leftover_servers: None) -> Iterator[Mode]:
     # (_no_leftover_servers is requested so that it is torn down after the remote's owner)
     if request.param == "local":
-        mode = Mode("local", lambda **kw: LocalTritonServer(**kw))
+        mode = Mode("local", lambda **kw: LocalTritonServer(ServerSection(**kw)))
         yield mode
         mode.stop_all()
     elif request.param == "docker":
         image = request.getfixturevalue("docker_image")
-        mode = Mode("docker", lambda **kw: DockerTritonServer(image=image, **kw))
+        mode = Mode("docker", lambda **kw: DockerTritonServer(ServerSection(image=image, **kw)))
         yield mode
         mode.stop_all()
     else:
@@ -198,10 +199,10 @@ def test_reload_strategy_keeps_one_server(kind: str, request: pytest.FixtureRequ
     """Start once in explicit mode, then each trial's config is a load with an override; the
     trial folders may be deleted between trials (the runner does) without harm."""
     if kind == "docker":
-        server: TritonServer = DockerTritonServer(image=request.getfixturevalue("docker_image"),
-                                                  strategy="reload")
+        server: TritonServer = DockerTritonServer(ServerSection(
+            image=request.getfixturevalue("docker_image"), strategy="reload"))
     else:
-        server = LocalTritonServer(strategy="reload")
+        server = LocalTritonServer(ServerSection(strategy="reload"))
     identity = None
     with server:
         for i, count in enumerate([1, 2, 1]):

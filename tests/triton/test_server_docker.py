@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from tracker.errors import ServerError, ServerStartError
+from tracker.spec import ServerSection
 from tracker.triton.server.docker import (
-    DEFAULT_IMAGE,
     DockerTritonServer,
     device_requests,
     docker_client,
@@ -41,12 +41,12 @@ def test_gpu_requests_in_the_spec() -> None:
     (some,) = device_requests([0, 2])
     assert (some["DeviceIDs"], some["Capabilities"]) == (["0", "2"], [["gpu"]])
     with pytest.raises(ServerError, match=r"server\.gpus must be 'all' or a list"):
-        DockerTritonServer(gpus="two")
+        DockerTritonServer(ServerSection.model_construct(gpus="two"))  # past the spec's check
 
 
 def test_default_image_is_the_official_one() -> None:
-    assert DEFAULT_IMAGE.startswith("nvcr.io/nvidia/tritonserver:")
-    assert DEFAULT_IMAGE.endswith("-py3")
+    image = DockerTritonServer().image
+    assert image.startswith("nvcr.io/nvidia/tritonserver:") and image.endswith("-py3")
 
 
 def test_unreachable_daemon_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -59,7 +59,7 @@ def test_unreachable_daemon_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) ->
 def test_the_daemon_receives_the_gpu_request_and_the_rest(docker_image: str,
                                                           tmp_path: Path) -> None:
     """The spec is sent for real (create, not start: there is no GPU here) and read back."""
-    server = DockerTritonServer(image=docker_image, gpus=[0, 1], shm_size="256m")
+    server = DockerTritonServer(ServerSection(image=docker_image, gpus=[0, 1], shm_size="256m"))
     spec = server.container_spec(tmp_path, explicit=True, ports=PORTS)
     spec.pop("detach")
     container = server.docker.containers.create(**spec)
@@ -80,7 +80,7 @@ def test_the_daemon_receives_the_gpu_request_and_the_rest(docker_image: str,
     finally:
         container.remove(force=True)
 
-    bridge = DockerTritonServer(image=docker_image, gpus="all", network="bridge")
+    bridge = DockerTritonServer(ServerSection(image=docker_image, gpus="all", network="bridge"))
     spec = bridge.container_spec(tmp_path, explicit=False, ports=PORTS)
     assert spec["ports"]["18001/tcp"] == ("127.0.0.1", 18001)
     assert "--grpc-address=0.0.0.0" in spec["command"]
@@ -89,7 +89,7 @@ def test_the_daemon_receives_the_gpu_request_and_the_rest(docker_image: str,
 
 @pytest.mark.docker
 def test_missing_image_says_how_to_pull_it(docker_image: str, tmp_path: Path) -> None:
-    server = DockerTritonServer(image="tracker-no-such-image:1.0")
+    server = DockerTritonServer(ServerSection(image="tracker-no-such-image:1.0"))
     with pytest.raises(ServerStartError, match=r"docker pull tracker-no-such-image:1\.0"):
         server.start(tmp_path)
     assert not server.running
@@ -103,7 +103,7 @@ def test_taken_port_is_a_clear_error(docker_image: str, tmp_path: Path) -> None:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        server = DockerTritonServer(image=docker_image, http_port=port)
+        server = DockerTritonServer(ServerSection(image=docker_image, http_port=port))
         with pytest.raises(ServerStartError, match=f"server.http_port {port} is taken"):
             server.start(tmp_path)
 
@@ -116,8 +116,9 @@ def test_containers_of_a_dead_tuner_are_removed_at_the_next_start(docker_image: 
     code = (
         "import sys, time\n"
         "from pathlib import Path\n"
+        "from tracker.spec import ServerSection\n"
         "from tracker.triton.server.docker import DockerTritonServer\n"
-        "s = DockerTritonServer(image=sys.argv[1])\n"
+        "s = DockerTritonServer(ServerSection(image=sys.argv[1]))\n"
         "s.start(Path(sys.argv[2]))\n"
         "print(s.container_name(), flush=True)\n"
         "time.sleep(600)\n"
@@ -131,7 +132,7 @@ def test_containers_of_a_dead_tuner_are_removed_at_the_next_start(docker_image: 
     proc.wait()
     proc.stdout.close()
     assert name, "the tuner process did not start its container"
-    server = DockerTritonServer(image=docker_image)
+    server = DockerTritonServer(ServerSection(image=docker_image))
     assert server.docker.containers.get(name).status == "running"  # the leftover
     with server:
         server.start(tmp_path / "empty")
@@ -141,7 +142,7 @@ def test_containers_of_a_dead_tuner_are_removed_at_the_next_start(docker_image: 
 def test_the_container_command_carries_the_server_options(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """server.options reach the container's tritonserver command (what the daemon gets)."""
-    server = DockerTritonServer(image="some/image:tag")
+    server = DockerTritonServer(ServerSection(image="some/image:tag"))
     monkeypatch.setattr(server, "_image_labels", dict)  # no daemon needed to build the spec
     server.option_args = ("--rate-limit=execution_count", "--rate-limit-resource=R1:4")
     spec = server.container_spec(tmp_path, explicit=False, ports=PORTS)
@@ -154,7 +155,7 @@ def test_the_container_command_carries_the_server_options(
 def test_a_container_runs_with_the_server_options(docker_image: str, tmp_path: Path) -> None:
     """The rate limiter and two resources, for real: Triton's start-up table says so."""
     (tmp_path / "empty").mkdir()
-    server = DockerTritonServer(image=docker_image)
+    server = DockerTritonServer(ServerSection(image=docker_image))
     server.option_args = ("--rate-limit=execution_count", "--rate-limit-resource=R1:4",
                           "--rate-limit-resource=R2:2")
     with server:

@@ -12,6 +12,7 @@ import pytest
 
 from tests.triton.test_server_local import add_repo
 from tracker.errors import ServerStartError
+from tracker.spec import ServerSection
 from tracker.triton.server import local
 from tracker.triton.server.live import live_servers
 from tracker.triton.server.local import LocalTritonServer
@@ -99,7 +100,7 @@ def test_fixed_ports_answered_by_another_server_are_an_error(
     http, grpc, metrics = _first_ports(first)
     calls, resolve = _raced(first, times=99)
     monkeypatch.setattr(local, "resolve_ports", resolve)
-    second = LocalTritonServer(http_port=http, grpc_port=grpc, metrics_port=metrics)
+    second = LocalTritonServer(ServerSection(http_port=http, grpc_port=grpc, metrics_port=metrics))
     with pytest.raises(ServerStartError) as caught:
         second.start(repo)
     message = str(caught.value)

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from tracker.errors import ServerStartError
+from tracker.spec import ServerSection
 from tracker.triton.server import processes, records
 from tracker.triton.server.local import LocalTritonServer, wheel_server
 
@@ -84,7 +85,7 @@ def test_wheel_server_is_prepared_for_this_python() -> None:
 
 
 def test_stop_kills_the_whole_group_and_shared_memory(tmp_path: Path) -> None:
-    server = LocalTritonServer(gpus=[3])
+    server = LocalTritonServer(ServerSection(gpus=[3]))
     envs = processes.python_envs()
     with server:
         server.start(add_repo(tmp_path, count=2))
@@ -158,13 +159,14 @@ def test_a_tritonserver_found_on_path_runs_as_it_is(tmp_path: Path,
     (bin_dir / "tritonserver").symlink_to(wheel_server().binary)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     (tmp_path / "empty").mkdir()
-    with LocalTritonServer(binary=tmp_path / "spec-dir" / "tritonserver") as server:
+    with LocalTritonServer(ServerSection(binary=tmp_path / "spec-dir" / "tritonserver")) as server:
         server.start(tmp_path / "empty")
         assert psutil.Process(server.pids()[0]).exe() == str(wheel_server().binary)
         with server.client() as client:
             assert client.is_ready()
     with pytest.raises(ServerStartError, match="not an executable file nor a command"):
-        LocalTritonServer(binary=tmp_path / "no-such-server").start(tmp_path / "empty")
+        LocalTritonServer(ServerSection(binary=tmp_path / "no-such-server")).start(
+            tmp_path / "empty")
 
 
 def test_fixed_port_that_is_taken_is_a_clear_error(tmp_path: Path) -> None:
@@ -172,7 +174,7 @@ def test_fixed_port_that_is_taken_is_a_clear_error(tmp_path: Path) -> None:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         port = sock.getsockname()[1]
-        server = LocalTritonServer(grpc_port=port)
+        server = LocalTritonServer(ServerSection(grpc_port=port))
         with pytest.raises(ServerStartError, match=f"server.grpc_port {port} is taken"):
             server.start(add_repo(tmp_path))
     assert not server.running

@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 
 from tests.triton.test_server_contract import trial
 from tracker.errors import ServerError
-from tracker.spec import parse_spec
+from tracker.spec import ServerSection, parse_spec
 from tracker.triton import model_config
 from tracker.triton.server.local import LocalTritonServer
 from tracker.triton.server.options import trial_args, unknown_flag
@@ -32,7 +32,7 @@ CACHE = ("--cache-config=local,size=1048576",)
 
 @pytest.fixture()
 def server() -> Iterator[LocalTritonServer]:
-    made = LocalTritonServer(strategy="reload")
+    made = LocalTritonServer(ServerSection(strategy="reload"))
     try:
         yield made
     finally:

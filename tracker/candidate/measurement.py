@@ -1,9 +1,14 @@
 """One measurement of one configuration: repository -> server -> sweep -> level -> artifacts.
 
 A trial (tuning/trial.py), ``tracker profile`` (profile/command.py) and any later
-re-measurement of a known configuration go through :func:`measure_configuration`; what
+re-measurement of a known configuration go through :func:`measure`; what
 differs between them is only what they do with the :class:`ConfigMeasurement` (tell Optuna,
 log a run, compare).
+
+The request is three values, each built once: :class:`Bench` (where, and what stays the same
+for a study's every measurement: built with its StudyContext), :class:`CandidateConfig`
+(what: the configs and the values they cannot hold) and :class:`Procedure` (how this
+measurement goes).
 
 The server is the caller's: it is served the configuration (``server.apply_trial``) and left
 running, so several calls may share one server (each call applies its own configuration).
@@ -27,7 +32,6 @@ from tracker.measure.host import measured_tags, server_tags
 from tracker.measure.monitors import Monitor, close_monitors, default_monitors
 from tracker.measure.sweep import LevelPlanner, sweep
 from tracker.measure.types import LoadClient, Measurement, SweepLevel, SweepResult
-from tracker.metrics import load_levels_from
 from tracker.redact import redact_text
 from tracker.search import capacity
 from tracker.search.objective import LevelChoice, pick_best_level
@@ -48,8 +52,45 @@ if TYPE_CHECKING:
     from tracker.triton.server.base import TritonServer
 
 LOG_HEAD, LOG_TAIL = 200_000, 300_000
-MonitorsFactory = Callable[["TritonServer"], Sequence[Monitor]]
-Check = Callable[["TritonServer", str, "ModelConfig"], int]  # check_outputs: warm-up made
+#: the output check, run once the configuration is served: the warm-up requests it made
+Check = Callable[["TritonServer", str, "ModelConfig"], int]
+
+
+@dataclass(frozen=True)
+class Bench:
+    """Where configurations are measured: the same for every measurement of a study."""
+
+    spec: StudySpec
+    configuration: Configuration
+    server: TritonServer
+    serving: Serving | None  # how an ONNX model is served; None: by its own backend
+    load_client: LoadClient = "builtin"  # "builtin" or "perf_analyzer"
+
+
+@dataclass(frozen=True)
+class CandidateConfig:
+    """What is measured: every model's config (by name, load order) and the values the
+    configs cannot hold."""
+
+    configs: Mapping[str, ModelConfig]
+    files: Mapping[str, object] = field(default_factory=dict)          # FILE:KEY values
+    server_values: Mapping[str, object] = field(default_factory=dict)  # server/<option>
+
+
+@dataclass(frozen=True)
+class Procedure:
+    """How one measurement goes. ``levels`` None: the spec's sweep, or ``plan``'s
+    (search/sweep_plan.py); ``model_levels``: an entry's own levels; ``reference``: the
+    default's logged metrics ``weighted_gain`` is measured against; ``check``: the output
+    check; ``on_level``/``on_phase``: each entry's figures of a level, each step's name."""
+
+    levels: Sequence[float] | None = None
+    model_levels: Mapping[str, Sequence[float]] | None = None
+    plan: LevelPlanner | None = None
+    reference: Mapping[str, float] | None = None
+    check: Check | None = None
+    on_level: Callable[[Measurement], None] | None = None
+    on_phase: Callable[[str], None] | None = None
 
 
 class ConfigFailed(Exception):
@@ -233,12 +274,6 @@ def served_text(spec: StudySpec, info: ModelInfo, cfg: ModelConfig,
     return header + model_config.dumps(served)
 
 
-def levels_for(load_values: Mapping[str, object]) -> list[float] | None:
-    """The load levels a configuration's own load knobs fix (``concurrency: 4`` -> [4.0]);
-    None: the spec's sweep."""
-    return load_levels_from(load_values)
-
-
 def _monitors(server: TritonServer) -> Sequence[Monitor]:
     """The server's own figures: its process tree, its GPUs (by UUID), its metrics."""
     return default_monitors(server.gpu_set(), server.endpoints.metrics, pids=server.pids)
@@ -252,82 +287,65 @@ def _each(on_level: Callable[[Measurement], None]) -> Callable[[SweepLevel], Non
     return each
 
 
-def _write(spec: StudySpec, conf: Configuration, cfgs: Mapping[str, ModelConfig],
-           workdir: Path, serving: Serving | None,
-           files: Mapping[str, object] | None) -> TrialRepository:
-    """The trial's model repository: every model of the configuration, served by
+def _write(bench: Bench, candidate: CandidateConfig, workdir: Path) -> TrialRepository:
+    """The trial's model repository: every model of the configuration, served by the bench's
     ``serving``, with its ``FILE:KEY`` values."""
+    conf, cfgs = bench.configuration, candidate.configs
     try:
         return write_configuration(workdir, {n: conf.info(n) for n in cfgs}, cfgs, conf.entry,
-                                   serving=serving, options=serve_options(spec), files=files,
-                                   logged=json_knobs.files_of(spec.search.space))
+                                   serving=bench.serving, options=serve_options(bench.spec),
+                                   files=candidate.files,
+                                   logged=json_knobs.files_of(bench.spec.search.space))
     except TrackerError as err:
         raise ConfigFailed(f"cannot write the trial's model repository: {err}", err) from err
 
 
-def _serve(server: TritonServer, repo: TrialRepository, mark: int,
-           spec: StudySpec, values: Mapping[str, object] | None,
-           on_phase: Callable[[str], None] | None,
-           check: Check | None = None) -> tuple[ModelConfig, dict[str, str], int]:
-    """Serve ``repo`` (option ``values``), pass ``check``: (loaded config, tags, warmed)."""
-    if on_phase is not None:
-        on_phase("starting Triton")
+def _serve(bench: Bench, candidate: CandidateConfig, how: Procedure, repo: TrialRepository,
+           mark: int) -> tuple[ModelConfig, dict[str, str], int]:
+    """Serve ``repo`` (the candidate's server values), pass the output check: (loaded
+    config, tags, warm-up requests made)."""
+    if how.on_phase is not None:
+        how.on_phase("starting Triton")
     try:
-        said = serve_trial(server, repo, spec.server, values, on_phase)
+        said = serve_trial(bench.server, repo, bench.spec.server, candidate.server_values,
+                           how.on_phase)
         loaded = repo.served_config
-        warmed = check(server, repo.model_name, loaded) if check is not None else 0
+        warmed = how.check(bench.server, repo.model_name, loaded) if how.check is not None else 0
         return loaded, said, warmed
     except TrackerError as err:
-        reason = _died_first(server.gone(), "trial") + str(getattr(err, "reason", err))
-        raise ConfigFailed(reason, err, server.log_text()[mark:]) from err
+        reason = _died_first(bench.server.gone(), "trial") + str(getattr(err, "reason", err))
+        raise ConfigFailed(reason, err, bench.server.log_text()[mark:]) from err
 
 
-def measure_configuration(spec: StudySpec, conf: Configuration,
-                          server: TritonServer, cfgs: Mapping[str, ModelConfig],
-                          workdir: Path, *,
-                          serving: Serving | None = None,
-                          levels: Sequence[float] | None = None,
-                          plan: LevelPlanner | None = None,
-                          monitors_factory: MonitorsFactory | None = None,
-                          on_level: Callable[[Measurement], None] | None = None,
-                          on_phase: Callable[[str], None] | None = None,
-                          load_client: LoadClient = "builtin",
-                          files: Mapping[str, object] | None = None,
-                          reference: Mapping[str, float] | None = None,
-                          model_levels: Mapping[str, Sequence[float]] | None = None,
-                          server_values: Mapping[str, object] | None = None,
-                          check: Check | None = None,
-                          ) -> ConfigMeasurement:
-    """Measure ``cfgs`` (every model's config of ``conf``, by name) on ``server``:
-    write the repository into ``workdir`` (removed on failure), serve it, pass ``check`` (the
-    output check), sweep every entry model at once at ``levels`` (None: the spec's;
-    ``model_levels``: an entry's own; ``plan``: search/sweep_plan.py; objective perf_capacity:
-    the capacity search, search/capacity.py), choose the level by the objectives and
-    constraints (``weighted_gain`` against ``reference``, the default's logged metrics).
-    ``monitors_factory(server)``: the monitors (default: process tree, metrics, NVML);
-    ``files``: the ``FILE:KEY`` values. Raises :class:`ConfigFailed`."""
-    repo = _write(spec, conf, cfgs, workdir, serving or resolve_serving(spec, server, conf),
-                  files)
+def measure(bench: Bench, candidate: CandidateConfig, how: Procedure,
+            workdir: Path) -> ConfigMeasurement:
+    """Measure ``candidate`` on the bench's server: write the repository into ``workdir``
+    (removed on failure), serve it, pass the output check, sweep every entry model at once
+    at the procedure's levels (objective perf_capacity: the capacity search,
+    search/capacity.py), choose the level by the objectives and constraints. Raises
+    :class:`ConfigFailed`."""
+    spec, conf, server = bench.spec, bench.configuration, bench.server
+    repo = _write(bench, candidate, workdir)
     try:
         text = repo.served_config_path.read_text()
         knob_texts = {name: path.read_text() for name, path in repo.knob_files.items()}
         mark = len(server.log_text()) if server.strategy == "reload" else 0
-        loaded, said, warm = _serve(server, repo, mark, spec, server_values, on_phase, check)
-        monitors = (monitors_factory or _monitors)(server)
+        loaded, said, warm = _serve(bench, candidate, how, repo, mark)
+        monitors = _monitors(server)
         # objective perf_capacity: the capacity search plans the levels and judges them
         searched = capacity.CapacitySettings.of(spec) if capacity.wanted(spec) else None
         try:
             served = {**dict(repo.models), conf.entry: loaded}
             result = sweep(server.endpoints,
-                           joint.loads_of(spec, conf, served, levels, model_levels,
+                           joint.loads_of(spec, conf, served, how.levels, how.model_levels,
                                           {conf.entry: warm}),
-                           spec.constraints, monitors, load_client=load_client,
-                           plan=capacity.CapacityPlan(searched) if searched else plan,
-                           on_level=None if on_level is None else _each(on_level))
-            how = joint.scoring(spec, conf, reference)
-            choice = (capacity.choose(result, searched, spec.objectives, how) if searched
+                           spec.constraints, monitors, load_client=bench.load_client,
+                           plan=capacity.CapacityPlan(searched) if searched else how.plan,
+                           on_level=None if how.on_level is None else _each(how.on_level))
+            scoring = joint.scoring(spec, conf, how.reference)
+            choice = (capacity.choose(result, searched, spec.objectives, scoring) if searched
                       else pick_best_level(result.levels, joint.constraints_of(spec, conf),
-                                           spec.objectives, how))
+                                           spec.objectives, scoring))
         except TrackerError as err:
             log = server.log_text()[mark:]
             cause = with_log_errors(err, log, server.gone())
@@ -335,10 +353,13 @@ def measure_configuration(spec: StudySpec, conf: Configuration,
         finally:
             close_monitors(monitors)
         return ConfigMeasurement(
-            repo, text, model_config.dumps(repo.production_config), result, choice,
-            server.log_text()[mark:],
-            {**measured_tags(monitors), **server_tags(server.endpoints), **said}, knob_texts,
-            {n: model_config.dumps(c) for n, c in repo.productions.items()}, conf.metric_name)
+            repository=repo, served_text=text,
+            production_text=model_config.dumps(repo.production_config), result=result,
+            choice=choice, log=server.log_text()[mark:],
+            tags={**measured_tags(monitors), **server_tags(server.endpoints), **said},
+            knob_texts=knob_texts,
+            model_texts={n: model_config.dumps(c) for n, c in repo.productions.items()},
+            name=conf.metric_name)
     except ConfigFailed:
         shutil.rmtree(workdir, ignore_errors=True)
         raise

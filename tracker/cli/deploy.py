@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import click
 
 from tracker.cli.group import cli
-from tracker.cli.params import OptionalNumber
+from tracker.cli.params import OptionalNumber, packed
 from tracker.cli.params import tracking_uri_env as _tracking_uri
 
 
@@ -28,13 +29,37 @@ def _deploy_options(fn: Any) -> Any:
     return fn
 
 
-def _deploy_settings(url: str | None, repository: str | None, serving: str | None,
-                     give: str = "pass --repository PATH") -> Any:
-    """Target settings; an empty option (an MLproject parameter's default) is not given."""
-    from tracker.deploy.settings import resolve_settings
+@dataclass(frozen=True)
+class DeployArgs:
+    """The options of :func:`_deploy_options`: where the serving Triton is, where MLflow is."""
 
-    given = {"url": url, "repository": repository, "serving": serving}
-    return resolve_settings("triton", {k: v for k, v in given.items() if v}, give)
+    url: str | None
+    repository: str | None
+    serving: str | None
+    tracking_uri: str | None
+
+    def settings(self, give: str = "pass --repository PATH") -> Any:
+        """Target settings; an empty option (an MLproject parameter's default) is not given."""
+        from tracker.deploy.settings import resolve_settings
+
+        given = {"url": self.url, "repository": self.repository, "serving": self.serving}
+        return resolve_settings("triton", {k: v for k, v in given.items() if v}, give)
+
+
+@dataclass(frozen=True)
+class PromoteArgs(DeployArgs):
+    """``tracker promote``'s options as given."""
+
+    spec_path: Path | None
+    study_name: str | None
+    storage: str | None
+    registered_model: str | None
+    deployment_name: str | None
+    stage: str
+    alias: str
+    no_deploy: bool
+    force: bool
+    trial: int | None
 
 
 @cli.command("promote")
@@ -59,11 +84,8 @@ def _deploy_settings(url: str | None, repository: str | None, serving: str | Non
               help="Promote trial N instead (any feasible COMPLETE trial, e.g. another point "
               "of a Pareto front); the version's tag tracker.chosen_by says so.")
 @_deploy_options
-def promote_command(spec_path: Path | None, study_name: str | None, storage: str | None,
-                    registered_model: str | None, deployment_name: str | None, stage: str,
-                    alias: str, no_deploy: bool, force: bool, trial: int | None,
-                    url: str | None, repository: str | None,
-                    serving: str | None, tracking_uri: str | None) -> None:
+@packed(PromoteArgs)
+def promote_command(g: PromoteArgs) -> None:
     """Register the study's best feasible trial (the confirmed one after a confirmation; with
     two objectives the Pareto front's point best on the first) or trial N, move it to STAGE
     with ALIAS, deploy it. A study whose confirmation says equivalent or inconclusive is
@@ -72,48 +94,61 @@ def promote_command(spec_path: Path | None, study_name: str | None, storage: str
     Exit status 1 with Triton's message when the deployment fails; the version that served
     before keeps serving and the new version is tagged tracker.deploy.status=failed.
     """
-    from tracker.deploy.promote import promote
+    from tracker.deploy.choose import Ask
+    from tracker.deploy.pointers import Pointers
+    from tracker.deploy.promote import Release, promote
     from tracker.errors import DeployError
     from tracker.search.optuna_study import default_storage
     from tracker.search.storage import make_storage
 
-    settings = None if no_deploy else _deploy_settings(
-        url, repository, serving,
+    settings = None if g.no_deploy else g.settings(
         "pass --repository PATH (or --no-deploy to register without deploying)")
     objectives: dict[str, str] = {}
     constraints: dict[str, Any] | None = None
-    if spec_path is not None:
+    if g.spec_path is not None:  # the spec's values where no option gives one
         from tracker.spec import load_spec
 
-        spec = load_spec(spec_path)
-        tracking_uri = tracking_uri or spec.mlflow.tracking_uri
-        study_name = study_name or spec.study_name
-        storage = storage or spec.search.storage
-        registered_model = registered_model or spec.registered_model_name
-        deployment_name = deployment_name or spec.model.names[0]
+        spec = load_spec(g.spec_path)
+        g = replace(g, tracking_uri=g.tracking_uri or spec.mlflow.tracking_uri,
+                    study_name=g.study_name or spec.study_name,
+                    storage=g.storage or spec.search.storage,
+                    registered_model=g.registered_model or spec.registered_model_name,
+                    deployment_name=g.deployment_name or spec.model.names[0])
         objectives, constraints = dict(spec.objectives), dict(spec.constraints)
-    if not study_name:
+    if not g.study_name:
         raise DeployError("tracker promote needs a SPEC or --study NAME")
     import optuna
 
-    with _tracking_uri(tracking_uri) as uri:
-        storage = storage or default_storage(uri)
+    with _tracking_uri(g.tracking_uri) as uri:
+        storage = g.storage or default_storage(uri)
         try:
-            study = optuna.load_study(study_name=study_name,
+            study = optuna.load_study(study_name=g.study_name,
                                       storage=make_storage(storage, heartbeat_interval=None))
         except KeyError as exc:
-            raise DeployError(f"no study named {study_name!r} in {storage}") from exc
+            raise DeployError(f"no study named {g.study_name!r} in {storage}") from exc
         objectives = objectives or dict(study.user_attrs.get("objectives")
                                         or {"perf_throughput": "maximize"})
         result = promote(study, objectives=objectives, constraints=constraints,
-                         registered_model=registered_model or study_name,
-                         deployment_name=deployment_name or study_name, stage=stage,
-                         alias=alias, settings=settings, force=force,
-                         log=lambda line: click.echo(line, err=True), trial=trial)
+                         release=Release(g.registered_model or g.study_name,
+                                         g.deployment_name or g.study_name,
+                                         Pointers(g.stage, g.alias)),
+                         settings=settings, ask=Ask(g.trial, g.force),
+                         log=lambda line: click.echo(line, err=True))
     served = (f"; serving as Triton model {result.deployment['name']!r} version "
               f"{result.deployment['version']}" if result.deployment else "")
     click.echo(f"{result.registered_model} version {result.version} (trial {result.trial}) is in "
                f"{result.stage} with alias {result.alias!r}{served}")
+
+
+@dataclass(frozen=True)
+class WatchArgs(DeployArgs):
+    """``tracker watch``'s options as given."""
+
+    interval: float
+    models: tuple[str, ...]
+    stage: str
+    alias: str
+    once: bool
 
 
 @cli.command("watch")
@@ -128,25 +163,24 @@ def promote_command(spec_path: Path | None, study_name: str | None, storage: str
 @click.option("--once", is_flag=True, help="Poll once and exit: status 1 when the poll fails "
               "(registry or server unreachable) or a deployment it made fails.")
 @_deploy_options
-def watch_command(interval: float, models: tuple[str, ...], stage: str, alias: str, once: bool,
-                  url: str | None, repository: str | None, serving: str | None,
-                  tracking_uri: str | None) -> None:
+@packed(WatchArgs)
+def watch_command(g: WatchArgs) -> None:
     """Deploy each version that enters STAGE or receives ALIAS in the registry (one log line
     per action). Restart-safe: what was handled is kept in the registry's tags. SIGTERM and
     Ctrl-C stop it at once, also while MLflow is retrying a request; a deployment in progress
     is rolled back (or finished, when it had already switched) first."""
     from tracker.deploy.watch import Watcher
 
-    watcher = Watcher(_deploy_settings(url, repository, serving), models=models, stage=stage,
-                      alias=alias, log=lambda line: click.echo(line))
-    if once:  # a signal stops it as any command (tracker/cli/group.py)
-        with _tracking_uri(tracking_uri):
+    watcher = Watcher(g.settings(), models=g.models, stage=g.stage, alias=g.alias,
+                      log=lambda line: click.echo(line))
+    if g.once:  # a signal stops it as any command (tracker/cli/group.py)
+        with _tracking_uri(g.tracking_uri):
             watcher.once()
         return
     from tracker.lifecycle import until_signal
 
-    with _tracking_uri(tracking_uri), until_signal() as stop:
-        watcher.run(interval, stop=stop)
+    with _tracking_uri(g.tracking_uri), until_signal() as stop:
+        watcher.run(g.interval, stop=stop)
 
 
 @cli.command("status")

@@ -5,11 +5,26 @@ empty string means "not given" (the spec's value). Kept apart from the commands
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import click
+
+Options = TypeVar("Options")
+
+
+def packed(options: Callable[..., Options]) -> Callable[[Callable[[Options], None]],
+                                                        Callable[..., None]]:
+    """A command that takes its options as one value: click passes each option as a keyword,
+    ``options`` (a frozen dataclass with a typed field per option) holds them."""
+    def pack(command: Callable[[Options], None]) -> Callable[..., None]:
+        @functools.wraps(command)
+        def call(**given: Any) -> None:
+            command(options(**given))
+        return call
+    return pack
 
 
 class OptionalChoice(click.Choice):  # type: ignore[type-arg]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -12,6 +13,7 @@ from tracker.cli.params import OptionalChoice as _Choice
 from tracker.cli.params import OptionalNumber as _Optional
 from tracker.cli.params import blank as _blank
 from tracker.cli.params import gpu_list as _gpu_list
+from tracker.cli.params import packed
 from tracker.launch_modes import MODES
 from tracker.samplers import SAMPLERS
 
@@ -75,6 +77,41 @@ def check_command(spec_path: Path, outputs: bool) -> None:
 
 
 # -- tuning studies (tracker/tuning/, docs/tuning.md) --
+@dataclass(frozen=True)
+class ServerArgs:
+    """The server options of ``tune`` and ``profile`` ("" from an MLproject parameter: not
+    given)."""
+
+    mode: str | None
+    strategy: str | None
+    url: str | None
+    image: str | None
+
+    def overrides(self) -> dict[str, object]:
+        """The spec's server section values these options override (None: the spec's)."""
+        return {"mode": _blank(self.mode), "strategy": _blank(self.strategy),
+                "url": _blank(self.url), "image": _blank(self.image)}
+
+
+@dataclass(frozen=True)
+class TuneArgs(ServerArgs):
+    """``tracker tune``'s options as given."""
+
+    spec_path: Path
+    n_trials: int | None
+    timeout_s: float | None
+    study_name: str | None
+    storage: str | None
+    sampler: str | None
+    seed: int | None
+    patience: int | None
+    no_bar: bool
+    gpus: str | None
+    heartbeat_interval: int | None
+    grace_period: int | None
+    use_perf_analyzer: bool
+
+
 @cli.command("tune")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 # (each two-word option also as --word_word: what `mlflow run -P word_word=...` appends)
@@ -114,12 +151,8 @@ def check_command(spec_path: Path, outputs: bool) -> None:
 @click.option("--perf-analyzer", "use_perf_analyzer", is_flag=True,
               help="Measure every trial (and the confirmation) with the perf_analyzer binary on "
               "PATH instead of the built-in load generator (load.perf_analyzer_flags added).")
-def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
-                 study_name: str | None, storage: str | None, sampler: str | None,
-                 seed: int | None, patience: int | None, mode: str | None, strategy: str | None,
-                 url: str | None, image: str | None, no_bar: bool, gpus: str | None,
-                 heartbeat_interval: int | None, grace_period: int | None,
-                 use_perf_analyzer: bool) -> None:
+@packed(TuneArgs)
+def tune_command(g: TuneArgs) -> None:
     """Run (or resume) the tuning study of SPEC: one MLflow child run per trial under the
     study's parent run. Ctrl-C stops cleanly (exit 130); the same command resumes."""
     from tracker.invocation.session import TuneOptions
@@ -127,15 +160,14 @@ def tune_command(spec_path: Path, n_trials: int | None, timeout_s: float | None,
     from tracker.tuning.tune import tune
 
     options = TuneOptions(
-        n_trials=n_trials, timeout_s=timeout_s, study_name=_blank(study_name),
-        storage=_blank(storage), sampler=_blank(sampler), seed=seed, patience=patience,
-        server={"mode": _blank(mode), "strategy": _blank(strategy), "url": _blank(url),
-                "image": _blank(image), "gpus": _gpu_list(gpus)},
-        bar=False if no_bar else None, heartbeat_interval=heartbeat_interval,
-        grace_period=grace_period,
-        load_client="perf_analyzer" if use_perf_analyzer else "builtin")
+        n_trials=g.n_trials, timeout_s=g.timeout_s, study_name=_blank(g.study_name),
+        storage=_blank(g.storage), sampler=_blank(g.sampler), seed=g.seed, patience=g.patience,
+        server={**g.overrides(), "gpus": _gpu_list(g.gpus)},
+        bar=False if g.no_bar else None, heartbeat_interval=g.heartbeat_interval,
+        grace_period=g.grace_period,
+        load_client="perf_analyzer" if g.use_perf_analyzer else "builtin")
     try:
-        tune(spec_path, options)
+        tune(g.spec_path, options)
     except Interrupted as stop:
         click.echo(f"{stop}: the current trial is marked FAIL and will be measured again; "
                    "run the same command to resume.", err=True)
@@ -176,6 +208,19 @@ def confirm_command(spec_path: Path, study_name: str | None, storage: str | None
                f"{result.parent_run_id}")
 
 
+@dataclass(frozen=True)
+class ProfileArgs(ServerArgs):
+    """``tracker profile``'s options as given."""
+
+    spec_path: Path
+    assignments: tuple[str, ...]
+    set_all: str
+    config_path: Path | None
+    concurrency: str
+    csv_path: Path
+    use_perf_analyzer: bool
+
+
 @cli.command("profile")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(path_type=Path))
 @click.option("--set", "assignments", multiple=True, metavar="PATH=VALUE",
@@ -201,10 +246,8 @@ def confirm_command(spec_path: Path, study_name: str | None, storage: str | None
 @click.option("--perf-analyzer", "use_perf_analyzer", is_flag=True,
               help="Measure with the perf_analyzer binary on PATH instead of the built-in "
               "load generator.")
-def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
-                    mode: str | None, strategy: str | None, url: str | None,
-                    image: str | None, config_path: Path | None, concurrency: str,
-                    csv_path: Path, use_perf_analyzer: bool) -> None:
+@packed(ProfileArgs)
+def profile_command(g: ProfileArgs) -> None:
     """Measure one configuration of SPEC's model (its default, --config, with --set fields
     applied) over the load sweep, logged as one MLflow run; print the sweep, write the CSV.
     The server is stopped at the end, also on errors and Ctrl-C."""
@@ -214,18 +257,17 @@ def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
     from tracker.profile.command import profile
     from tracker.triton.model_config import parse_assignment
 
-    texts = [*assignments, *set_all.split()]
+    texts = [*g.assignments, *g.set_all.split()]
     values = dict(parse_assignment(text) for text in texts)
     try:
-        levels = [float(part) for part in concurrency.split(",") if part.strip()] or None
+        levels = [float(part) for part in g.concurrency.split(",") if part.strip()] or None
     except ValueError:
         raise click.BadParameter(f"must be numbers separated by commas, like 1,4,16, but got "
-                                 f"{concurrency!r}", param_hint="--concurrency") from None
+                                 f"{g.concurrency!r}", param_hint="--concurrency") from None
     try:
-        result = profile(spec_path, values, server_overrides={
-            "mode": _blank(mode), "strategy": _blank(strategy), "url": _blank(url),
-            "image": _blank(image)}, config_path=config_path, levels=levels,
-            load_client="perf_analyzer" if use_perf_analyzer else "builtin")
+        result = profile(g.spec_path, values, server_overrides=g.overrides(),
+                         config_path=g.config_path, levels=levels,
+                         load_client="perf_analyzer" if g.use_perf_analyzer else "builtin")
     except Interrupted as stop:
         click.echo(str(stop), err=True)
         sys.exit(stop.exit_code)
@@ -236,7 +278,7 @@ def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
     if result.named:  # several entry models, measured together
         for name in result.named:
             got = result.by_model[name]
-            out = csv_path.with_name(f"{csv_path.stem}-{name}{csv_path.suffix}")
+            out = g.csv_path.with_name(f"{g.csv_path.stem}-{name}{g.csv_path.suffix}")
             click.echo(f"model {name}:\n{table(got)}\nwrote {write_csv(got, out)}")
         each = "; ".join(
             f"{n} concurrency {best.metrics.get(f'{n}/concurrency', 0):g}, "
@@ -244,6 +286,6 @@ def profile_command(spec_path: Path, assignments: tuple[str, ...], set_all: str,
             for n in result.named)
         click.echo(f"best joint level: {each}; {verdict}")
         return
-    click.echo(f"{table(result.measurements)}\nwrote {write_csv(result.measurements, csv_path)}")
+    click.echo(f"{table(result.measurements)}\nwrote {write_csv(result.measurements, g.csv_path)}")
     click.echo(f"best level: concurrency {best.concurrency}, "
                f"{best.metrics.get('perf_throughput', 0):,.1f} infer/s, {verdict}")

@@ -40,7 +40,7 @@ from tracker.tracking import (
     study_record,
     view,
 )
-from tracker.tracking.report import best_row, improvement_pct, summary, write_report
+from tracker.tracking.report import ReportText, best_row, improvement_pct, summary, write_report
 from tracker.tracking.rows import ENTRY_NAMES_ATTR, TrialRow, entry_names, trial_rows
 from tracker.verdict import record as confirmed
 from tracker.verdict import stats as confirm_stats
@@ -143,14 +143,14 @@ def _log_report(ctx: StudyContext, rows: list[TrialRow], best: TrialRow | None, 
             write_report(rows, objectives, spec.constraints, Path(tmp),
                          entries=entry_names(ctx.configuration.entries,
                                              ctx.configuration.metric_name),
-                         title=f"Study {ctx.study.study_name}", curves=curves, text=text,
-                         caption=caption,
+                         words=ReportText(f"Study {ctx.study.study_name}", text, caption),
+                         curves=curves,
                          extra=remembered.with_origin(  # search.warm_start's source
                              parent, ctx.study,
                              _extra(ctx, rows, best, verdict, caption, Path(tmp)))))
         if best is not None:
-            cfgs, served = configs(ctx, best.params, best.baseline)
-            productions = production_texts(ctx, cfgs)  # every model's, the entry's too
+            cfgs, served = configs(ctx.bench, best.params, best.baseline)
+            productions = production_texts(ctx.bench, cfgs)  # every model's, the entry's too
             production = productions[ctx.configuration.entry]
             files["best/config.pbtxt"] = production
             files.update({f"best/{name}/config.pbtxt": text

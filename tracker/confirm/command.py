@@ -45,7 +45,7 @@ def confirm_session(spec_path: str | Path, *, study_name: str | None = None,
     study kept for MLflow are written first."""
     import optuna
 
-    from tracker.candidate.measurement import resolve_serving
+    from tracker.candidate.measurement import Bench, resolve_serving
     from tracker.invocation.progress import Progress
     from tracker.search.storage import make_storage
     from tracker.tracking import runs
@@ -82,8 +82,9 @@ def confirm_session(spec_path: str | Path, *, study_name: str | None = None,
     try:
         with session.guarded(interrupted):
             server = session.start_server()
-            yield StudyContext(session, {}, study, parent, server,
-                               resolve_serving(spec, server, session.configuration), progress,
+            yield StudyContext(session, {}, study, parent, Bench(
+                spec, session.configuration, server,
+                resolve_serving(spec, server, session.configuration)), progress,
                                store_model=False), prun
     finally:
         progress.close()

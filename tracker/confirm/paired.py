@@ -157,7 +157,7 @@ def choose(ctx: StudyContext, rows: list[TrialRow], asked: str) -> Design:
 
 def _gpu_total_mb(ctx: StudyContext) -> float | None:
     try:
-        gpus = ctx.server.gpu_set()
+        gpus = ctx.bench.server.gpu_set()
     except TrackerError:
         return None
     totals = [g.memory_total_mb for g in gpus]
@@ -200,7 +200,7 @@ class Pairs:
         every = [r for copy in written.values() for r in copy]
         repo = replace(every[-1], models=tuple((r.model_name, r.served_config) for r in every),
                        productions={r.model_name: r.production_config for r in every})
-        self.ctx.server.apply_trial(repo)
+        self.ctx.bench.server.apply_trial(repo)
         conf = self.ctx.configuration
         self.served = {n: {r.model_name: (m, r.served_config)
                            for m, r in zip(conf.names, copy, strict=True) if m in conf.entries}
@@ -212,11 +212,11 @@ class Pairs:
         (``<model>__best``), an ensemble's steps calling the copy's own models; in load
         order, the entry last."""
         conf, suffix = self.ctx.configuration, SUFFIX[row.baseline]
-        cfgs, _ = configs(self.ctx, dict(row.params), row.baseline)
+        cfgs, _ = configs(self.ctx.bench, dict(row.params), row.baseline)
         names = {m: f"{m}{suffix}" for m in conf.names}
         files = file_values(dict(row.params), row.baseline)
         return [write_model(workdir, conf.info(m), renamed(cfgs[m], names[m], names),
-                            serving=self.ctx.serving, options=serve_options(self.ctx.spec),
+                            serving=self.ctx.bench.serving, options=serve_options(self.ctx.spec),
                             files=files if m == conf.entry else None)
                 for m in conf.names]
 
@@ -241,7 +241,7 @@ class Pairs:
     def block(self, n: int) -> list[SweepLevel]:
         """One block of trial ``n``'s copy, every entry at once at its level (the sweep's one
         level)."""
-        return sweep(self.ctx.server.endpoints, self._entries(n, self.window),
+        return sweep(self.ctx.bench.server.endpoints, self._entries(n, self.window),
                      dict(self.ctx.spec.constraints)).levels
 
     def _scoring(self, n: int) -> Scoring:
@@ -259,7 +259,7 @@ class Pairs:
         t0 = time.monotonic()
         window = max(int(1000 * WARM_S / WINDOWS), 1)
         try:
-            sweep(self.ctx.server.endpoints,
+            sweep(self.ctx.bench.server.endpoints,
                   {name: load for n in self.rows
                    for name, load in self._entries(n, window, ramp=False).items()}, {})
         except TrackerError as err:

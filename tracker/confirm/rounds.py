@@ -23,12 +23,12 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from tracker.candidate import entries as joint
-from tracker.candidate.measurement import ConfigFailed, measure_configuration
-from tracker.candidate.values import configs, file_values, server_values
+from tracker.candidate.measurement import ConfigFailed, Procedure, measure
+from tracker.candidate.values import candidate, configs
 from tracker.confirm import paired
 from tracker.errors import MeasurementError, TrackerError
 from tracker.invocation.session import StudyContext
@@ -78,23 +78,19 @@ class Measured:
 def measure_one(ctx: StudyContext, params: dict[str, Any], *, baseline: bool, level: float,
                 label: str, model_levels: Mapping[str, float] | None = None) -> Measured:
     """One configuration at one level through the one measurement path a trial and ``tracker
-    profile`` take (:func:`tracker.candidate.measurement.measure_configuration`), on the study's
-    server, in
+    profile`` take (:func:`tracker.candidate.measurement.measure`), on the study's server, in
     at most :data:`WINDOWS` windows (several entry models: each at its own ``model_levels``),
     its outputs checked first. Raises TrackerError (the pipeline's reason) when a step fails."""
-    cfg, _ = configs(ctx, params, baseline)
+    what = candidate(ctx.bench, params, baseline)
     for old in ctx.workdir.glob("confirm-*"):  # the server has moved on from it
         shutil.rmtree(old, ignore_errors=True)
     spec = ctx.spec.model_copy(update={"load": ctx.spec.load.model_copy(
         update={"max_tries": min(ctx.spec.load.max_tries, WINDOWS)})})
-    own = {k: [v] for k, v in (model_levels or {}).items()} or None
+    how = Procedure(levels=[level], model_levels={k: [v] for k, v in (model_levels or {}).items()}
+                    or None, check=study_check(ctx.spec, ctx.study, ctx.parent.client))
     try:
-        done = measure_configuration(spec, ctx.configuration, ctx.server, cfg,
-                                     ctx.workdir / f"confirm-{label}", serving=ctx.serving,
-                                     levels=[level], files=file_values(params, baseline),
-                                     server_values=server_values(params, baseline),
-                                     load_client=ctx.load_client, model_levels=own,
-                                     check=study_check(ctx.spec, ctx.study, ctx.parent.client))
+        done = measure(replace(ctx.bench, spec=spec), what, how,
+                       ctx.workdir / f"confirm-{label}")
     except ConfigFailed as failed:
         raise MeasurementError(failed.reason) from failed.cause
     return Measured(done.choice, done.measurements, done.served_text, done.log)
@@ -136,7 +132,7 @@ def pick(rows: list[TrialRow], objectives: Mapping[str, str], top_k: int) -> lis
 
 def _instances(ctx: StudyContext, row: TrialRow) -> int:
     try:
-        cfgs, _ = configs(ctx, row.params, row.baseline)
+        cfgs, _ = configs(ctx.bench, row.params, row.baseline)
     except TrackerError:
         return 1
     return sum(sum(max(g.count, 1) for g in cfg.instance_group) or 1

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import mlflow
@@ -49,7 +49,7 @@ from tracker.verdict import record as confirmed
 from tracker.verdict import stats as confirm_stats
 from tracker.verdict import words
 
-__all__ = ["BoundLike", "Promotion", "constraint_text", "model_source", "promote"]
+__all__ = ["BoundLike", "Promotion", "Release", "constraint_text", "model_source", "promote"]
 
 HEADLINE_TAGS = ("perf_throughput", "perf_latency_p99", "perf_capacity", "replicas",
                  "cost_per_million")
@@ -96,21 +96,28 @@ class Promotion:
     deployment: dict[str, Any] | None
 
 
+@dataclass(frozen=True)
+class Release:
+    """Where a promoted version goes: the registered model, the Triton model name it is
+    deployed as, the stage and alias that mean serving."""
+
+    registered_model: str
+    deployment_name: str
+    pointers: Pointers = field(default_factory=Pointers)
+
+
 def promote(study: optuna.Study, *, objectives: Mapping[str, str],
-            constraints: Mapping[str, BoundLike] | None, registered_model: str,
-            deployment_name: str,
-            stage: str = registry.PRODUCTION, alias: str = registry.PRODUCTION_ALIAS,
-            settings: TargetSettings | None = None, force: bool = False,
-            log: Callable[[str], None] = print, trial: int | None = None) -> Promotion:
+            constraints: Mapping[str, BoundLike] | None, release: Release,
+            settings: TargetSettings | None = None, ask: Ask | None = None,
+            log: Callable[[str], None] = print) -> Promotion:
     """Register, stage, alias and (with ``settings``) deploy the study's best feasible trial,
-    or ``trial`` (:mod:`tracker.deploy.choose`). ``constraints``: the spec's (None when
-    unknown: the tag then says only that it met the study's constraints)."""
-    stage = registry.validate_stage(stage)
-    registry.validate_alias(alias)
+    or the one ``ask`` names (:mod:`tracker.deploy.choose`). ``constraints``: the spec's (None
+    when unknown: the tag then says only that it met the study's constraints)."""
+    registered_model, pointers = release.registered_model, release.pointers
     registry.validate_registered_name(registered_model)
-    flavor.validate_model_name(deployment_name)
+    flavor.validate_model_name(release.deployment_name)
     rows = trial_rows(study)
-    choice = choose(study, rows, objectives, constraints, Ask(trial, force), log)
+    choice = choose(study, rows, objectives, constraints, ask or Ask(), log)
     best = choice.row
     if not best.run_id:
         raise DeployError(f"trial {best.number} of study {study.study_name!r} has no MLflow run "
@@ -132,13 +139,14 @@ def promote(study: optuna.Study, *, objectives: Mapping[str, str],
         source=source, run_id=best.run_id, model_id=model_id, tags=tags,
         description=description))
     version = int(mv.version)
-    _tag_model(client, registered_model, deployment_name)
+    _tag_model(client, registered_model, release.deployment_name)
     what = (f"{registered_model} version {version} (trial {best.number}"
             + (", chosen by hand)" if choice.by_hand else ")"))
-    staged, deployment = _place(client, settings, registered_model, version, deployment_name,
-                                Pointers(stage, alias), what, _headline(best.metrics), log)
+    staged, deployment = _place(client, settings, release, version, what,
+                                _headline(best.metrics), log)
     return Promotion(registered_model, version, best.number, best.run_id,
-                     stage if staged else "no stage (refused by the registry)", alias,
+                     pointers.stage if staged else "no stage (refused by the registry)",
+                     pointers.alias,
                      description, deployment)
 
 
@@ -159,12 +167,13 @@ def _description(choice: Choice, rows: list[TrialRow], objectives: Mapping[str, 
     return text
 
 
-def _place(client: mlflow.MlflowClient, settings: TargetSettings | None, registered: str,
-           version: int, deployment_name: str, pointers: Pointers, what: str, headline: str,
+def _place(client: mlflow.MlflowClient, settings: TargetSettings | None, release: Release,
+           version: int, what: str, headline: str,
            log: Callable[[str], None]) -> tuple[bool, dict[str, Any] | None]:
     """Step 3: deployed (the pointers move once it serves), or with ``settings`` None the
     pointers moved at once. Returns (whether the stage holds it, the deployment)."""
-    stage, alias = pointers.stage, pointers.alias
+    registered, stage, alias = (release.registered_model, release.pointers.stage,
+                                release.pointers.alias)
     if settings is None:
         staged = _stage(client, registered, version, stage, log)
         registry.set_alias(client, registered, alias, version)
@@ -173,21 +182,20 @@ def _place(client: mlflow.MlflowClient, settings: TargetSettings | None, registe
         return staged, None
     log(f"registered {what} ({headline}); deploying it: stage {stage} and alias {alias!r} "
         "move to it once it serves")
-    deployment = _deploy(client, settings, registered, version, deployment_name, pointers,
-                         what, log)
+    deployment = _deploy(client, settings, release, version, what, log)
     return registry.get_version(client, registered, version).current_stage == stage, deployment
 
 
-def _deploy(client: mlflow.MlflowClient, settings: TargetSettings, registered: str,
-            version: int, deployment_name: str, pointers: Pointers, what: str,
-            log: Callable[[str], None]) -> dict[str, Any]:
+def _deploy(client: mlflow.MlflowClient, settings: TargetSettings, release: Release,
+            version: int, what: str, log: Callable[[str], None]) -> dict[str, Any]:
     """Step 3 and 4 of the module docstring: deploy the version, which moves the stage and
     the alias to it once it serves (in the same transaction); on failure they stay on the
     version that still serves, and where they are is recorded as seen (the watcher must not
     try the failed version again)."""
+    registered, pointers = release.registered_model, release.pointers
     try:
-        return service.deploy(settings, deployment_name, f"models:/{registered}/{version}",
-                              log=log, pointers=pointers)
+        return service.deploy(settings, release.deployment_name,
+                              f"models:/{registered}/{version}", log=log, pointers=pointers)
     except DeployError as exc:
         record_seen(client, registered, pointers)
         serving = registry.serving_version(client, registered)

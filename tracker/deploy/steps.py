@@ -95,20 +95,6 @@ def stage(model_dir: Path, version: int, source: TritonModelDir, production: Mod
         return staging, repo.served_config
 
 
-def put_in_place(model_dir: Path, version: int, staging: Path) -> bool:
-    """Rename the staged folder to ``model_dir/<version>`` (a version folder is complete or
-    absent); True when that folder is new, False when it replaced one (a re-deploy)."""
-    version_dir = model_dir / str(version)
-    if not version_dir.exists():
-        os.rename(staging, version_dir)
-        return True
-    aside = model_dir / f"{STAGING}old-{uuid.uuid4().hex[:8]}"
-    os.rename(version_dir, aside)
-    os.rename(staging, version_dir)
-    shutil.rmtree(aside, ignore_errors=True)
-    return False
-
-
 def drop_other_versions(model_dir: Path, version: int) -> None:
     """Remove the version folders no longer served."""
     for other in model_dir.iterdir():

@@ -5,8 +5,9 @@ model's info, the MLflow tracking URI and client, the study storage's URL, a wor
 Triton server (started on demand) and the signal handling. ``with session.guarded(...)`` is the
 one place where Ctrl-C / SIGTERM become :class:`tracker.lifecycle.Interrupted` and where the
 server is stopped and the work folder removed, whatever happens. :class:`StudyContext` adds
-what a study needs on top (the Optuna study, its parent run, the search space, the progress
-output): a trial, the conclusion and the confirmation rounds read it.
+what a study needs on top (the Optuna study, its parent run, the search space, the
+measurement's bench built once, the progress output): a trial, the conclusion and the
+confirmation rounds read it.
 
 Thread safety: a session belongs to the thread that opened it; signal handlers are installed
 only from the main thread (elsewhere ``guarded`` only cleans up; tracker/lifecycle.py).
@@ -40,9 +41,9 @@ from tracker.triton.server.modes import make_server
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
 
+    from tracker.candidate.measurement import Bench
     from tracker.invocation.progress import Progress
     from tracker.measure.types import LoadClient
-    from tracker.serving import Serving
     from tracker.tracking import runs
     from tracker.tracking.model_files import StoredModel
     from tracker.triton.server.base import TritonServer
@@ -182,13 +183,11 @@ class StudyContext:
     distributions: dict[str, BaseDistribution]
     study: optuna.Study
     parent: runs.StudyRun
-    server: TritonServer
-    serving: Serving | None  # how an ONNX model is served; None: by its own backend
+    bench: Bench  # the server and what every trial and confirmation is measured with
     progress: Progress
     worker_tags: dict[str, str] = field(default_factory=dict)
     store_model: bool = True  # point each trial's run at the study's model file, stored once
     stored_model: StoredModel | None = None
-    load_client: LoadClient = "builtin"  # the load client of trials and confirmation
 
     @property
     def spec(self) -> StudySpec:

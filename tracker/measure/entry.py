@@ -185,9 +185,8 @@ async def open_entry(endpoints: Endpoints, name: str, entry: EntryLoad,
     samples = own[0] if own else samples_for(entry.config, load)
     regions = contextlib.ExitStack()
     try:
-        payloads = shared_payloads(
-            regions, load.shared_memory, endpoints, load.protocol, name, entry.config, samples,
-            datatypes, load.batch_size) or transport.payloads(samples, datatypes)
+        payloads = shared_payloads(regions, endpoints, load, name, entry.config, samples,
+                                   datatypes) or transport.payloads(samples, datatypes)
         if not own:  # a kind's own samples (a sequence's steps) keep their order
             payloads = repeated(payloads, load.repeat)  # load.repeat: one pass (repeats.py)
         if load.priorities:  # each request at its level (priorities.py)

@@ -5,17 +5,14 @@ models measured with it (a pipeline's composing models)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
 
 from tracker.errors import MeasurementError
-from tracker.triton.statistics import (
-    ServerStats,
-    pick,
-)
+from tracker.triton.statistics import ServerStats
 
 PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
 
@@ -75,10 +72,3 @@ class Snapshot:
         return Snapshot(self.entry - earlier.entry,
                         {name: stats - earlier.models[name] for name, stats in self.models.items()
                          if name in earlier.models})
-
-
-def snapshot_of(stats: Mapping[str, ServerStats], entry: str, models: Sequence[str]) -> Snapshot:
-    """The :class:`Snapshot` of ``entry`` and ``models`` out of every model's counters (one
-    all-models statistics response); MeasurementError naming a model the server did not
-    report."""
-    return Snapshot(pick(stats, entry), {name: pick(stats, name) for name in models})

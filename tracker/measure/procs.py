@@ -99,13 +99,14 @@ class _AsyncConn:
         self.conn.close()
 
 
-def _child_main(conn: Connection, protocol: str, url: str, model_name: str, timeout_s: float,
-                payloads: list[Payload], kinds: tuple[LoadKind, ...],
-                security: Security | None = None, index: int = 0) -> None:
-    """Entry point of load process ``index``: serve the parent's commands until "close"."""
+def _child_main(conn: Connection, kinds: tuple[LoadKind, ...], protocol: str, url: str,
+                model_name: str, timeout_s: float, payloads: list[Payload],
+                security: Security | None = None) -> None:
+    """Entry point of a load process (``kinds`` as that process's: ``LoadKind.for_process``):
+    serve the parent's commands until "close"."""
     try:
-        asyncio.run(_child(conn, protocol, url, model_name, timeout_s, payloads,
-                           tuple(k.for_process(index) for k in kinds), security))
+        asyncio.run(_child(conn, protocol, url, model_name, timeout_s, payloads, kinds,
+                           security))
     except Exception:
         with contextlib.suppress(OSError):
             conn.send(("error", traceback.format_exc(limit=3)))
@@ -157,7 +158,7 @@ class ProcessLoad:
         if processes < 2:
             raise MeasurementError(f"ProcessLoad needs >= 2 processes, but got {processes}")
         self.processes = processes
-        self._args = (protocol, url, model_name, timeout_s, list(payloads), kinds, security)
+        self._args = (protocol, url, model_name, timeout_s, list(payloads), security)
         self.kinds = kinds
         self.timeout_s = timeout_s
         self._procs: list[Any] = []
@@ -167,8 +168,8 @@ class ProcessLoad:
         ctx = multiprocessing.get_context("spawn")
         for index in range(self.processes):
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_child_main, args=(child, *self._args, index), daemon=True,
-                               name="tracker-load")
+            proc = ctx.Process(target=_child_main, daemon=True, name="tracker-load", args=(
+                child, tuple(k.for_process(index) for k in self.kinds), *self._args))
             proc.start()
             child.close()
             self._procs.append(proc)

@@ -193,11 +193,12 @@ def _mine() -> str:
     return f"{PREFIX}{os.getpid()}_"
 
 
-def shared_payloads(stack: contextlib.ExitStack, memory: str, endpoints: Endpoints,
-                    protocol: str, model: str, config: ModelConfig, samples: Sequence[Sample],
-                    datatypes: dict[str, str], batch: int) -> list[Payload] | None:
-    """With ``memory`` "system": the requests over regions that live until ``stack`` closes;
-    with "none": None (the transport's own requests)."""
+def shared_payloads(stack: contextlib.ExitStack, endpoints: Endpoints, load: LoadSection,
+                    model: str, config: ModelConfig, samples: Sequence[Sample],
+                    datatypes: dict[str, str]) -> list[Payload] | None:
+    """With ``load.shared_memory`` "system": the requests over regions that live until
+    ``stack`` closes; with "none": None (the transport's own requests)."""
+    memory = load.shared_memory
     if memory == "none":
         return None
     if memory != "system":
@@ -207,5 +208,5 @@ def shared_payloads(stack: contextlib.ExitStack, memory: str, endpoints: Endpoin
         raise MeasurementError(f"load.shared_memory 'system' needs the server on this machine, "
                                f"but it is at {endpoints.grpc}")
     client = stack.enter_context(TritonClient(endpoints))
-    return stack.enter_context(system_regions(client, protocol, model, config, samples,
-                                              datatypes, batch))
+    return stack.enter_context(system_regions(client, load.protocol, model, config, samples,
+                                              datatypes, load.batch_size))

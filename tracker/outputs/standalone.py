@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 class ReferenceCheck:
     """A configuration's answers against ``reference`` (None: the configuration checked is
     the default, whose own answers one at a time are the reference); passed to
-    ``measure_configuration`` as its ``check``."""
+    ``measure`` as its procedure's ``check``."""
 
     spec: StudySpec
     tol: Tolerance

@@ -192,7 +192,7 @@ def summary_note(spec: StudySpec) -> str:
 
 @dataclass
 class OutputCheck:
-    """The check of one trial: called by measure_configuration once the configuration is
+    """The check of one trial: called by ``measure`` once the configuration is
     served and before it is measured (``check(server, model, loaded_config)``)."""
 
     spec: StudySpec

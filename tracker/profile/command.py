@@ -7,7 +7,7 @@ tracking/mlflow_run.py) gets the assignments as params, the headline metrics at 
 concurrency that meets the constraints, the sweep (``sweep/<metric>``, step = concurrency),
 ``config.pbtxt`` (what the server loaded), ``perf.csv`` and ``server.log`` (and
 ``production_config.pbtxt`` when the shim served it): the artifacts of a trial
-(study/measured.measure_configuration).
+(candidate/measurement.py).
 """
 
 from __future__ import annotations
@@ -19,12 +19,20 @@ from pathlib import Path
 
 from mlflow.entities import Param, RunTag
 
-from tracker.candidate.measurement import ConfigFailed, levels_for, measure_configuration
+from tracker.candidate.measurement import (
+    Bench,
+    CandidateConfig,
+    ConfigFailed,
+    Procedure,
+    measure,
+    resolve_serving,
+)
 from tracker.errors import ModelError, TrackerError
 from tracker.invocation.session import Session, TuneOptions
 from tracker.lifecycle import held
 from tracker.measure.host import machine_tags
 from tracker.measure.types import LoadClient, Measurement
+from tracker.metrics import load_levels_from
 from tracker.outputs.standalone import profile_check
 from tracker.search.objective import LevelChoice
 from tracker.tracking import mlflow_run, runs
@@ -85,11 +93,12 @@ def _profile(session: Session, values: Mapping[str, object], levels: Sequence[fl
         server = session.start_server()
         try:
             check = profile_check(session, server, values)
-            done = measure_configuration(spec, conf, server, cfgs, session.workdir,
-                                         levels=levels if levels is not None
-                                         else levels_for(load_values), load_client=load_client,
-                                         files=json_knobs.file_values(values),
-                                         server_values=values, check=check)
+            done = measure(Bench(spec, conf, server, resolve_serving(spec, server, conf),
+                                 load_client),
+                           CandidateConfig(cfgs, json_knobs.file_values(values), values),
+                           Procedure(levels=levels if levels is not None
+                                     else load_levels_from(load_values), check=check),
+                           session.workdir)
         except ConfigFailed as failed:
             raise failed.cause from failed.cause.__cause__
         finally:

@@ -15,6 +15,7 @@ import html
 import io
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tracker.metrics import fmt, unit
@@ -177,21 +178,30 @@ def _deployment(best: TrialRow) -> str:
 
 # ---- the report files ----------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class ReportText:
+    """The report's words: its ``title``; ``text``, the study's sentence (default: the
+    search's, :func:`summary`; after a confirmation the confirmed one, so the report says what
+    the note and the tags say); ``caption``, a short line for the plots' titles (the confirmed
+    verdict)."""
+
+    title: str = "Study"
+    text: str | None = None
+    caption: str | None = None
+
+
 def write_report(rows: Sequence[TrialRow], objectives: Mapping[str, str],
                  constraints: Mapping[str, object], out_dir: Path, *,
-                 entries: EntryNames, title: str = "Study",
+                 entries: EntryNames, words: ReportText = ReportText(),
                  curves: Mapping[str, Mapping[str, list[tuple[int, float]]]] | None = None,
-                 text: str | None = None, caption: str | None = None,
                  extra: tuple[Mapping[str, Path], str] | None = None,
                  ) -> dict[str, Path]:
     """trials.csv, plots/*.png|html and report.html under ``out_dir``; returns
     ``{artifact path: file}`` for :func:`tracker.tracking.runs.log_files`. ``entries``
     (:func:`tracker.tracking.rows.entry_names`) names each entry model's figures: trials.csv,
     the report's table and the trade-off plot show each entry's. ``curves`` (a
-    streaming model's per-trial sweeps, stream_plots.sweep_curves) add the TTFT/ITL plot.
-    ``text``: the study's sentence (default: the search's, :func:`summary`; after a
-    confirmation the confirmed one, so the report says what the note and the tags say);
-    ``caption``: a short line for the plots' titles (the confirmed verdict); ``extra``
+    streaming model's per-trial sweeps, stream_plots.sweep_curves) add the TTFT/ITL plot;
+    ``words``: its title, sentence and caption; ``extra``
     (files already written, an HTML section: a pipeline's steps_plot.write) go into the
     artifacts and the report too."""
     from tracker.tracking import stream_plots
@@ -201,7 +211,7 @@ def write_report(rows: Sequence[TrialRow], objectives: Mapping[str, str],
     csv_path = out_dir / "trials.csv"
     csv_path.write_text(trials_csv(rows, objectives, entries))
     files["trials.csv"] = csv_path
-    figures = _plots(rows, objectives, constraints, out_dir / "plots", entries, caption)
+    figures = _plots(rows, objectives, constraints, out_dir / "plots", entries, words.caption)
     if curves:
         figures.update(stream_plots.streaming({k: dict(v) for k, v in curves.items()},
                                               constraints, out_dir / "plots"))
@@ -209,9 +219,9 @@ def write_report(rows: Sequence[TrialRow], objectives: Mapping[str, str],
         files[f"plots/{name}"] = path
     more, section = extra or ({}, "")
     files.update(more)
-    text = text or summary(rows, objectives, entries)
+    text = words.text or summary(rows, objectives, entries)
     report = out_dir / "report.html"
-    report.write_text(_html(title, text, rows, objectives, entries,
+    report.write_text(_html(words.title, text, rows, objectives, entries,
                             [p for n, p in sorted(files.items()) if n.endswith(".png")],
                             section))
     files["report.html"] = report

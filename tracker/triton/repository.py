@@ -140,15 +140,14 @@ def write_repository(root: Path, info: ModelInfo, config: ModelConfig, *,
 def write_configuration(root: Path, infos: Mapping[str, ModelInfo],
                         configs: Mapping[str, ModelConfig], entry: str, *,
                         serving: Serving | None, options: ServeOptions | None = None,
-                        version: int = 1, files: Mapping[str, object] | None = None,
+                        files: Mapping[str, object] | None = None,
                         logged: Iterable[str] = ()) -> TrialRepository:
     """Every model of a configuration under one ``root`` (``infos`` and ``configs`` in load
-    order: composing models first), each written by :func:`write_model`; the entry's
+    order: composing models first), each written by :func:`write_model` as version 1; the entry's
     TrialRepository, carrying every model's configs. ``files``/``logged``: the entry model's
     ``FILE:KEY`` values (file knobs are for single-model studies)."""
     written = {name: write_model(root, infos[name], configs[name], serving=serving,
-                                 options=options, version=version,
-                                 files=files if name == entry else None,
+                                 options=options, files=files if name == entry else None,
                                  logged=logged if name == entry else ())
                for name in configs}
     return replace(written[entry],

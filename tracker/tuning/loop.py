@@ -28,7 +28,7 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution
 
-from tracker.candidate.measurement import resolve_serving
+from tracker.candidate.measurement import Bench, resolve_serving
 from tracker.conclusion.finish import Conclusion, finish_study, spec_argument
 from tracker.errors import TrackerError
 from tracker.invocation import remembered
@@ -222,10 +222,10 @@ def _run(session: Session, options: TuneOptions, started: float,
                 progress = _progress(spec, study, options, grid_size, storage_url, parent)
                 remembered.begin(study, storage, parent, session, warm, progress.line)
                 wait.report = progress.line
-                ctx = StudyContext(session, dists, study, parent, server,
-                                   resolve_serving(spec, server, session.configuration),
-                                   progress, worker_tags={**worker.tags(), **machine},
-                                   store_model=options.store_model, load_client=options.load_client)
+                ctx = StudyContext(session, dists, study, parent, Bench(
+                    spec, session.configuration, server, resolve_serving(
+                        spec, server, session.configuration), options.load_client), progress,
+                    worker_tags={**worker.tags(), **machine}, store_model=options.store_model)
                 stop = _loop(ctx, storage, worker.id, started, grid_size, warm.plan)
                 if after_search is not None and _last_worker(study):
                     after_search(ctx)

@@ -31,20 +31,15 @@ from tracker import tags, trial_attrs
 from tracker.candidate import entries as joint
 from tracker.candidate.measurement import (
     ConfigFailed,
+    Procedure,
     clip_log,
-    levels_for,
-    measure_configuration,
+    measure,
     model_files,
 )
-from tracker.candidate.values import (
-    configs,
-    configuration_tags,
-    file_values,
-    production_texts,
-    server_values,
-)
+from tracker.candidate.values import candidate, configs, configuration_tags, production_texts
 from tracker.errors import StudyError, TrackerError
 from tracker.feasibility import constraint_keys
+from tracker.metrics import load_levels_from
 from tracker.outputs.trials import OutputCheck, changed_knobs
 from tracker.redact import redact_text
 from tracker.search import sweep_plan
@@ -178,15 +173,15 @@ def _reuse(ctx: StudyContext, trial: optuna.Trial, params: dict[str, Any],
             source.fail_reason or "unknown reason")
         raise TrialFailed(reason, duplicate_of=dup.number)
     feasible = bool(source.feasible)
-    cfgs, served = configs(ctx, params, source.baseline)
+    cfgs, served = configs(ctx.bench, params, source.baseline)
     return TrialResult(
         Outcome(trial.number, "COMPLETE", params, dict(source.metrics), feasible,
                 note=f"duplicate of trial {dup.number}"),
         attrs=lambda t: trial_attrs.write_reused(t, dup.number, dup, dup.constraints),
         values=dup.values, metrics=dict(source.metrics), step=int(source.concurrency or 0),
-        files={"config.pbtxt": served, **model_files(production_texts(ctx, cfgs))},
+        files={"config.pbtxt": served, **model_files(production_texts(ctx.bench, cfgs))},
         tags={tags.FEASIBLE: str(feasible).lower(), tags.DUPLICATE_OF: dup.number,
-              **configuration_tags(ctx)},
+              **configuration_tags(ctx.bench)},
         note=f"same configuration as trial {dup.number}: result reused, not measured again")
 
 
@@ -194,7 +189,7 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
              baseline: bool) -> TrialResult:
     spec = ctx.spec
     try:
-        cfg, _served = configs(ctx, params, baseline)
+        what = candidate(ctx.bench, params, baseline)
     except TrackerError as err:
         raise TrialFailed(f"configuration refused before starting Triton: {err}") from err
     for old in ctx.workdir.glob("trial-*"):  # the server has moved on from earlier trials
@@ -209,19 +204,16 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
                         {} if baseline else changed_knobs(ctx.study, params))
 
     try:
-        levels = levels_for(load)
+        levels = load_levels_from(load)  # the trial's own load knobs; None: the spec's
         # the guided sweep (search.sweep): from the best trial's level (Model Analyzer's
         # first guess before any is feasible), then a walk
         plan = None if levels is not None else sweep_plan.for_trial(
             spec, params, sweep_plan.defaults_of(ctx.info.config), ctx.study,
             remembered=TrialRecord.of(trial).warm_level)
-        done = measure_configuration(
-            spec, ctx.configuration, ctx.server, cfg, repo_root, serving=ctx.serving,
-            levels=levels, plan=plan, on_level=on_level, files=file_values(params, baseline),
-            server_values=server_values(params, baseline),
-            load_client=ctx.load_client,
-            on_phase=lambda phase: ctx.progress.measuring(trial.number, phase),
-            reference=None if baseline else default_metrics(ctx.study), check=check)
+        done = measure(ctx.bench, what, Procedure(
+            levels=levels, plan=plan, check=check, on_level=on_level,
+            reference=None if baseline else default_metrics(ctx.study),
+            on_phase=lambda phase: ctx.progress.measuring(trial.number, phase)), repo_root)
     except ConfigFailed as failed:
         raise TrialFailed(failed.reason, failed.log, metrics=check.metrics()) from failed.cause
     choice, result = done.choice, done.result
@@ -238,7 +230,7 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
         sweep=done.sweep_metrics(), files=dict(done.files()),
         tags={tags.FEASIBLE: str(choice.feasible).lower(), tags.CONCURRENCY: choice.concurrency,
               tags.STABLE: str(choice.stable).lower(), tags.SWEEP_STOP: result.stop_reason,
-              **done.tags, **configuration_tags(ctx), **check.run_tags(),
+              **done.tags, **configuration_tags(ctx.bench), **check.run_tags(),
               **(_model_tags(ctx) if ctx.store_model else {})},
         machine={k: v for k, v in done.tags.items() if k == tags.TRITON_VERSION})  # the parent's
 

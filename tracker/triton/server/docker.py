@@ -18,15 +18,16 @@ import math
 import os
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from tracker.errors import ServerError, ServerStartError
+from tracker.spec import ServerSection
 from tracker.triton.endpoints import Endpoints
 from tracker.triton.gpus import GpuSet
-from tracker.triton.server.base import Strategy
 from tracker.triton.server.gpu_sets import docker_gpu_set
 from tracker.triton.server.launcher import Launcher
 from tracker.triton.server.ports import resolve_ports
@@ -37,9 +38,6 @@ if TYPE_CHECKING:
     import docker
     from docker.models.containers import Container
 
-    from tracker.spec import ServerSection
-
-DEFAULT_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
 OFFICIAL_BACKENDS = frozenset({"onnxruntime", "python", "tensorrt", "pytorch", "tensorflow",
                                "openvino", "fil", "identity", "repeat", "square"})
 LABEL = "tracker.managed"
@@ -103,28 +101,28 @@ def reap_containers(client: docker.DockerClient) -> list[str]:
 
 
 class DockerTritonServer(Launcher):
-    """Triton in a container (see module docstring). ``network="host"`` (default) binds the
-    ports on 127.0.0.1 of the host; ``"bridge"`` maps them to 127.0.0.1."""
+    """Triton in a container (see module docstring), as the spec's server section (default:
+    its defaults) says: its image, binary, GPUs, shared memory, strategy, fixed ports, startup
+    timeout. ``network="host"`` (default) binds the ports on 127.0.0.1 of the host;
+    ``"bridge"`` maps them to 127.0.0.1."""
 
     _counter = 0
 
-    def __init__(self, *, image: str = DEFAULT_IMAGE, binary: str | None = None,
-                 strategy: Strategy = "restart", gpus: list[int] | str | None = None,
-                 shm_size: str = "1g", network: str = "host", http_port: int | None = None,
-                 grpc_port: int | None = None, metrics_port: int | None = None,
-                 startup_timeout_s: float = 120.0, exit_timeout_s: int = 1,
+    def __init__(self, server: ServerSection | None = None, *, exit_timeout_s: int = 1,
                  environment: dict[str, str] | None = None,
-                 extra_args: tuple[str, ...] = ()) -> None:
-        super().__init__(strategy=strategy, startup_timeout_s=startup_timeout_s)
+                 extra_args: Sequence[str] = ()) -> None:
+        server = server or ServerSection()
+        super().__init__(strategy=server.strategy, startup_timeout_s=server.startup_timeout_s)
+        network = server.network
         if network not in ("host", "bridge"):
             raise ServerError(f"server.network must be 'host' or 'bridge', but got {network!r}")
-        self.image = image
-        self.binary = binary
-        self.gpus = gpus
-        device_requests(gpus)  # validate early
-        self.shm_size = shm_size
+        self.image = server.image
+        self.binary = str(server.binary) if server.binary else None
+        self.gpus = server.gpus
+        device_requests(server.gpus)  # validate early
+        self.shm_size = server.shm_size
         self.network = network
-        self._ports = (http_port, grpc_port, metrics_port)
+        self._ports = (server.http_port, server.grpc_port, server.metrics_port)
         self._auto_ports = None in self._ports
         self.exit_timeout_s = exit_timeout_s
         self.environment = dict(environment or {})
@@ -135,11 +133,7 @@ class DockerTritonServer(Launcher):
 
     @classmethod
     def from_spec(cls, server: ServerSection) -> DockerTritonServer:
-        return cls(image=server.image, binary=str(server.binary) if server.binary else None,
-                   strategy=server.strategy, gpus=server.gpus, shm_size=server.shm_size,
-                   network=server.network, http_port=server.http_port,
-                   grpc_port=server.grpc_port, metrics_port=server.metrics_port,
-                   startup_timeout_s=server.startup_timeout_s)
+        return cls(server)
 
     @property
     def docker(self) -> docker.DockerClient:

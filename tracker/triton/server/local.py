@@ -23,6 +23,7 @@ import sysconfig
 import tempfile
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn
@@ -30,18 +31,16 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 import psutil
 
 from tracker.errors import ServerStartError
+from tracker.spec import ServerSection
 from tracker.triton.endpoints import Endpoints
 from tracker.triton.gpus import GpuSet
 from tracker.triton.server import processes, records
-from tracker.triton.server.base import Strategy
 from tracker.triton.server.gpu_sets import cuda_gpu_set
 from tracker.triton.server.launcher import ForeignServerError, Launcher
 from tracker.triton.server.ports import listening_sockets, resolve_ports, sockets_of
 
 if TYPE_CHECKING:
     from tritonclient.grpc.model_config_pb2 import ModelConfig
-
-    from tracker.spec import ServerSection
 
 HOST = "127.0.0.1"
 BIND_WAIT_S = 5.0  # how long a READY server may take to bind its other ports
@@ -106,24 +105,23 @@ def _backend_dir(backend: Path, stub: Path) -> Path:
 class LocalTritonServer(Launcher):
     """``tritonserver`` as a child process group of this process (see module docstring).
 
-    ``binary``: None for the wheel's server, else a path or a name on PATH.
-    ``gpus``: None or ``"all"`` (inherit ``CUDA_VISIBLE_DEVICES``), or a list of GPU indices
-    as nvidia-smi numbers them (the server gets them as ``CUDA_VISIBLE_DEVICES`` with
-    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so that they mean the same GPUs as a Docker request).
+    ``server``: the spec's server section (default: its defaults): ``binary`` None for the
+    wheel's server, else a path or a name on PATH; ``gpus`` None or ``"all"`` (inherit
+    ``CUDA_VISIBLE_DEVICES``), or a list of GPU indices as nvidia-smi numbers them (the server
+    gets them as ``CUDA_VISIBLE_DEVICES`` with ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so that they
+    mean the same GPUs as a Docker request); the strategy, fixed ports, startup timeout.
     ``extra_args``: more tritonserver flags. ``log_dir``: where logs go (default: a temp dir).
     """
 
-    def __init__(self, *, binary: str | Path | None = None, strategy: Strategy = "restart",
-                 http_port: int | None = None, grpc_port: int | None = None,
-                 metrics_port: int | None = None, gpus: list[int] | str | None = None,
-                 startup_timeout_s: float = 120.0, exit_timeout_s: int = 1,
-                 backend_dir: Path | None = None, extra_args: tuple[str, ...] = (),
+    def __init__(self, server: ServerSection | None = None, *, exit_timeout_s: int = 1,
+                 backend_dir: Path | None = None, extra_args: Sequence[str] = (),
                  log_dir: Path | None = None) -> None:
-        super().__init__(strategy=strategy, startup_timeout_s=startup_timeout_s)
-        self._binary_arg = binary
-        self._ports = (http_port, grpc_port, metrics_port)
+        server = server or ServerSection()
+        super().__init__(strategy=server.strategy, startup_timeout_s=server.startup_timeout_s)
+        self._binary_arg = server.binary
+        self._ports = (server.http_port, server.grpc_port, server.metrics_port)
         self._auto_ports = None in self._ports
-        self.gpus = gpus
+        self.gpus = server.gpus
         self.exit_timeout_s = exit_timeout_s
         self._backend_dir_arg = backend_dir
         self.extra_args = tuple(extra_args)
@@ -142,9 +140,7 @@ class LocalTritonServer(Launcher):
 
     @classmethod
     def from_spec(cls, server: ServerSection) -> LocalTritonServer:
-        return cls(binary=server.binary, strategy=server.strategy, http_port=server.http_port,
-                   grpc_port=server.grpc_port, metrics_port=server.metrics_port,
-                   gpus=server.gpus, startup_timeout_s=server.startup_timeout_s)
+        return cls(server)
 
     # -- binary and environment ------------------------------------------------------------
     def _command_env(self) -> tuple[Path, Path | None, dict[str, str]]:
