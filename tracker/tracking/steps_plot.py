@@ -39,12 +39,6 @@ def split(metrics: Mapping[str, float], steps: Sequence[str]) -> dict[str, tuple
     return out
 
 
-def bottleneck(metrics: Mapping[str, float], steps: Sequence[str]) -> str | None:
-    """The step with the most time per request (queue + compute)."""
-    parts = split(metrics, steps)
-    return max(parts, key=lambda s: sum(parts[s])) if parts else None
-
-
 def rows_of(configurations: Mapping[str, tuple[int, Mapping[str, float]]],
             steps: Sequence[str]) -> list[list[str]]:
     """The table: one line per configuration and step."""
