@@ -21,7 +21,7 @@ from typing import Any
 
 import optuna
 
-from tracker.trial_attrs import Attr
+from tracker.trial_record import Attr
 
 Key = tuple[int, int, int]          # (instance_group.count, max_batch_size, concurrency)
 TARGETS = (0.95, 0.98)
@@ -244,7 +244,7 @@ def earlier_trials(study: optuna.Study) -> list[Any]:
     """A finished replayed study's trials as a later warm start reads them from MLflow
     (tracker.tracking.earlier.EarlierTrial: params as strings, the headline metric)."""
     from tracker.tracking.earlier import EarlierTrial
-    from tracker.trial_attrs import TrialRecord
+    from tracker.trial_record import TrialRecord
 
     out = []
     for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
@@ -310,7 +310,7 @@ class Ours:
         from tracker.search.objective import Scoring, pick_best_level
         from tracker.search.optuna_study import make_sampler
         from tracker.search.sweep_plan import LevelPlan, incumbent_level, start_index
-        from tracker.trial_attrs import TrialRecord, write_measured
+        from tracker.trial_record import TrialRecord, write_measured
         from tracker.tuning.trial import suggest
 
         counts, batches, levels = land.axes()

@@ -69,7 +69,7 @@ from tracker.confirm.rounds import Settings, measure_one, run  # noqa: E402
 from tracker.errors import TrackerError  # noqa: E402
 from tracker.spec import ensure_model, load_spec  # noqa: E402
 from tracker.tracking.report import best_row, improvement_pct  # noqa: E402
-from tracker.tracking.rows import trial_rows  # noqa: E402
+from tracker.trial_record import trial_rows  # noqa: E402
 from tracker.verdict import record as confirmed  # noqa: E402
 from tracker.verdict import stats as confirm_stats  # noqa: E402
 from tracker.verdict.record import Record  # noqa: E402

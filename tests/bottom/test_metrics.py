@@ -10,7 +10,7 @@ from tracker import spec
 from tracker.measure import csvio
 from tracker.measure.monitors import ProcessMonitor, parse_triton_metrics
 from tracker.measure.types import Measurement
-from tracker.spec import checks as spec_checks
+from tracker.spec import space_rules as spec_checks
 from tracker.triton import model_config
 
 

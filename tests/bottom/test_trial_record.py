@@ -1,4 +1,4 @@
-"""The trial record (tracker/trial_attrs.py) and the tag names (tracker/tags.py)."""
+"""The trial record (tracker/trial_record.py) and the tag names (tracker/tags.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tracker import tags, trial_attrs
-from tracker.trial_attrs import Attr, TrialRecord
+from tracker import tags, trial_record
+from tracker.trial_record import Attr, TrialRecord
 
 PKG = Path(__file__).resolve().parents[2] / "tracker"
 
@@ -23,9 +23,9 @@ def study() -> optuna.Study:
 
 def test_a_measured_trial_reads_back(study: optuna.Study) -> None:
     trial = study.ask()
-    trial_attrs.write_started(trial, "run-1")
-    trial_attrs.write_worker(trial, "host:12")
-    trial_attrs.write_measured(trial, {"perf_latency_p99.max": 0.25, "perf_throughput.min": -0.5},
+    trial_record.write_started(trial, "run-1")
+    trial_record.write_worker(trial, "host:12")
+    trial_record.write_measured(trial, {"perf_latency_p99.max": 0.25, "perf_throughput.min": -0.5},
                                feasible=False, concurrency=8, metrics={"perf_throughput": 100.0},
                                measurements=4)
     study.tell(trial, [100.0])
@@ -41,24 +41,24 @@ def test_a_measured_trial_reads_back(study: optuna.Study) -> None:
 
 def test_reuse_failure_and_interruption(study: optuna.Study) -> None:
     first = study.ask()
-    trial_attrs.write_measured(first, {"perf_latency_p99.max": -0.1}, feasible=True, concurrency=4,
+    trial_record.write_measured(first, {"perf_latency_p99.max": -0.1}, feasible=True, concurrency=4,
                                metrics={"perf_throughput": 50.0}, measurements=3)
     study.tell(first, [50.0])
     source = study.trials[0]
     second = study.ask()
-    trial_attrs.write_reused(second, source.number, source, source.constraints)
+    trial_record.write_reused(second, source.number, source, source.constraints)
     study.tell(second, [50.0])
     reused = TrialRecord.of(study.trials[1])
     assert (reused.duplicate_of, reused.measurements, reused.feasible, reused.concurrency) == (
         0, 0, True, 4)
     assert study.trials[1].constraints == {"perf_latency_p99.max": -0.1}
     third = study.ask()
-    trial_attrs.write_failed(third, "x" * 3000)
+    trial_record.write_failed(third, "x" * 3000)
     study.tell(third, state=optuna.trial.TrialState.FAIL)
     failed = TrialRecord.of(study.trials[2])
     assert failed.fail_reason == "x" * 2000 and failed.measurements == 0
     fourth = study.ask()
-    trial_attrs.write_abandoned(fourth, interrupted=True, reason="ignored")
+    trial_record.write_abandoned(fourth, interrupted=True, reason="ignored")
     study.tell(fourth, state=optuna.trial.TrialState.FAIL)
     assert TrialRecord.of(study.trials[3]).interrupted
     assert TrialRecord.of(study.trials[3]).fail_reason is None

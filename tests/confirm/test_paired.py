@@ -14,7 +14,7 @@ import pytest
 from tracker import tags
 from tracker.confirm import paired
 from tracker.errors import GpuError
-from tracker.tracking.rows import TrialRow
+from tracker.trial_record import TrialRow
 from tracker.verdict import record as confirmed
 from tracker.verdict import words
 from tracker.verdict.record import Record
@@ -40,7 +40,7 @@ def _ctx(pairs: bool = True, total_mb: float | None = None,
     why = None if pairs else ("BLS model 'bls' names the models it calls in its own code, "
                               "so a copy of it would call the default's models")
     return SimpleNamespace(configuration=SimpleNamespace(pairing_problem=why),
-                           server=SimpleNamespace(gpu_set=gpu_set),
+                           bench=SimpleNamespace(server=SimpleNamespace(gpu_set=gpu_set)),
                            spec=SimpleNamespace(objectives={objective: "maximize"}))
 
 

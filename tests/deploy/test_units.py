@@ -19,7 +19,7 @@ from tracker.deploy.settings import resolve_settings
 from tracker.errors import DeployError
 from tracker.spec import Bound
 from tracker.tracking import flavor
-from tracker.trial_attrs import Attr
+from tracker.trial_record import Attr
 from tracker.triton import model_config
 from tracker.triton.client import TritonClient
 from tracker.triton.endpoints import Endpoints
@@ -144,10 +144,10 @@ def test_model_names_cannot_leave_the_repository(tmp_path: Path) -> None:
 def test_promote_reads_trials_as_the_tuning_loop_reports_them() -> None:
     """promote and the study report share one reader of the trial attributes, so the names
     the tuning loop writes cannot drift from what promote reads."""
+    from tracker import trial_record
     from tracker.conclusion import finish
-    from tracker.tracking import rows
 
-    assert promote_mod.trial_rows is rows.trial_rows is finish.trial_rows
+    assert promote_mod.trial_rows is trial_record.trial_rows is finish.trial_rows
     assert promote_mod.Attr is Attr
 
 

@@ -19,7 +19,7 @@ MAX_LINES = 600
 MAX_FUNCTION_LINES = 60
 
 #: the package's root modules: the shared vocabulary (errors, tags, the metric catalog, ...)
-ROOT_MODULES = ("errors", "trial_attrs", "tags", "metrics", "launch_modes", "samplers",
+ROOT_MODULES = ("errors", "trial_record", "tags", "metrics", "launch_modes", "samplers",
                 "serving", "feasibility", "redact", "lifecycle")
 
 #: the packages, bottom first; packages in one tier never import each other
@@ -278,7 +278,7 @@ def test_no_import_circle() -> None:
 
 def test_no_import_circle_through_type_hints() -> None:
     """Not even through TYPE_CHECKING imports (plots.py and report.py were such a circle:
-    the trial rows both read now live in tracking/rows.py)."""
+    the trial rows both read now live in tracking/entry_names.py)."""
     circle = _cycle(_graph(PKG, types=True))
     assert not circle, "import circle (type hints included): " + " -> ".join(circle)
 

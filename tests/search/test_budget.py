@@ -11,7 +11,7 @@ from optuna.distributions import CategoricalDistribution
 
 from tracker.search.workers import budget
 from tracker.spec import parse_spec
-from tracker.trial_attrs import Attr
+from tracker.trial_record import Attr
 from tracker.tuning.loop import MIN_REPEATS, stop_reason
 
 DIST = {"instance_group.count": CategoricalDistribution([1, 2, 3])}

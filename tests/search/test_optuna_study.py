@@ -23,7 +23,7 @@ from tracker.search.optuna_study import (
     open_study,
     trials_without_improvement,
 )
-from tracker.trial_attrs import Attr
+from tracker.trial_record import Attr
 from tracker.triton.configuration import Configuration
 from tracker.triton.model_config import ModelConfig, ModelInfo, parse
 

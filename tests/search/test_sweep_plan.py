@@ -128,7 +128,7 @@ def test_after_a_feasible_trial_the_sweep_starts_at_the_best_trials_level() -> N
     import optuna
 
     from tracker.search.sweep_plan import incumbent_level, start_index
-    from tracker.trial_attrs import write_measured
+    from tracker.trial_record import write_measured
 
     study = optuna.create_study(direction="maximize")
     assert incumbent_level(study) is None

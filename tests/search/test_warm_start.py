@@ -11,7 +11,7 @@ from tracker.search import warm_start
 from tracker.search.optuna_study import enqueue_baseline
 from tracker.search.warm_start import PlanInputs, map_params, parse_value, plan, refusal
 from tracker.tracking.earlier import EarlierTrial
-from tracker.trial_attrs import Attr, TrialRecord, write_measured
+from tracker.trial_record import Attr, TrialRecord, write_measured
 
 DISTS = {"instance_group.count": CategoricalDistribution([1, 2, 3]),
          "max_batch_size": IntDistribution(1, 32),

@@ -1,5 +1,5 @@
 """The one redactor (tracker/redact.py): each kind of secret it finds, what it keeps,
-and the study spec as the parent run logs it (``study.yaml``: tracker/tracking/study_record.py)
+and the study spec as the parent run logs it (``study.yaml``: tracker/tracking/parent_artifacts.py)
 with every ``server.headers`` value masked however the YAML writes it."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tracker.redact import (
     redact_values,
 )
 from tracker.spec import parse_spec
-from tracker.tracking.study_record import spec_text
+from tracker.tracking.parent_artifacts import spec_text
 
 TOKEN = "s3cr3t-token"
 

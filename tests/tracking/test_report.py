@@ -9,8 +9,9 @@ from pathlib import Path
 from tracker.measure.types import Measurement, SweepLevel
 from tracker.metrics import WEIGHTED_GAIN
 from tracker.search.objective import Scoring, pick_best_level
+from tracker.tracking.entry_names import entry_names
 from tracker.tracking.report import ReportText, best_row, shown, summary, trials_csv, write_report
-from tracker.tracking.rows import TrialRow, entry_names
+from tracker.trial_record import TrialRow
 from tracker.triton.configuration import Configuration
 
 MAX = {"perf_throughput": "maximize"}

@@ -9,8 +9,9 @@ from mlflow import MlflowClient
 
 from tracker.measure.types import Measurement
 from tracker.tracking import runs, stream_plots, view
+from tracker.tracking.entry_names import entry_names
 from tracker.tracking.report import write_report
-from tracker.tracking.rows import TrialRow, entry_names
+from tracker.trial_record import TrialRow
 from tracker.triton.configuration import Configuration
 
 ONE = entry_names(["storyteller"], Configuration((), ("storyteller",)).metric_name)

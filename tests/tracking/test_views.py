@@ -15,7 +15,7 @@ from mlflow import MlflowClient
 from tracker.cli import cli
 from tracker.tracking import view
 from tracker.tracking.winner import signature_for
-from tracker.trial_attrs import Attr, metric_attrs, read_metrics, shown_params
+from tracker.trial_record import Attr, metric_attrs, read_metrics, shown_params
 from tracker.triton import model_config
 
 REPO = Path(__file__).resolve().parents[2]

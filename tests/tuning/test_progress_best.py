@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import optuna
 
-from tracker.trial_attrs import metric_attrs
+from tracker.trial_record import metric_attrs
 from tracker.tuning.loop import best_text
 
 OBJECTIVES = {"perf_throughput": "maximize", "perf_latency_p99": "minimize"}

@@ -6,7 +6,7 @@ metrics, ``best/config.pbtxt`` (the production config: what to deploy) and, when
 server used the Python-backend shim, ``best/served_config.pbtxt``; ``trials.csv``, the plots
 and ``report.html``; and the summary sentence as its description. Then the trials as an MLflow
 table (``trials.json``), the spec (``study.yaml``) and the saved view of the experiment that
-the printed link opens (tracking/study_record.py, tracking/view.py).
+the printed link opens (tracking/parent_artifacts.py, tracking/view.py).
 
 After a confirmation (tracker/confirm/) the best trial is the configuration it chose, the
 sentence carries its intervals, and the parent gets ``confirm/...``, ``improvement_pct`` with
@@ -34,14 +34,15 @@ from tracker.outputs import trials as output_check
 from tracker.tracking import (
     capacity_plot,
     confirm_plot,
+    parent_artifacts,
     runs,
     steps_plot,
     stream_plots,
-    study_record,
     view,
 )
+from tracker.tracking.entry_names import ENTRY_NAMES_ATTR, entry_names
 from tracker.tracking.report import ReportText, best_row, improvement_pct, summary, write_report
-from tracker.tracking.rows import ENTRY_NAMES_ATTR, TrialRow, entry_names, trial_rows
+from tracker.trial_record import TrialRow, trial_rows
 from tracker.verdict import record as confirmed
 from tracker.verdict import stats as confirm_stats
 from tracker.verdict import words
@@ -107,10 +108,11 @@ def _log_view(ctx: StudyContext, rows: list[TrialRow]) -> str:
     """The trials table and the spec on the parent run, the saved view on the experiment;
     returns the line that says how to open it."""
     spec, parent = ctx.spec, ctx.parent
-    study_record.log_trials_table(parent.client, parent.run_id, rows, dict(spec.objectives))
+    parent_artifacts.log_trials_table(parent.client, parent.run_id, rows, dict(spec.objectives))
     source = spec.source.read_text() if spec.source and spec.source.is_file() else None
-    runs.log_files(parent.client, parent.run_id, {study_record.SPEC_FILE: study_record.spec_text(
-        source, yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))})
+    spec_text = parent_artifacts.spec_text(
+        source, yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False))
+    runs.log_files(parent.client, parent.run_id, {parent_artifacts.SPEC_FILE: spec_text})
     view.drop_superseded_views(parent.client, parent.experiment_id)
     view_id = view.write_view(parent.client, parent.experiment_id, parent.run_id,
                               name=f"Study {ctx.study.study_name}",

@@ -55,7 +55,7 @@ from tracker.verdict.record import JOINT, LATENCY, Reading, RoundEntry
 if TYPE_CHECKING:
     from tracker.invocation.session import StudyContext
     from tracker.measure.types import SweepLevel
-    from tracker.tracking.rows import TrialRow
+    from tracker.trial_record import TrialRow
     from tracker.triton.model_config import ModelConfig
 
 PAIRED, ROUNDS, AUTO = "paired", "rounds", "auto"

@@ -35,7 +35,7 @@ from tracker.invocation.session import StudyContext
 from tracker.metrics import CAPACITY, RELATIVE, fmt
 from tracker.outputs.standalone import study_check
 from tracker.search.objective import DERIVED
-from tracker.tracking.rows import TrialRow, trial_rows
+from tracker.trial_record import TrialRow, trial_rows
 from tracker.verdict import record as confirmed
 from tracker.verdict import stats as confirm_stats
 from tracker.verdict import stopping

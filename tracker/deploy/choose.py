@@ -22,7 +22,7 @@ import optuna
 from tracker.errors import DeployError
 from tracker.metrics import fmt
 from tracker.tracking.report import best_row
-from tracker.tracking.rows import TrialRow
+from tracker.trial_record import TrialRow
 from tracker.verdict import record as confirmed
 from tracker.verdict import stats as confirm_stats
 from tracker.verdict import words

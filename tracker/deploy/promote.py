@@ -40,11 +40,11 @@ from tracker.deploy.settings import TargetSettings
 from tracker.errors import DeployError, TrackingError
 from tracker.metrics import fmt
 from tracker.tracking import flavor, model_files, registry
+from tracker.tracking.entry_names import EntryNames, recorded_entry_names
 from tracker.tracking.flavor import models_from_tags
 from tracker.tracking.report import entry_figures, summary
-from tracker.tracking.rows import EntryNames, TrialRow, recorded_entry_names, trial_rows
 from tracker.tracking.winner import log_winner
-from tracker.trial_attrs import Attr
+from tracker.trial_record import Attr, TrialRow, trial_rows
 from tracker.verdict import record as confirmed
 from tracker.verdict import stats as confirm_stats
 from tracker.verdict import words

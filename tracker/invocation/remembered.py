@@ -33,7 +33,7 @@ from tracker.spec.server_options import server_knobs
 from tracker.tracking import patience, runs
 from tracker.tracking.earlier import Current, find_study
 from tracker.tracking.report import origin_section
-from tracker.trial_attrs import Attr
+from tracker.trial_record import Attr
 
 if TYPE_CHECKING:
     import optuna

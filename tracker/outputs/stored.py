@@ -15,7 +15,7 @@ from tracker import tags
 from tracker.outputs import probes
 from tracker.outputs.probes import ProbeSet, Tolerance
 from tracker.tracking import runs
-from tracker.trial_attrs import TrialRecord
+from tracker.trial_record import TrialRecord
 
 if TYPE_CHECKING:
     import optuna

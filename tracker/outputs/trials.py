@@ -51,7 +51,7 @@ from tracker.outputs.stored import (
     load_reference,
     store_reference,
 )
-from tracker.trial_attrs import TrialRecord, shown_params
+from tracker.trial_record import TrialRecord, shown_params
 from tracker.triton.client import TritonClient
 from tracker.triton.sequence import controls, is_decoupled, sends_sequences
 from tracker.triton.server.logs import log_errors

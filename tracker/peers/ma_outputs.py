@@ -41,7 +41,7 @@ from tracker.search.optuna_study import best_trials
 from tracker.spec import StudySpec
 from tracker.tags import NOTE, VERDICT
 from tracker.tracking import runs
-from tracker.trial_attrs import TrialRecord
+from tracker.trial_record import TrialRecord
 from tracker.triton import model_config
 from tracker.triton.configuration import Configuration
 

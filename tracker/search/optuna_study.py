@@ -35,7 +35,7 @@ from tracker.errors import StudyError
 from tracker.samplers import SAMPLERS
 from tracker.search.objective import better
 from tracker.search.space import doublings
-from tracker.trial_attrs import Attr
+from tracker.trial_record import Attr
 from tracker.triton import sequence
 
 # TPE setup, chosen with benchmarks/search_efficiency.py (docs/tuning.md): one random start-up

@@ -40,7 +40,7 @@ from tracker.feasibility import broken, for_models
 from tracker.measure.sweep import stop_reason
 from tracker.measure.types import SweepLevel
 from tracker.search.optuna_study import best_trials
-from tracker.trial_attrs import TrialRecord
+from tracker.trial_record import TrialRecord
 
 
 def first_guess(params: Mapping[str, Any], defaults: Mapping[str, Any]) -> int:

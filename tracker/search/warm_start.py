@@ -40,7 +40,7 @@ from optuna.trial import TrialState
 from tritonclient.grpc.model_config_pb2 import DataType
 
 from tracker.search.optuna_study import baseline_trial, best_trials, same_params
-from tracker.trial_attrs import Attr, TrialRecord
+from tracker.trial_record import Attr, TrialRecord
 from tracker.triton.configuration import Configuration
 from tracker.triton.formats.base import backend_of
 

@@ -30,7 +30,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tracker.errors import StudyError
 from tracker.search.optuna_study import same_params
 from tracker.search.storage import storage_lock
-from tracker.trial_attrs import Attr
+from tracker.trial_record import Attr
 
 _log = optuna.logging.get_logger("tracker")
 SUGGEST_WAIT_S = 30.0  # longest wait for an earlier trial that is still being suggested

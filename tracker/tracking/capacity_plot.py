@@ -24,7 +24,7 @@ from tracker.tracking.runs import SWEEP_PREFIX
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-    from tracker.tracking.rows import TrialRow
+    from tracker.trial_record import TrialRow
 
 GOODPUT = "perf_goodput_pct"
 #: trial label -> [(offered rate, latency)], and the trial's capacity

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from tracker.metrics import unit
 
 if TYPE_CHECKING:
-    from tracker.tracking.rows import TrialRow
+    from tracker.trial_record import TrialRow
 
 
 def axis_label(metric: str) -> str:

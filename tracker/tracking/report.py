@@ -19,7 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracker.metrics import fmt, unit
-from tracker.tracking.rows import EntryNames, TrialRow
+from tracker.tracking.entry_names import EntryNames
+
+# ---- trials.csv ----------------------------------------------------------------------------
+from tracker.trial_record import TrialRow
 
 # ---- trials.csv ----------------------------------------------------------------------------
 
@@ -36,7 +39,8 @@ def trials_csv(rows: Sequence[TrialRow], objectives: Mapping[str, str],
                entries: EntryNames | None = None) -> str:
     """One line per trial: number, state, feasibility, params, objective values, metrics;
     the metrics begin with each entry model's throughput, p99 and load level
-    (:func:`tracker.tracking.rows.entry_names`), so several entry models get a column each."""
+    (:func:`tracker.tracking.entry_names.entry_names`), so several entry models get a column
+    each."""
     param_keys = sorted({k for r in rows for k in r.params})
     metric_keys = _entry_columns(rows, entries)
     head = ["trial", "state", "feasible", "baseline", "duplicate_of",
@@ -198,7 +202,7 @@ def write_report(rows: Sequence[TrialRow], objectives: Mapping[str, str],
                  ) -> dict[str, Path]:
     """trials.csv, plots/*.png|html and report.html under ``out_dir``; returns
     ``{artifact path: file}`` for :func:`tracker.tracking.runs.log_files`. ``entries``
-    (:func:`tracker.tracking.rows.entry_names`) names each entry model's figures: trials.csv,
+    (:func:`tracker.tracking.entry_names.entry_names`) names each entry model's figures: trials.csv,
     the report's table and the trade-off plot show each entry's. ``curves`` (a
     streaming model's per-trial sweeps, stream_plots.sweep_curves) add the TTFT/ITL plot;
     ``words``: its title, sentence and caption; ``extra``

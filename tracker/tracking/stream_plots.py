@@ -22,7 +22,7 @@ from tracker.tracking.runs import SWEEP_PREFIX
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-    from tracker.tracking.rows import TrialRow
+    from tracker.trial_record import TrialRow
 
 TTFT, ITL = Streaming.plotted  # what the streaming load kind says a study draws
 PANELS = ((TTFT, "time to first token p99 (ms)"), (ITL, "inter-token latency p50 (ms)"))

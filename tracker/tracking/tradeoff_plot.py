@@ -1,7 +1,7 @@
 """The study's trade-off plot: throughput against p99 latency of every complete trial, a
 trace per entry model (each with its Pareto front, its confirmed medians and its constraint
 lines), as PNG (matplotlib, Agg) and HTML (plotly). Each entry's figures are read by the names
-the study logs them under (:func:`tracker.tracking.rows.entry_names`, which reads
+the study logs them under (:func:`tracker.tracking.entry_names.entry_names`, which reads
 ``Configuration.metric_name``): bare for one entry, ``<entry>/<metric>`` among several."""
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from tracker.tracking.plots import (
 )
 
 if TYPE_CHECKING:
-    from tracker.tracking.rows import EntryNames, TrialRow
+    from tracker.tracking.entry_names import EntryNames
+    from tracker.trial_record import TrialRow
 
 THROUGHPUT, P99 = "perf_throughput", "perf_latency_p99"
 
@@ -162,7 +163,7 @@ def tradeoff(rows: Sequence[TrialRow], objectives: Mapping[str, str],
              constraints: Mapping[str, object], out: Path, entries: EntryNames,
              caption: str | None = None) -> dict[str, Path]:
     """Throughput against p99 latency of every complete trial, a trace per entry model
-    (``entries``: :func:`tracker.tracking.rows.entry_names`); nothing when no trial has an
+    (``entries``: :func:`tracker.tracking.entry_names.entry_names`); nothing when no trial has an
     entry's two figures."""
     traces = _traces(rows, objectives, constraints, entries)
     if not traces:

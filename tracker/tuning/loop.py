@@ -52,7 +52,7 @@ from tracker.tracking.scaleout import (
     fail_dead_trial_run,
     mark_worker_run,
 )
-from tracker.trial_attrs import TrialRecord, write_worker
+from tracker.trial_record import TrialRecord, write_worker
 from tracker.triton.server.base import TritonServer
 from tracker.triton.server.live import stop_all
 from tracker.tuning.preflight import check_study

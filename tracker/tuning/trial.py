@@ -27,7 +27,7 @@ from optuna.distributions import (
 )
 from optuna.trial import FrozenTrial, TrialState
 
-from tracker import tags, trial_attrs
+from tracker import tags, trial_record
 from tracker.candidate import entries as joint
 from tracker.candidate.measurement import (
     ConfigFailed,
@@ -46,7 +46,7 @@ from tracker.search import sweep_plan
 from tracker.search.optuna_study import find_duplicate
 from tracker.search.workers import wait_for_duplicate
 from tracker.tracking import outbox, runs
-from tracker.trial_attrs import TrialRecord, shown_params
+from tracker.trial_record import TrialRecord, shown_params
 from tracker.triton import model_config
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def run_trial(ctx: StudyContext, trial: optuna.Trial) -> Outcome:
         run_tags[tags.WARM_START] = record.warm_start
     shown = shown_params(params, exact)  # `unset`, not the space's nearest value
     run_id = runs.start_trial_run(ctx.parent, trial.number, shown, tags=run_tags)
-    trial_attrs.write_started(trial, run_id)
+    trial_record.write_started(trial, run_id)
     dup = find_duplicate(ctx.study, params, number=trial.number)
     if dup is None and not baseline:  # another worker may be measuring the same config now
         dup = wait_for_duplicate(ctx.study, trial.number, params)
@@ -177,7 +177,7 @@ def _reuse(ctx: StudyContext, trial: optuna.Trial, params: dict[str, Any],
     return TrialResult(
         Outcome(trial.number, "COMPLETE", params, dict(source.metrics), feasible,
                 note=f"duplicate of trial {dup.number}"),
-        attrs=lambda t: trial_attrs.write_reused(t, dup.number, dup, dup.constraints),
+        attrs=lambda t: trial_record.write_reused(t, dup.number, dup, dup.constraints),
         values=dup.values, metrics=dict(source.metrics), step=int(source.concurrency or 0),
         files={"config.pbtxt": served, **model_files(production_texts(ctx.bench, cfgs))},
         tags={tags.FEASIBLE: str(feasible).lower(), tags.DUPLICATE_OF: dup.number,
@@ -222,7 +222,7 @@ def _measure(ctx: StudyContext, trial: optuna.Trial, run_id: str, params: dict[s
     violations = {k: choice.violations[k] for k in constraint_keys(bounds)}
     return TrialResult(
         Outcome(trial.number, "COMPLETE", params, choice.metrics, choice.feasible),
-        attrs=lambda t: trial_attrs.write_measured(
+        attrs=lambda t: trial_record.write_measured(
             t, violations, feasible=choice.feasible, concurrency=choice.concurrency,
             metrics=checked, measurements=len(result.measurements)),
         values=choice.values, metrics={**done.headline(), **check.metrics()},
@@ -269,8 +269,8 @@ def _fail(trial: optuna.Trial, params: dict[str, Any], failed: TrialFailed) -> T
 
     def attrs(t: optuna.Trial) -> None:
         if dup is not None:
-            trial_attrs.write_duplicate_of(t, dup)
-        trial_attrs.write_failed(t, reason, failed.metrics)
+            trial_record.write_duplicate_of(t, dup)
+        trial_record.write_failed(t, reason, failed.metrics)
 
     return TrialResult(
         Outcome(trial.number, "FAIL", params, {}, None, note=reason.splitlines()[0][:400]),
@@ -287,7 +287,7 @@ def abandon_trial(study: optuna.Study, trial: optuna.Trial, *, interrupted: bool
     record = TrialRecord.of(frozen)
     run_id = record.run_id
     if frozen.state == TrialState.RUNNING:
-        trial_attrs.write_abandoned(trial, interrupted=interrupted, reason=reason)
+        trial_record.write_abandoned(trial, interrupted=interrupted, reason=reason)
         study.tell(trial, state=TrialState.FAIL)
         if interrupted and frozen.params and not record.baseline:
             study.enqueue_trial(dict(frozen.params))

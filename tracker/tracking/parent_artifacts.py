@@ -30,8 +30,8 @@ from tracker.redact import (
 )
 from tracker.spec.yaml_loader import compose_yaml, load_yaml
 from tracker.tracking.report import trials_csv
-from tracker.tracking.rows import TrialRow
 from tracker.tracking.runs import log_files, mlflow_call, set_tags
+from tracker.trial_record import TrialRow
 
 TABLE_FILE = "trials.json"
 SPEC_FILE = "study.yaml"

@@ -2,15 +2,19 @@
 
 A bottom-layer module (imports nothing from the package). The tuning loop (tuning/trial.py,
 tuning/loop.py) writes a trial's record only through the ``write_*`` functions here, and the
-readers (the study report and ``tracker promote`` through ``tracking.rows.trial_rows``, the
-scale-out stale-trial callback, the progress line) read it only through :meth:`TrialRecord.of`.
+readers (the study report and ``tracker promote`` through :func:`trial_rows`, as
+:class:`TrialRow`, the scale-out stale-trial callback, the progress line) read it only through
+:meth:`TrialRecord.of`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import optuna
 
 
 class Attr:
@@ -199,3 +203,55 @@ def shown_params(params: dict[str, object], exact: object) -> dict[str, object]:
         return dict(params)
     return {k: ((UNSET if exact[k] is None else exact[k]) if k in exact else v)
             for k, v in params.items()}
+
+
+@dataclass
+class TrialRow:
+    """One trial as the report sees it."""
+
+    number: int
+    state: str                                  # COMPLETE, FAIL, RUNNING, ...
+    params: dict[str, object]
+    values: list[float] | None = None           # objective values, spec order
+    metrics: dict[str, float] = field(default_factory=dict)  # headline, chosen level
+    feasible: bool | None = None
+    baseline: bool = False
+    duplicate_of: int | None = None
+    concurrency: int | None = None
+    measurements: int = 0                       # levels measured (0: duplicate/failed early)
+    run_id: str | None = None
+    fail_reason: str | None = None
+    confirmed: tuple[float, float, float] | None = None  # median, 95% CI over confirmation
+    confirmed_p99: float | None = None          # the confirmation's median p99 (ms)
+
+    @property
+    def name(self) -> str:
+        return f"trial-{self.number}"
+
+    @property
+    def complete(self) -> bool:
+        return self.state == "COMPLETE" and self.values is not None
+
+
+def trial_rows(study: optuna.Study) -> list[TrialRow]:
+    """Every trial that ran (not the queued ones) as report rows, from the trial attributes
+    the tuning loop writes, read through :class:`tracker.trial_record.TrialRecord`. A baseline
+    knob the default config leaves out shows as ``unset`` (``shown_params``)."""
+    from optuna.trial import TrialState
+
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        if t.state == TrialState.WAITING:
+            continue
+        record = TrialRecord.of(t)
+        rows.append(TrialRow(
+            number=t.number, state=t.state.name,
+            params=shown_params(dict(t.params), record.exact_params),
+            values=list(t.values) if t.values is not None else None,
+            metrics=record.metrics, feasible=record.feasible, baseline=record.baseline,
+            duplicate_of=record.duplicate_of, concurrency=record.concurrency,
+            measurements=record.measurements, run_id=record.run_id,
+            fail_reason="interrupted" if record.interrupted else record.fail_reason))
+    return rows
+
+
