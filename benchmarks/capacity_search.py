@@ -1,22 +1,38 @@
 """Does the capacity search find the capacity, and for how much measuring? The search
 (tracker/search/capacity.py) against a dense sweep of offered rates in 2% steps, measured in
-the same run and interleaved level by level, on three configurations of the quickstart model
-served by the embedded Triton.
+the same sweep of the same server, on three configurations of the quickstart model served by
+the embedded Triton.
 
     nice python benchmarks/capacity_search.py [--repeats 5] [--sla-ms 100] [--window-ms 500]
+                                              [--max-tries 4] [--trace]
 
-Per configuration and repeat, one sweep alternates the search's next rate and the dense
-sweep's next rate (so a machine whose speed drifts biases neither). The dense sweep starts at
-50% of the closed-loop probe's rate and climbs in 2% steps up to that rate, or until five
-rates in a row fail to hold; its ground truth is the highest rate that held. Both judge a
-rate by the same rule (:func:`tracker.search.capacity.why_not`). Printed: each
-configuration's search capacity and ground truth (medians and spread over the repeats), the
-relative error, the measuring seconds of each, and how closed-loop "best throughput under the
-SLA" (a concurrency sweep 1..16) and the capacity rank the configurations (Kendall tau). The
-machine's load is printed before and after.
+Per configuration and repeat, one sweep: a closed-loop anchor (concurrency 16, charged to
+neither) gives the rate ``X``; the dense sweep climbs from ``0.5 X`` in 2% steps; when it
+reaches ``0.8 X``, or a rate of it fails, the search starts (its own closed-loop probe, then
+its rates) and the two take turns level by level, so the search's rates and the dense
+sweep's rates near the edge are measured in the same minute: on a shared machine the
+capacity follows the load of the moment, and the error is taken within one repeat, never
+across repeats.
+
+Both judge a rate by the search's rule: a reading holds by
+:func:`tracker.search.capacity.why_not`, a rate that failed is measured once more, and it
+holds when one of its readings held. The dense sweep stops after three rates in a row failed
+after one held (or at ``3 X``). Its ground truth is the held rate that splits its rates into
+"held below, failed above" with the fewest rates contradicting the split (ties: their
+median). Not "the highest rate that held": that is the maximum of many noisy readings and
+rides on one lucky reading above the edge; nor "the last rate below the first rate that
+failed twice": on 2 shared cores a rate at half the capacity fails both readings now and then
+(a stall of a tenth of a second breaks a p99), and over forty rates one of them would end the
+sweep far below the edge.
+
+Printed: each configuration's search capacity and ground truth (medians and spread over the
+repeats), the relative error (per repeat, then the median), the measuring seconds of each,
+and how closed-loop "best throughput under the SLA" (a concurrency sweep 1..16) and the
+capacity rank the configurations (Kendall tau). The machine's load is printed before and
+after; ``--trace`` prints every reading.
 The last line is JSON: ``capacity_error`` (the worst configuration's median relative error),
-``search_cost_share`` (the search's measuring time over the dense sweep's, all repeats), and
-the figures behind them.
+``search_cost_share`` (the search's measuring time, its probe included, over the dense
+sweep's, all repeats), and the figures behind them.
 """
 
 from __future__ import annotations
@@ -41,6 +57,7 @@ from tracker.measure.goodput import request_slo  # noqa: E402
 from tracker.measure.sweep import Probe, sweep  # noqa: E402
 from tracker.measure.types import SweepLevel  # noqa: E402
 from tracker.search.capacity import (  # noqa: E402
+    Bisection,
     CapacityPlan,
     CapacitySettings,
     achieved_rps,
@@ -62,40 +79,67 @@ CONFIGS: dict[str, dict[str, object]] = {
                     "dynamic_batching.max_queue_delay_microseconds": 20000},
 }
 STEP = 1.02
-TOP_SHARE = 1.0   # the dense sweep ends at the closed-loop probe's rate ...
-FAILS = 5         # ... or after this many rates in a row that did not hold
+START_SHARE = 0.5  # the dense sweep starts at half the closed-loop anchor's rate ...
+TOP_SHARE = 3.0    # ... and ends at 3x it, or after
+FAILS = 3          # this many rates in a row failed (twice each) after one held
+SEARCH_AT = 0.8    # the search starts when the dense sweep reaches 80% of the anchor's rate
 
 
 class Interleaved:
-    """One sweep's plan: the capacity search and the dense sweep, a level of each in turn,
-    after the search's closed-loop probe; each level's wall time is charged to its owner."""
+    """One sweep's plan: a closed-loop anchor (the dense sweep's range; charged to neither),
+    the dense sweep climbing from :data:`START_SHARE` of its rate, and, once the dense sweep
+    reaches :data:`SEARCH_AT` of it or a rate of it fails, the capacity search (its own
+    closed-loop probe, then its rates), a level of each in turn; each level's wall time is
+    charged to its owner."""
 
-    def __init__(self, settings: CapacitySettings, start_share: float = 0.5) -> None:
+    def __init__(self, settings: CapacitySettings) -> None:
         self.search = CapacityPlan(settings)
         self.settings = settings
-        self.start_share = start_share
-        self.dense: list[tuple[float, bool]] = []
-        self.owner: list[str] = []      # "probe" | "search" | "dense", per level
-        self.seconds = {"probe": 0.0, "search": 0.0, "dense": 0.0}
+        self.dense = Bisection()        # the dense sweep's readings, judged by the same rule
+        self.owner: list[str] = []      # "anchor" | "search" | "dense", per level
+        self.seconds = {"anchor": 0.0, "search": 0.0, "dense": 0.0}
         self.reason = ""
         self._mark = time.perf_counter()
         self._own: list[SweepLevel] = []
         self._search: int | Probe | None = None
+        self._started = False
         self._dense: float | None = None
-        self.top = 0.0
+        self.top = self.start_search = 0.0
 
     def _after_dense(self, level: SweepLevel) -> float | None:
-        """Record a dense level; the next dense rate, or None (three fails in a row after a
-        rate that held, or 80 rates)."""
+        """Record a dense reading; the next dense rate (the same one after its first failed
+        reading), or None: :data:`FAILS` rates in a row failed after one held, or the top."""
         rate = float(next(iter(level.measurements.values())).request_rate or 0.0)
         s = self.settings
-        self.dense.append((rate, why_not(level, s.constraints, s.max_error_pct,
-                                         s.bursty) is None))
-        tail = [ok for _, ok in self.dense[-FAILS:]]
-        if (len(tail) == FAILS and not any(tail) and any(ok for _, ok in self.dense)) \
+        self.dense.tell(rate, why_not(level, s.constraints, s.max_error_pct, s.bursty) is None)
+        verdict = self.dense.verdict(rate)
+        if verdict is None:
+            return rate
+        rates = sorted({r for r, _ in self.dense.history})
+        tail = [self.dense.verdict(r) for r in rates[-FAILS:]]
+        if (len(tail) == FAILS and not any(tail) and any(self.dense.verdict(r) for r in rates)) \
                 or rate * STEP > self.top:
             return None
         return rate * STEP
+
+    def _dense_verdicts(self) -> list[bool | None]:
+        return [self.dense.verdict(r) for r, _ in self.dense.history]
+
+    def _record(self, last: SweepLevel, who: str) -> None:
+        if who == "anchor":
+            if last.valid:
+                x = min(achieved_rps(m) for m in last.measurements.values())
+                self._dense, self.top = round(START_SHARE * x, 1), TOP_SHARE * x
+                self.start_search = SEARCH_AT * x
+        elif who == "dense":
+            self._dense = self._after_dense(last)
+        else:
+            self._own.append(last)
+            self._search = self.search.next(self._own)
+        if not self._started and (self._dense is None or self._dense >= self.start_search
+                                  or any(ok is False for ok in self._dense_verdicts())):
+            self._started = True
+            self._search = self.search.next([])
 
     def next(self, done: Sequence[SweepLevel]) -> int | Probe | None:
         now = time.perf_counter()
@@ -103,19 +147,11 @@ class Interleaved:
             self.seconds[self.owner[-1]] += now - self._mark
         self._mark = now
         if not done:
-            self.owner.append("probe")
-            return self.search.next(done)
-        last, who = done[-1], self.owner[-1]
-        if who == "dense":
-            self._dense = self._after_dense(last)
-        else:
-            self._own.append(last)
-            self._search = self.search.next(self._own)
-            if who == "probe" and last.valid:
-                x = min(achieved_rps(m) for m in last.measurements.values())
-                self._dense, self.top = round(self.start_share * x, 1), TOP_SHARE * x
-        take_search = self._search is not None and (who == "dense" or self._dense is None)
-        if take_search:
+            self.owner.append("anchor")
+            return Probe(concurrency=self.settings.probe_concurrency)
+        who = self.owner[-1]
+        self._record(done[-1], who)
+        if self._search is not None and (who != "search" or self._dense is None):
             nxt, self._search = self._search, None
             self.owner.append("search")
             return nxt
@@ -127,9 +163,19 @@ class Interleaved:
         return None
 
 
-def truth(dense: list[tuple[float, bool]]) -> float:
-    """The dense sweep's capacity: the highest rate that held (0 when none did)."""
-    return max((r for r, ok in dense if ok), default=0.0)
+def truth(dense: Bisection) -> float:
+    """The dense sweep's capacity: the held rate that splits its rates into "held below,
+    failed above" with the fewest rates contradicting the split (ties: their median), 0
+    when none held. Each rate is judged as the search judges it (held when one of its two
+    readings held); a rate undecided when the sweep ended counts as failed."""
+    rates = sorted({r for r, _ in dense.history})
+    held = [dense.verdict(r) is True for r in rates]
+    cost = {r: held[:i].count(False) + held[i + 1:].count(True)
+            for i, r in enumerate(rates) if held[i]}
+    if not cost:
+        return 0.0
+    best = min(cost.values())
+    return statistics.median_low([r for r, c in cost.items() if c == best])
 
 
 def serve(name: str, tmp: Path) -> tuple[Any, Any]:
@@ -166,18 +212,23 @@ def one(name: str, args: argparse.Namespace, tmp: Path, repeat: int) -> dict[str
     try:
         plan = Interleaved(settings)
         entry = EntryLoad(cfg, load, slo=request_slo(sla))
-        result = sweep(server.endpoints, {str(cfg.name): entry}, sla, plan=plan)
-        own = [lv for lv, who in zip(result.levels, plan.owner, strict=False)
-               if who == "search"]
-        held = [float(next(iter(lv.measurements.values())).request_rate or 0)
-                for lv in own if why_not(lv, sla, load.max_error_pct, True) is None]
+
+        def show(level: SweepLevel) -> None:
+            if args.trace:
+                m = next(iter(level.measurements.values()))
+                why = why_not(level, sla, load.max_error_pct, True)
+                print(f"  {plan.owner[-1]:<6} rate {m.request_rate or 0:8,.1f} achieved "
+                      f"{achieved_rps(m):8,.1f} p99 {m.latency_p99_ms or 0:7.1f} ms "
+                      f"windows {m.windows} {'held' if why is None else why}", flush=True)
+
+        sweep(server.endpoints, {str(cfg.name): entry}, sla, plan=plan, on_level=show)
         closed = closed_loop_best(server.endpoints, cfg, load, sla) if repeat == 0 else None
     finally:
         server.stop()
-    return {"capacity": max(held, default=0.0), "truth": truth(plan.dense),
-            "search_s": plan.seconds["search"] + plan.seconds["probe"],
-            "dense_s": plan.seconds["dense"], "search_rates": len(own),
-            "dense_rates": len(plan.dense), "closed_loop": closed}
+    return {"capacity": plan.search.search.bracket()[0] or 0.0, "truth": truth(plan.dense),
+            "search_s": plan.seconds["search"],
+            "dense_s": plan.seconds["dense"], "search_rates": len(plan.search.search.history),
+            "dense_rates": len(plan.dense.history), "closed_loop": closed}
 
 
 def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float:
@@ -200,8 +251,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--sla-ms", type=float, default=100.0)
     parser.add_argument("--window-ms", type=int, default=500)
-    parser.add_argument("--max-tries", type=int, default=6)
+    parser.add_argument("--max-tries", type=int, default=4)
     parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--trace", action="store_true", help="print every rate measured")
     args = parser.parse_args()
     names = args.configs.split(",")
     load_before = os.getloadavg()
@@ -217,8 +269,8 @@ def main() -> None:
                 got = one(name, args, Path(tmp), repeat)
                 rows[name].append(got)
                 print(f"repeat {repeat} {name:<12} search {got['capacity']:8,.1f}/s in "
-                      f"{got['search_rates']} rates ({got['search_s']:.0f} s)   dense "
-                      f"{got['truth']:8,.1f}/s in {got['dense_rates']} rates "
+                      f"{got['search_rates']} readings ({got['search_s']:.0f} s)   dense "
+                      f"{got['truth']:8,.1f}/s in {got['dense_rates']} readings "
                       f"({got['dense_s']:.0f} s)", flush=True)
     out: dict[str, Any] = {}
     errors, capacities, closed = {}, {}, {}

@@ -45,12 +45,14 @@ def _search(edge: float, closed_loop: float, tol: float = 5.0, budget: int = 12,
 ])
 def test_the_bisection_finds_the_edge_within_the_tolerance(edge: float,
                                                            closed_loop: float) -> None:
-    search, tried = _search(edge, closed_loop)
+    search, tried = _search(edge, closed_loop, budget=20)
     low, high = search.bracket()
     assert low is not None and high is not None
     assert low <= edge < high
     assert (high - low) / low <= 0.05
-    assert len(tried) <= 12 and "bracketed within 5%" in search.reason
+    assert "bracketed within 5%" in search.reason
+    # every rate that failed was measured twice, every rate that held once
+    assert all(tried.count(r) == (1 if r <= edge else 2) for r in tried)
 
 
 def test_a_tighter_tolerance_costs_more_rates_and_lands_closer() -> None:
@@ -72,6 +74,35 @@ def test_no_rate_holding_ends_at_the_floor() -> None:
     search, tried = _search(0.0, 100.0, budget=50)
     assert search.bracket()[0] is None
     assert min(tried) >= 1.0 and "no rate of at least 1 request/s holds" in search.reason
+
+
+def test_a_rate_fails_only_when_its_second_reading_fails_too() -> None:
+    # the first reading of the first rate (3,400/s, under the 3,500/s edge) broke the SLA:
+    # a stall of the machine, not the configuration's limit
+    stalled = {3400.0}
+    search = Bisection(5.0, 12)
+    rate: float | None = search.first(4000.0)
+    while rate is not None:
+        search.tell(rate, rate <= 3500.0 and rate not in stalled)
+        stalled.discard(rate)
+        rate = search.next()
+    assert search.history[:2] == [(3400.0, False), (3400.0, True)]
+    assert search.verdict(3400.0) is True
+    low, high = search.bracket()
+    assert low is not None and high is not None and low <= 3500.0 < high
+    assert (high - low) / low <= 0.05
+    # two failed readings decide; one is undecided and counts as failed in the bracket
+    once = Bisection(5.0, 8, [(1000.0, True), (1250.0, False)])
+    assert once.verdict(1250.0) is None and once.bracket() == (1000.0, 1250.0)
+    assert once.next() == 1250.0
+    once.tell(1250.0, False)
+    assert once.verdict(1250.0) is False and once.next() == 1125.0
+
+
+def test_the_budget_counts_readings_and_ends_before_a_second_reading() -> None:
+    search = Bisection(5.0, 3, [(1000.0, True), (1250.0, True), (1562.5, False)])
+    assert search.next() is None and "step budget spent: 3" in search.reason
+    assert search.bracket() == (1250.0, 1562.5)
 
 
 def test_a_noisy_reading_below_the_edge_does_not_lower_the_capacity() -> None:
@@ -143,6 +174,20 @@ def test_the_plan_probes_closed_loop_then_asks_the_rates_of_the_bisection() -> N
     assert choice.metrics["perf_capacity_probes"] == len(done) - 1
     assert choice.metrics["replicas"] == math.ceil(12000 / capacity)
     assert choice.metrics["cost_per_million"] == pytest.approx(1e6 / capacity / 1000)
+
+
+def test_the_plan_measures_a_failed_rate_again_and_judges_it_by_both_readings() -> None:
+    plan = CapacityPlan(CapacitySettings(SLA, tolerance_pct=5.0, max_probes=8))
+    done = [_closed(4000.0)]
+    assert plan.next(done) == Probe(request_rate=3400.0)
+    done.append(_open(3400.0, 300.0))           # a stall broke the first reading's p99
+    assert plan.next(done) == Probe(request_rate=3400.0)
+    done.append(_open(3400.0, 12.0))
+    assert plan.next(done) == Probe(request_rate=4250.0)
+    choice = choose(SweepResult(done, "x"), CapacitySettings(SLA),
+                    {"perf_capacity": "maximize"}, Scoring(["m"], lambda _e, k: k))
+    assert choice.metrics["perf_capacity"] == 3400.0 and choice.index == 2
+    assert choice.metrics["perf_capacity_probes"] == 2 and choice.feasible
 
 
 def test_no_rate_held_is_capacity_zero_and_a_failed_probe_fails_the_trial() -> None:

@@ -17,7 +17,14 @@ sent), and every constraint (the SLA) holds at that level (tracker/feasibility.p
    shrinks to 0.6x, until a rate that holds lies below one that does not (the bracket);
 3. bisection of the bracket until ``(high - low) / low`` is within
    ``load.capacity_tolerance_pct`` (default 5), or ``load.capacity_max_probes`` rates were
-   measured, or no rate of at least 1 request/s holds (capacity 0).
+   measured (a rate measured twice counts twice), or no rate of at least 1 request/s holds
+   (capacity 0).
+
+A rate that does not hold is measured once more at once, and fails only when both readings
+fail: on a shared machine one reading's p99 is often broken by a stall of the load
+generator or the server (another process took the cores for a tenth of a second), well
+below the rate the configuration serves, and one such reading early in the search would
+otherwise send it down to 0.6x that rate. A rate holds when one of its readings held.
 
 The capacity is the highest rate that held (``perf_capacity``, requests/s), with the bracket
 (``perf_capacity_low``, ``perf_capacity_high``: the lowest rate above it that did not hold,
@@ -50,6 +57,7 @@ ACHIEVED_PCT = 2.0       # the achieved rate within this percent of the offered 
 BACKLOG_PCT = 2.0        # requests sent but not ended, as a percent of those sent
 START, GROW, SHRINK = 0.85, 1.25, 0.6
 FLOOR_RPS = 1.0
+FAIL_READINGS = 2        # a rate fails when this many of its readings failed (none held)
 
 
 def wanted(spec: StudySpec) -> bool:
@@ -59,9 +67,10 @@ def wanted(spec: StudySpec) -> bool:
 
 @dataclass
 class Bisection:
-    """The search over rates, on (rate, held) results only: the planner's contract, tested
+    """The search over rates, on (rate, held) readings only: the planner's contract, tested
     on a synthetic response. :meth:`first` gives the first rate from the closed-loop rate;
-    :meth:`next` the next one after :meth:`tell`, or None (``reason`` says why)."""
+    :meth:`next` the next one after :meth:`tell`, or None (``reason`` says why). A rate
+    whose only reading failed is asked again before the search moves on (the module doc)."""
 
     tolerance_pct: float = 5.0
     max_probes: int = 8
@@ -74,21 +83,41 @@ class Bisection:
     def tell(self, rate: float, held: bool) -> None:
         self.history.append((rate, held))
 
+    def verdict(self, rate: float) -> bool | None:
+        """Whether ``rate`` holds (one reading held), fails (:data:`FAIL_READINGS` readings
+        failed), or is undecided (None: fewer failed readings, or none taken)."""
+        readings = [ok for r, ok in self.history if r == rate]
+        if any(readings):
+            return True
+        return False if len(readings) >= FAIL_READINGS else None
+
     def bracket(self) -> tuple[float | None, float | None]:
-        """(highest rate that held, lowest rate above it that did not)."""
+        """(highest rate that held, lowest rate above it that did not; a rate with one
+        failed reading counts as failed here, the best figure before it is measured again)."""
         low = max((r for r, ok in self.history if ok), default=None)
-        high = min((r for r, ok in self.history if not ok and (low is None or r > low)),
-                   default=None)
+        high = min((r for r, _ in self.history if self.verdict(r) is not True
+                    and (low is None or r > low)), default=None)
         return low, high
 
+    def _again(self) -> float | None:
+        """The last rate measured, when its one reading failed."""
+        if not self.history or self.history[-1][1]:
+            return None
+        rate = self.history[-1][0]
+        return rate if self.verdict(rate) is None else None
+
     def next(self) -> float | None:
+        spent = len(self.history) >= self.max_probes
+        again = self._again()
+        if again is not None and not spent:
+            return again
         low, high = self.bracket()
         if low is not None and high is not None and (high - low) / low * 100 \
                 <= self.tolerance_pct:
             self.reason = (f"capacity bracketed within {self.tolerance_pct:g}%: "
                            f"{low:,.1f} to {high:,.1f} requests/s")
             return None
-        if len(self.history) >= self.max_probes:
+        if spent:
             self.reason = f"step budget spent: {self.max_probes} rates measured"
             return None
         if low is None:

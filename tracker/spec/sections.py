@@ -181,7 +181,8 @@ class LoadSection(SpecModel):
     capacity_tolerance_pct: Annotated[float, Field(gt=0, le=50)] = 5.0
     """objective perf_capacity: the search stops when its bracket is this close (percent)."""
     capacity_max_probes: Annotated[int, Field(ge=2, le=50)] = 8
-    """objective perf_capacity: the most open-loop rates one configuration's search measures."""
+    """objective perf_capacity: the most open-loop readings one configuration's search takes
+    (a failed rate's second reading counts)."""
     window_ms: PosInt = 1000
     """Length of one measurement window, in milliseconds."""
     window_requests: PosInt | None = None
