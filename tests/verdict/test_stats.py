@@ -1,5 +1,5 @@
 """The confirmation's statistics and verdict rules on known data (tracker/verdict/stats.py); the
-stopping rule on simulated rounds is tests/confirm/test_sequence.py."""
+stopping rule on simulated rounds is tests/verdict/test_sequence.py."""
 
 from __future__ import annotations
 
