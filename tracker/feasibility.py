@@ -96,12 +96,6 @@ def named_violations(metrics: Mapping[str, float],
     return {c.key: c.violation for c in judge(metrics, constraints)}
 
 
-def constraint_violations(metrics: Mapping[str, float],
-                          constraints: Mapping[str, object]) -> list[float]:
-    """The violations of :func:`named_violations` as a list, in :func:`constraint_keys` order."""
-    return list(named_violations(metrics, constraints).values())
-
-
 def broken(metrics: Mapping[str, float], constraints: Mapping[str, object] | None) -> list[str]:
     """The bounds that measured values break, in words (``perf_latency_p99 12 > max 10``)."""
     return [c.words() for c in judge(metrics, constraints) if c.broken]

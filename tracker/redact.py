@@ -7,8 +7,8 @@ server (``server.headers``) carry credentials such as ``Authorization: Bearer ..
 Everything this package writes to MLflow, to the terminal or into an artifact goes through
 this module: :func:`redact_url` (one URL), :func:`redact_text` (free text that may contain
 URLs, ``password=...`` pairs, ``Bearer ...`` credentials or ``-H name:value`` flags, e.g. an
-error message), :func:`mask_headers` (a header mapping), :func:`redact_values` (text that may
-hold values known to be secret) and :func:`redact_command` (a subprocess command line).
+error message), :func:`mask_headers` (a header mapping) and :func:`redact_values` (text
+that may hold values known to be secret).
 
 Header values: every value is masked except those of :data:`HARMLESS_HEADERS`, a few
 content-negotiation headers whose values are never credentials; a header name always stays.
@@ -17,7 +17,7 @@ content-negotiation headers whose values are never credentials; a header name al
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 MASK = "***"
@@ -54,7 +54,6 @@ _AUTH_IN_TEXT = re.compile(r"(?i)\b(bearer|basic)(\s+)"
 # a header flag in free text: "-H name:value" (perf_analyzer, curl)
 _HEADER_FLAG_IN_TEXT = re.compile(r"((?<![\w-])-H\s*['\"]?|--header[=\s]['\"]?)"
                                   r"([A-Za-z0-9!#$%&*+.^_`|~-]+)(\s*:\s*)([^\s'\"]+)")
-_HEADER_FLAGS = ("-H", "--header")
 
 
 def _is_secret_key(key: str) -> bool:
@@ -143,32 +142,3 @@ def redact_values(text: str, secrets: Iterable[str]) -> str:
                          reverse=True):
         text = text.replace(secret, MASK)
     return redact_text(text)
-
-
-def _header_arg(arg: str) -> str:
-    """``name:value`` with the value masked unless the header is harmless."""
-    name, sep, value = arg.partition(":")
-    return f"{name}:{mask_header(name, value)}" if sep else MASK
-
-
-def redact_command(argv: Sequence[str]) -> list[str]:
-    """A command line as it may be shown: the value of every header flag (``-H name:value``,
-    ``-Hname:value``, ``--header=name:value``) masked unless harmless, every argument
-    through :func:`redact_text`. The command that runs keeps its real arguments."""
-    out: list[str] = []
-    after_flag = False
-    for arg in argv:
-        if after_flag:
-            out.append(_header_arg(arg))
-            after_flag = False
-            continue
-        if arg in _HEADER_FLAGS:
-            out.append(arg)
-            after_flag = True
-        elif arg.startswith("--header="):
-            out.append("--header=" + _header_arg(arg[len("--header="):]))
-        elif arg.startswith("-H") and not arg.startswith("--"):
-            out.append("-H" + _header_arg(arg[2:].lstrip("=")))
-        else:
-            out.append(redact_text(arg))
-    return out

@@ -3,7 +3,7 @@
 The confirmation (tracker/confirm/rounds.py) looks at its figures after every round and stops
 as soon as they decide. A fixed-sample interval (Student's t) looked at after every round
 excludes the truth far more often than its 5%: with looks at rounds 2 to 10, about three times
-as often (tests/confirm/test_sequence.py measures it). The intervals here hold at every round
+as often (tests/verdict/test_sequence.py measures it). The intervals here hold at every round
 at once: the chance that the true mean lies outside the interval at *any* round, however the
 stopping round was chosen (and however many rounds a later ``tracker confirm --rounds N``
 adds), is at most ``alpha``.
