@@ -65,7 +65,7 @@ def test_a_tighter_tolerance_costs_more_rates_and_lands_closer() -> None:
 
 def test_the_step_budget_ends_the_search_with_the_best_bracket_so_far() -> None:
     search, tried = _search(2900.0, 4000.0, tol=0.1, budget=4)
-    assert len(tried) == 4 and search.reason == "step budget spent: 4 rates measured"
+    assert len(tried) == 4 and search.reason == "step budget spent: 4 readings taken"
     low, high = search.bracket()
     assert low is not None and high is not None and low <= 2900.0 < high
 

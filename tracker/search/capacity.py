@@ -28,7 +28,7 @@ otherwise send it down to 0.6x that rate. A rate holds when one of its readings 
 
 The capacity is the highest rate that held (``perf_capacity``, requests/s), with the bracket
 (``perf_capacity_low``, ``perf_capacity_high``: the lowest rate above it that did not hold,
-absent when every rate tried held) and the rates measured (``perf_capacity_probes``); with
+absent when every rate tried held) and the readings taken (``perf_capacity_probes``); with
 the spec's ``capacity`` section, ``replicas`` and ``cost_per_million`` (tracker/search/cost.py).
 A configuration is judged at the level of its capacity (:func:`choose`).
 """
@@ -118,7 +118,7 @@ class Bisection:
                            f"{low:,.1f} to {high:,.1f} requests/s")
             return None
         if spent:
-            self.reason = f"step budget spent: {self.max_probes} rates measured"
+            self.reason = f"step budget spent: {self.max_probes} readings taken"
             return None
         if low is None:
             rate = SHRINK * (high if high is not None else FLOOR_RPS / SHRINK)
